@@ -1,0 +1,223 @@
+//! End-to-end acknowledgements: a source learns when every sink has committed (or rejected) the
+//! events of a batch it produced.
+//!
+//! The source makes a [`BatchNotifier`] and keeps the [`BatchStatusReceiver`]. The batch carries a
+//! [`Finalizer`] (a cheap clone of the notifier). Each sink that takes the batch asks for an
+//! [`Ack`], keeps it until its write is committed (written, flushed, or persisted to a buffer),
+//! then calls [`Ack::commit`]. When the last clone anywhere is dropped, the receiver resolves with
+//! the worst status any holder reported. An `Ack` dropped without `commit` (a sink that died)
+//! counts as `Errored`, so a crash can never be mistaken for delivery.
+
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use tokio::sync::oneshot;
+
+/// The outcome of a batch, ordered from best to worst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum BatchStatus {
+    /// Every sink committed every event.
+    Delivered = 0,
+    /// Some sink failed in a way a retry may fix (I/O error, peer gone).
+    Errored = 1,
+    /// Some sink refused the events for good (they can never be written).
+    Rejected = 2,
+}
+
+impl BatchStatus {
+    fn from_u8(v: u8) -> BatchStatus {
+        match v {
+            0 => BatchStatus::Delivered,
+            1 => BatchStatus::Errored,
+            _ => BatchStatus::Rejected,
+        }
+    }
+}
+
+struct Inner {
+    status: AtomicU8,
+    // A std Mutex is fine: it is touched once, on the last drop.
+    tx: Mutex<Option<oneshot::Sender<BatchStatus>>>,
+}
+
+impl Inner {
+    fn update(&self, status: BatchStatus) {
+        self.status.fetch_max(status as u8, Ordering::AcqRel);
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let status = BatchStatus::from_u8(self.status.load(Ordering::Acquire));
+        if let Ok(mut guard) = self.tx.lock()
+            && let Some(tx) = guard.take()
+        {
+            // The source may have stopped waiting; nothing to do then.
+            let _ = tx.send(status);
+        }
+    }
+}
+
+/// Created by a source that wants to know the fate of a batch.
+pub struct BatchNotifier;
+
+impl BatchNotifier {
+    /// A finalizer to put on the batch and the receiver the source awaits.
+    pub fn new_with_receiver() -> (Finalizer, BatchStatusReceiver) {
+        let (tx, rx) = oneshot::channel();
+        let inner = Arc::new(Inner {
+            status: AtomicU8::new(BatchStatus::Delivered as u8),
+            tx: Mutex::new(Some(tx)),
+        });
+        (Finalizer { inner: Some(inner) }, BatchStatusReceiver { rx })
+    }
+}
+
+/// Carried by a batch; cloning it is one atomic increment.
+#[derive(Clone, Default)]
+pub struct Finalizer {
+    inner: Option<Arc<Inner>>,
+}
+
+impl std::fmt::Debug for Finalizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Finalizer")
+            .field("tracked", &self.inner.is_some())
+            .finish()
+    }
+}
+
+impl Finalizer {
+    /// A finalizer that reports to nobody (syslog cannot acknowledge).
+    pub fn none() -> Finalizer {
+        Finalizer { inner: None }
+    }
+
+    /// Whether some source is waiting on this batch.
+    pub fn is_tracked(&self) -> bool {
+        self.inner.is_some()
+    }
+
+    /// A sink's handle: commit it once the sink's write is durable to the sink's standard.
+    pub fn ack(&self) -> Ack {
+        Ack {
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Record an outcome without holding an `Ack` (a transform that rejects events, say).
+    pub fn update(&self, status: BatchStatus) {
+        if let Some(inner) = &self.inner {
+            inner.update(status);
+        }
+    }
+}
+
+/// A sink's obligation to report. Dropping it without [`Ack::commit`] reports `Errored`.
+#[must_use = "an Ack dropped without commit reports the batch as Errored"]
+pub struct Ack {
+    inner: Option<Arc<Inner>>,
+}
+
+impl std::fmt::Debug for Ack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ack")
+            .field("tracked", &self.inner.is_some())
+            .finish()
+    }
+}
+
+impl Ack {
+    /// Report this sink's outcome and release the handle.
+    pub fn commit(mut self, status: BatchStatus) {
+        if let Some(inner) = self.inner.take() {
+            inner.update(status);
+        }
+    }
+}
+
+impl Drop for Ack {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            inner.update(BatchStatus::Errored);
+        }
+    }
+}
+
+/// What a source awaits: resolves once every holder of the batch's finalizer is gone.
+pub struct BatchStatusReceiver {
+    rx: oneshot::Receiver<BatchStatus>,
+}
+
+impl std::fmt::Debug for BatchStatusReceiver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BatchStatusReceiver")
+    }
+}
+
+impl std::future::Future for BatchStatusReceiver {
+    type Output = BatchStatus;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<BatchStatus> {
+        std::pin::Pin::new(&mut self.rx)
+            .poll(cx)
+            // A sender that vanished without sending cannot happen (Inner always sends on drop),
+            // but if it did, the honest answer is that delivery is unknown.
+            .map(|r| r.unwrap_or(BatchStatus::Errored))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn delivered_only_after_every_sink_commits() {
+        let (fin, mut rx) = BatchNotifier::new_with_receiver();
+        let a = fin.ack();
+        let b = fin.ack();
+        drop(fin);
+        a.commit(BatchStatus::Delivered);
+        assert!(futures_poll_once(&mut rx).is_none(), "b still holds the batch");
+        b.commit(BatchStatus::Delivered);
+        assert_eq!(rx.await, BatchStatus::Delivered);
+    }
+
+    #[tokio::test]
+    async fn worst_status_wins() {
+        let (fin, rx) = BatchNotifier::new_with_receiver();
+        fin.ack().commit(BatchStatus::Rejected);
+        fin.ack().commit(BatchStatus::Delivered);
+        drop(fin);
+        assert_eq!(rx.await, BatchStatus::Rejected);
+    }
+
+    #[tokio::test]
+    async fn dropped_ack_is_an_error() {
+        let (fin, rx) = BatchNotifier::new_with_receiver();
+        let ack = fin.ack();
+        drop(fin);
+        drop(ack);
+        assert_eq!(rx.await, BatchStatus::Errored);
+    }
+
+    #[test]
+    fn untracked_finalizer_is_inert() {
+        let fin = Finalizer::none();
+        assert!(!fin.is_tracked());
+        fin.ack().commit(BatchStatus::Rejected);
+    }
+
+    fn futures_poll_once(rx: &mut BatchStatusReceiver) -> Option<BatchStatus> {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        match std::pin::Pin::new(rx).poll(&mut cx) {
+            std::task::Poll::Ready(s) => Some(s),
+            std::task::Poll::Pending => None,
+        }
+    }
+}
