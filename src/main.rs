@@ -1,1 +1,154 @@
-fn main() {}
+//! The `loghaul` binary: parses the command line, then runs the pipeline or a tool.
+
+mod api;
+mod cli;
+mod metrics;
+mod sinks;
+mod sources;
+mod topology;
+mod transforms;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use loghaul_config::Config;
+use tokio::signal::unix::{SignalKind, signal};
+
+use cli::{Cli, Command, ConfigCommand};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result = match cli.command {
+        Command::Run { config } => run(config),
+        Command::Validate { config } => return validate(&config),
+        Command::Config {
+            command: ConfigCommand::Default,
+        } => {
+            print!("{}", Config::default_yaml());
+            Ok(())
+        }
+        Command::Bench { command } => loghaul_bench::cli::run(command),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "info",
+        1 => "info,loghaul=debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_env("LOGHAUL_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .init();
+}
+
+fn validate(path: &std::path::Path) -> ExitCode {
+    match Config::load(path) {
+        Ok(config) => {
+            for warning in config.warnings() {
+                eprintln!("{warning}");
+            }
+            println!("{}: ok", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            eprintln!("{errors}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(path: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+    let config = match &path {
+        Some(p) => Config::load(p).map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))?,
+        None => Config::default_config(),
+    };
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
+    raise_fd_limit();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("loghaul-worker")
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(serve(config, path))
+}
+
+async fn serve(config: Config, path: Option<std::path::PathBuf>) -> anyhow::Result<()> {
+    let registry = Arc::new(metrics::Registry::default());
+    let reopen = Arc::new(AtomicU64::new(0));
+    let mut sigterm = signal(SignalKind::terminate()).context("cannot install SIGTERM handler")?;
+    let mut sigint = signal(SignalKind::interrupt()).context("cannot install SIGINT handler")?;
+    let mut sighup = signal(SignalKind::hangup()).context("cannot install SIGHUP handler")?;
+
+    let api_listener = match &config.api {
+        Some(api) => Some(
+            api::bind(api.address)
+                .await
+                .with_context(|| format!("api: cannot listen on {}", api.address))?,
+        ),
+        None => None,
+    };
+    let topology = topology::start(&config, &registry, reopen.clone()).await?;
+    if let Some(listener) = api_listener {
+        tokio::spawn(api::serve(
+            listener,
+            registry.clone(),
+            topology.shutdown_signal(),
+        ));
+    }
+    tracing::info!(
+        config = %path.as_ref().map_or("<embedded default>".to_string(), |p| p.display().to_string()),
+        sources = config.sources.len(),
+        transforms = config.transforms.len(),
+        sinks = config.sinks.len(),
+        api = ?config.api.as_ref().map(|a| a.address),
+        "loghaul started."
+    );
+    loop {
+        tokio::select! {
+            _ = sigterm.recv() => break,
+            _ = sigint.recv() => break,
+            _ = sighup.recv() => {
+                tracing::info!("SIGHUP: reopening output files.");
+                reopen.fetch_add(1, Ordering::AcqRel);
+            }
+        }
+    }
+    tracing::info!(timeout = ?config.shutdown_timeout, "Shutting down: draining connections and flushing sinks.");
+    if topology.stop(config.shutdown_timeout).await {
+        tracing::info!("loghaul stopped.");
+        Ok(())
+    } else {
+        anyhow::bail!(
+            "shutdown_timeout ({:?}) passed before every sink flushed; some events may not have been written",
+            config.shutdown_timeout
+        )
+    }
+}
+
+/// Thousands of clients need thousands of descriptors: lift the soft limit to the hard one,
+/// as rsyslog and nginx do. Failure is harmless (we run with what we have).
+fn raise_fd_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) => tracing::debug!(limit = n, "Raised the open-files limit."),
+        Err(error) => tracing::warn!(%error, "Could not raise the open-files limit."),
+    }
+}

@@ -1,1 +1,22 @@
-//! placeholder
+//! loghaul's benchmark lab: the load generator (`bench gen`), the meter (`bench meter`) and the
+//! experiments that compare loghaul with its peers (`bench run SCENARIO`).
+//!
+//! Layout: [`payload`] builds seeded message blocks, [`target`] sends them (one small impl per
+//! transport), [`generator`] drives connections; [`meter`] turns what a subject wrote into exact
+//! loss, duplicates, flow and latency, and [`watch`] samples a subject's output cheaply during a run; [`subjects`] configures loghaul and its peers,
+//! [`scenario`] runs them, [`procstat`] charges them CPU and memory, [`report`] writes the table,
+//! raw runs and chart. [`cli`] is the clap surface the `loghaul` binary mounts under `bench`.
+
+pub mod cli;
+pub mod discard;
+pub mod generator;
+pub mod histogram;
+pub mod meter;
+pub mod payload;
+pub mod procstat;
+pub mod progress;
+pub mod report;
+pub mod scenario;
+pub mod subjects;
+pub mod target;
+pub mod watch;

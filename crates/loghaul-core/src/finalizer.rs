@@ -182,7 +182,10 @@ mod tests {
         let b = fin.ack();
         drop(fin);
         a.commit(BatchStatus::Delivered);
-        assert!(futures_poll_once(&mut rx).is_none(), "b still holds the batch");
+        assert!(
+            futures_poll_once(&mut rx).is_none(),
+            "b still holds the batch"
+        );
         b.commit(BatchStatus::Delivered);
         assert_eq!(rx.await, BatchStatus::Delivered);
     }

@@ -2,9 +2,30 @@
 
 /// Facility names indexed by code (RFC 5424 table 1, with the names rsyslog and syslog-ng use).
 pub const FACILITIES: [&str; 24] = [
-    "kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "authpriv",
-    "ftp", "ntp", "security", "console", "solaris-cron", "local0", "local1", "local2", "local3",
-    "local4", "local5", "local6", "local7",
+    "kern",
+    "user",
+    "mail",
+    "daemon",
+    "auth",
+    "syslog",
+    "lpr",
+    "news",
+    "uucp",
+    "cron",
+    "authpriv",
+    "ftp",
+    "ntp",
+    "security",
+    "console",
+    "solaris-cron",
+    "local0",
+    "local1",
+    "local2",
+    "local3",
+    "local4",
+    "local5",
+    "local6",
+    "local7",
 ];
 
 /// Severity names indexed by code (RFC 5424 table 2).

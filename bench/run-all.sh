@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every scenario of the lab at full size and leaves the tables, raw runs and charts in
+# bench/results/YYYY-MM-DD/. Usage: bench/run-all.sh [path/to/loghaul] [extra `bench run` options]
+#
+# The peers must be installed first: sudo scripts/install-peers.sh (idempotent).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+LOGHAUL="${1:-target/release/loghaul}"
+shift || true
+if [ ! -x "$LOGHAUL" ]; then
+    echo "building $LOGHAUL" >&2
+    cargo build --release --bin loghaul
+fi
+[ -f /opt/loghaul-peers/env.sh ] && . /opt/loghaul-peers/env.sh
+
+OUT="bench/results/$(date +%F)"
+"$LOGHAUL" bench run syslog  --subjects loghaul,rsyslog,syslog-ng              --runs 3 --out "$OUT" "$@"
+"$LOGHAUL" bench run basic   --subjects loghaul,rsyslog,syslog-ng,eventmachine --runs 3 --out "$OUT" "$@"
+"$LOGHAUL" bench run raw     --subjects loghaul,rsyslog,syslog-ng              --runs 3 --out "$OUT" "$@"
+"$LOGHAUL" bench run rfc5424 --subjects loghaul,rsyslog,syslog-ng              --runs 3 --out "$OUT" "$@"
+echo "results in $OUT" >&2

@@ -1,0 +1,344 @@
+//! The clap surface of `loghaul bench`: `gen`, `meter`, `run` (and the hidden `discard`).
+//!
+//! [`run`] is called from a plain, non-async `main`; everything here uses OS threads, so no runtime is
+//! needed.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Subcommand};
+
+use crate::generator::{self, GenConfig};
+use crate::meter::{self, MeterSource, StopRule};
+use crate::payload::{Format, Framing, PayloadSpec};
+use crate::progress::{Progress, human};
+use crate::scenario::{self, Plan};
+use crate::subjects::{Scenario, SubjectKind};
+use crate::target::{TargetOptions, TargetUrl};
+
+/// `loghaul bench ...`
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Generate load: seeded syslog/raw/JSON messages to tcp://, udp:// or file://.
+    #[command(after_help = "Examples:\n  \
+        loghaul bench gen --target tcp://127.0.0.1:5514 --count 1000000 --connections 4\n  \
+        loghaul bench gen --target udp://127.0.0.1:5514 --rate 10000 --duration 10s --format rfc5424\n  \
+        loghaul bench gen --target file:///tmp/app.log --rate 1000 --duration 1m --rotate-lines 10000")]
+    Gen(GenArgs),
+    /// Meter what a subject wrote (a file being appended to) or sent (as its TCP destination).
+    #[command(after_help = "Examples:\n  \
+        loghaul bench meter --file /tmp/out.jsonl --expect 1000000 --generators 4\n  \
+        loghaul bench meter --listen 127.0.0.1:6000 --idle 5s --json")]
+    Meter(MeterArgs),
+    /// Run an experiment: loghaul and its peers, same load, table + chart + raw runs.
+    #[command(after_help = "Examples:\n  \
+        loghaul bench run syslog --subjects loghaul,rsyslog,syslog-ng --runs 3\n  \
+        loghaul bench run basic --subjects loghaul,eventmachine --events 5000000")]
+    Run(RunArgs),
+    /// A discarding TCP listener, to measure the generator alone.
+    #[command(hide = true)]
+    Discard(DiscardArgs),
+}
+
+/// Options of `bench gen`.
+#[derive(Debug, Args)]
+pub struct GenArgs {
+    /// tcp://HOST:PORT, udp://HOST:PORT or file://PATH.
+    #[arg(long, short = 't')]
+    pub target: String,
+    /// Message format.
+    #[arg(long, value_enum, default_value = "rfc3164")]
+    pub format: Format,
+    /// Stream framing (TCP and file targets).
+    #[arg(long, value_enum, default_value = "newline")]
+    pub framing: Framing,
+    /// Messages to send in total (over all connections).
+    #[arg(long, short = 'n')]
+    pub count: Option<u64>,
+    /// Stop after this long (e.g. 10s, 500ms, 2m).
+    #[arg(long, short = 'd', value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Messages per second over all connections; 0 = as fast as possible.
+    #[arg(long, short = 'r', default_value_t = 0)]
+    pub rate: u64,
+    /// Parallel connections, each its own generator id.
+    #[arg(long, short = 'c', default_value_t = 4)]
+    pub connections: usize,
+    /// Message size in bytes (header and marker included; filler pads up to it).
+    #[arg(long, short = 's', default_value_t = 128)]
+    pub message_size: usize,
+    /// Seed of the payload content.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Generator id of the first connection (give distinct bases to concurrent generators).
+    #[arg(long, default_value_t = 0)]
+    pub gen_id_base: u32,
+    /// file:// target: rotate (rename to PATH.N) every this many lines; 0 = never.
+    #[arg(long, default_value_t = 0)]
+    pub rotate_lines: u64,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `bench meter`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("source").required(true).args(["file", "listen"])))]
+pub struct MeterArgs {
+    /// Tail this JSON-lines or text file (it may not exist yet).
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Listen on this TCP address and meter what arrives.
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// Total events the generators sent (enables exact loss, and stopping when all arrived).
+    #[arg(long)]
+    pub expect: Option<u64>,
+    /// Connections the generator used (how --expect is split into per-generator ranges).
+    #[arg(long, default_value_t = 4)]
+    pub generators: usize,
+    /// Stop after this long without a new event.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub idle: Duration,
+    /// Stop after this long in any case.
+    #[arg(long, value_parser = parse_duration)]
+    pub max_time: Option<Duration>,
+    /// Keep reading this long after every expected event arrived, to catch late duplicates.
+    #[arg(long, value_parser = parse_duration, default_value = "300ms")]
+    pub grace: Duration,
+    /// Read syslog-ng loggen's markers (`seq: S, thread: T,`) instead of the lab generator's.
+    #[arg(long)]
+    pub loggen: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Options of `bench run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The experiment.
+    #[arg(value_enum)]
+    pub scenario: Scenario,
+    /// Subjects, comma-separated, run interleaved in this order.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "loghaul,rsyslog,syslog-ng,eventmachine"
+    )]
+    pub subjects: Vec<SubjectKind>,
+    /// Runs per subject.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Events per run (default: 10M for basic, 2M otherwise).
+    #[arg(long)]
+    pub events: Option<u64>,
+    /// Generator connections.
+    #[arg(long, default_value_t = 4)]
+    pub connections: usize,
+    /// Message size in bytes (default: 64 for basic, 128 otherwise).
+    #[arg(long)]
+    pub message_size: Option<usize>,
+    /// Payload seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Results folder (default: bench/results/YYYY-MM-DD).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// The loghaul binary to measure (default: this executable).
+    #[arg(long, env = "LOGHAUL_BIN")]
+    pub loghaul_bin: Option<PathBuf>,
+    /// A run without progress for this long ends as a timeout (counted as loss).
+    #[arg(long, value_parser = parse_duration, default_value = "15s")]
+    pub idle_timeout: Duration,
+    /// Keep the subjects' work folders (outputs, logs) instead of deleting them after each run.
+    #[arg(long)]
+    pub keep: bool,
+    /// The load generator: the lab's own, or syslog-ng's loggen as an independent cross-check (no
+    /// latency then: loggen stamps whole seconds).
+    #[arg(long, value_enum, default_value = "builtin")]
+    pub generator: scenario::Driver,
+}
+
+/// Options of the hidden `bench discard`.
+#[derive(Debug, Args)]
+pub struct DiscardArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:9999")]
+    pub listen: String,
+}
+
+/// Parses `250ms`, `10s`, `2m`, `1h` or a plain number of seconds.
+///
+/// # Errors
+/// Anything else.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid duration {s:?} (e.g. 500ms, 10s, 2m)"))?;
+    let secs = match unit.trim() {
+        "ms" => v / 1000.0,
+        "s" | "" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?} (ms, s, m, h)")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Runs a bench subcommand to completion.
+///
+/// # Errors
+/// Invalid options, or I/O errors of the generator, meter or scenario runner.
+pub fn run(cmd: BenchCommand) -> Result<()> {
+    match cmd {
+        BenchCommand::Gen(a) => gen_cmd(a),
+        BenchCommand::Meter(a) => meter_cmd(a),
+        BenchCommand::Run(a) => run_cmd(a),
+        BenchCommand::Discard(a) => {
+            let l =
+                TcpListener::bind(&a.listen).with_context(|| format!("binding {}", a.listen))?;
+            eprintln!("discard: listening on {}", a.listen);
+            crate::discard::serve_forever(l, Duration::from_secs(1))
+        }
+    }
+}
+
+fn gen_cmd(a: GenArgs) -> Result<()> {
+    let target = TargetUrl::parse(&a.target)?;
+    let cfg = GenConfig {
+        target,
+        target_options: TargetOptions {
+            rotate_lines: a.rotate_lines,
+        },
+        payload: PayloadSpec {
+            format: a.format,
+            framing: a.framing,
+            message_size: a.message_size,
+            seed: a.seed,
+            ..PayloadSpec::default()
+        },
+        count: a.count,
+        duration: a.duration,
+        rate: a.rate,
+        connections: a.connections,
+        gen_id_base: a.gen_id_base,
+    };
+    let progress = Progress::new("gen");
+    let stats = generator::run(&cfg, Some(&progress), &AtomicBool::new(false))?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string(&stats).context("encoding the summary")?
+        );
+    } else {
+        println!(
+            "gen: sent {} events ({} bytes) in {:.3}s: {} events/s, {:.1} MB/s over {} connection(s) to {}",
+            stats.sent,
+            stats.bytes,
+            stats.elapsed_secs,
+            human(stats.rate()),
+            stats.bytes as f64 / stats.elapsed_secs.max(1e-9) / 1e6,
+            a.connections,
+            a.target
+        );
+    }
+    Ok(())
+}
+
+fn meter_cmd(a: MeterArgs) -> Result<()> {
+    let source = match (a.file, a.listen) {
+        (Some(f), _) => MeterSource::File(f),
+        (None, Some(l)) => MeterSource::Tcp(l),
+        (None, None) => bail!("give --file or --listen"),
+    };
+    let rule = StopRule {
+        expected: a.expect,
+        idle: a.idle,
+        max: a.max_time,
+        grace: a.grace,
+    };
+    let live = !a.json;
+    let tracker = meter::run_meter(&source, &rule, live, a.loggen)?;
+    let report = tracker.report(a.expect, a.expect.map(|_| a.generators));
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("encoding the report")?
+        );
+    } else {
+        print!("{}", report.to_text());
+    }
+    Ok(())
+}
+
+fn run_cmd(a: RunArgs) -> Result<()> {
+    let loghaul = match a.loghaul_bin {
+        Some(p) => p,
+        None => {
+            let exe = std::env::current_exe().context("locating this executable")?;
+            let standalone = exe
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("loghaul-bench"));
+            if standalone && a.subjects.contains(&SubjectKind::Loghaul) {
+                bail!(
+                    "this is the standalone lab binary: give --loghaul-bin PATH (or LOGHAUL_BIN)"
+                );
+            }
+            exe
+        }
+    };
+    if a.runs == 0 || a.subjects.is_empty() {
+        bail!("--runs and --subjects must not be empty");
+    }
+    let out = a.out.unwrap_or_else(|| {
+        PathBuf::from("bench/results").join(chrono::Local::now().format("%Y-%m-%d").to_string())
+    });
+    let plan = Plan {
+        scenario: a.scenario,
+        subjects: a.subjects,
+        runs: a.runs,
+        events: a
+            .events
+            .unwrap_or_else(|| scenario::default_events(a.scenario)),
+        connections: a.connections,
+        message_size: a
+            .message_size
+            .unwrap_or_else(|| scenario::default_message_size(a.scenario)),
+        seed: a.seed,
+        out: out.clone(),
+        loghaul,
+        idle_timeout: a.idle_timeout,
+        keep: a.keep,
+        driver: a.generator,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+    };
+    let table = scenario::run(&plan)?;
+    println!("{table}");
+    eprintln!("results: {}", out.display());
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("3x").is_err());
+    }
+}

@@ -1,0 +1,154 @@
+//! CPU time and memory of a subject's process tree, read from /proc.
+//!
+//! CPU is `utime + stime` of every live process in the tree plus `cutime + cstime` (children that
+//! already exited and were reaped), so a subject that forks workers is charged for them. Threads are
+//! included because /proc/PID/stat sums them. Peak RSS is the larger of the highest sampled sum of
+//! `VmRSS` and the sum of each process's own high-water mark `VmHWM`.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Clock ticks per second of /proc's CPU times. `USER_HZ` is fixed at 100 in the Linux ABI on every
+/// architecture we run on, so no `sysconf` call (and no unsafe code) is needed.
+const USER_HZ: f64 = 100.0;
+
+/// One reading of a process tree.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TreeSample {
+    /// CPU seconds (user + system) consumed so far.
+    pub cpu_secs: f64,
+    /// Current resident set size, bytes.
+    pub rss_bytes: u64,
+    /// Sum of the processes' resident high-water marks, bytes.
+    pub hwm_bytes: u64,
+    /// Number of processes in the tree.
+    pub processes: usize,
+}
+
+fn parent_map() -> HashMap<u32, Vec<u32>> {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return children;
+    };
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if let Some(fields) = stat_fields(pid)
+            && let Some(ppid) = fields.get(1).and_then(|s| s.parse::<u32>().ok())
+        {
+            children.entry(ppid).or_default().push(pid);
+        }
+    }
+    children
+}
+
+/// The fields of /proc/PID/stat after the command name (which may contain spaces and parentheses):
+/// index 0 is the state (field 3 in proc(5)).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &text[text.rfind(')')? + 1..];
+    Some(after.split_whitespace().map(str::to_string).collect())
+}
+
+/// The pids of `root` and all its descendants.
+pub fn tree(root: u32) -> Vec<u32> {
+    let children = parent_map();
+    let mut out = vec![root];
+    let mut i = 0;
+    while i < out.len() {
+        if let Some(kids) = children.get(&out[i]) {
+            out.extend(kids);
+        }
+        i += 1;
+    }
+    out
+}
+
+fn status_kib(pid: u32, key: &str) -> u64 {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return 0;
+    };
+    text.lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Reads the tree rooted at `root` now.
+pub fn sample(root: u32) -> TreeSample {
+    let mut s = TreeSample::default();
+    for pid in tree(root) {
+        let Some(f) = stat_fields(pid) else { continue };
+        // proc(5) fields 14..=17 (utime stime cutime cstime) are indices 11..=14 here.
+        let ticks: u64 = (11..=14)
+            .filter_map(|i| f.get(i).and_then(|v| v.parse::<u64>().ok()))
+            .sum();
+        s.cpu_secs += ticks as f64 / USER_HZ;
+        s.rss_bytes += status_kib(pid, "VmRSS:") * 1024;
+        s.hwm_bytes += status_kib(pid, "VmHWM:") * 1024;
+        s.processes += 1;
+    }
+    s
+}
+
+/// Samples a tree's RSS every 50ms in the background, keeping the peak.
+#[derive(Debug)]
+pub struct RssSampler {
+    stop: Arc<AtomicBool>,
+    peak: Arc<AtomicU64>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RssSampler {
+    /// Starts sampling `root`'s tree.
+    pub fn start(root: u32) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let peak = Arc::new(AtomicU64::new(0));
+        let handle = {
+            let stop = Arc::clone(&stop);
+            let peak = Arc::clone(&peak);
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let s = sample(root);
+                    peak.fetch_max(s.rss_bytes.max(s.hwm_bytes), Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            })
+        };
+        Self {
+            stop,
+            peak,
+            handle: Some(handle),
+        }
+    }
+
+    /// Stops sampling and returns the peak, in bytes.
+    pub fn finish(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        self.peak.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_own_process() {
+        let s = sample(std::process::id());
+        assert!(s.processes >= 1);
+        assert!(s.rss_bytes > 0);
+        assert!(s.hwm_bytes >= s.rss_bytes / 2);
+    }
+}

@@ -1,0 +1,700 @@
+//! `bench run SCENARIO`: start each subject, drive the generator, meter what arrives, stop the subject.
+//!
+//! One run of one subject:
+//!
+//! ```text
+//! prepare config ──> spawn subject ──> ready? ──> CPU₀ ──> generator (4 conns, max rate)
+//!                                                           │
+//!   watcher: stat + newest 16 KiB of the output every 1 ms ◄┘  (arrival time, latency samples)
+//!   books: every (gen, seq) read exactly whenever the output goes quiet for 100 ms
+//!   until every event is in the books, or no progress for --idle-timeout (reported as loss)
+//!   ──> CPU₁, peak RSS ──> SIGTERM ──> final read of the output (late duplicates) ──> record
+//! ```
+//!
+//! Duration is from the generator's start to the arrival of the last event (the output's last
+//! growth), so a subject that buffers is charged for it. The exact books are read only while the
+//! subject is idle, so checking every event never competes with the subject for CPU. CPU is the subject's tree only (the generator and the meter run in this
+//! process and compete for the same cores: that is stated beside the results). Runs interleave the
+//! subjects (A B C A B C …) so that drift of the machine is spread over everyone.
+
+use std::io::{IsTerminal, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::generator::{self, GenConfig};
+use crate::meter::{self, FileFollower, SharedTracker};
+use crate::payload::{Format, Framing, PayloadSpec, now_micros};
+use crate::procstat;
+use crate::progress::human;
+use crate::report::{self, RunRecord, Status};
+use crate::subjects::{self, Launch, Output, Peers, Ready, Scenario, SubjectKind};
+use crate::target::{TargetOptions, TargetUrl};
+use crate::watch::Watcher;
+
+/// Everything `bench run` was asked to do.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The experiment.
+    pub scenario: Scenario,
+    /// Subjects, in interleaving order.
+    pub subjects: Vec<SubjectKind>,
+    /// Runs per subject.
+    pub runs: usize,
+    /// Events per run.
+    pub events: u64,
+    /// Generator connections.
+    pub connections: usize,
+    /// Message body size in bytes.
+    pub message_size: usize,
+    /// Payload seed.
+    pub seed: u64,
+    /// Results folder.
+    pub out: PathBuf,
+    /// The loghaul binary to start as a subject.
+    pub loghaul: PathBuf,
+    /// A run without progress for this long ends as a timeout.
+    pub idle_timeout: Duration,
+    /// Keep the subjects' output files (they are deleted after each run otherwise: they are big).
+    pub keep: bool,
+    /// Which load generator drives the subjects.
+    pub driver: Driver,
+    /// The command line, recorded with the results.
+    pub command: String,
+}
+
+/// The load generator of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Driver {
+    /// The lab's generator (in this process).
+    Builtin,
+    /// syslog-ng's `loggen` (a separate process), for a cross-check with an independent tool.
+    Loggen,
+}
+
+/// Per-run events actually sent: loggen sends the same count on every connection.
+pub fn effective_events(plan: &Plan) -> u64 {
+    match plan.driver {
+        Driver::Builtin => plan.events,
+        Driver::Loggen => {
+            let c = plan.connections.max(1) as u64;
+            (plan.events / c).max(1) * c
+        }
+    }
+}
+
+/// Default events per run of a scenario: large enough for a few seconds on the slowest peer.
+pub fn default_events(scenario: Scenario) -> u64 {
+    match scenario {
+        Scenario::Basic => 10_000_000,
+        Scenario::Syslog | Scenario::Raw | Scenario::Rfc5424 => 2_000_000,
+    }
+}
+
+/// Default message size of a scenario: short lines for `basic`, typical syslog lines otherwise.
+pub fn default_message_size(scenario: Scenario) -> usize {
+    match scenario {
+        Scenario::Basic => 64,
+        // Header and structured data take ~130 bytes: leave room for a message text.
+        Scenario::Rfc5424 => 200,
+        _ => 128,
+    }
+}
+
+/// The generator's payload for a scenario.
+pub fn payload_for(scenario: Scenario, message_size: usize, seed: u64) -> PayloadSpec {
+    let (format, framing) = match scenario {
+        Scenario::Basic | Scenario::Raw => (Format::Raw, Framing::Newline),
+        Scenario::Syslog => (Format::Rfc3164, Framing::Newline),
+        Scenario::Rfc5424 => (Format::Rfc5424, Framing::OctetCounting),
+    };
+    PayloadSpec {
+        format,
+        framing,
+        message_size,
+        seed,
+        ..PayloadSpec::default()
+    }
+}
+
+/// A one-line description of this machine: CPU model, cores, kernel.
+pub fn machine() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|s| s.trim_start_matches([' ', '\t', ':']).trim().to_string())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cores} cores, {model}, Linux {}", kernel.trim())
+}
+
+/// Runs the plan and writes the results; returns the Markdown table.
+///
+/// # Errors
+/// The results cannot be written or the work folder cannot be created. A subject that fails is a
+/// row in the table, not an error.
+pub fn run(plan: &Plan) -> Result<String> {
+    let peers = Peers::locate();
+    let work = std::env::temp_dir().join(format!(
+        "loghaul-bench-{}-{}",
+        plan.scenario.name(),
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    let platforms: Vec<String> = plan
+        .subjects
+        .iter()
+        .map(|&k| peers.platform(k, &plan.loghaul))
+        .collect();
+    let total = plan.runs * plan.subjects.len();
+    let mut records = Vec::new();
+    let mut step = 0;
+    eprintln!(
+        "bench {}: {} subjects × {} runs, {} events per run, {} connections ({})",
+        plan.scenario.name(),
+        plan.subjects.len(),
+        plan.runs,
+        plan.events,
+        plan.connections,
+        machine()
+    );
+    for run in 1..=plan.runs {
+        for (i, &kind) in plan.subjects.iter().enumerate() {
+            step += 1;
+            let label = format!(
+                "[{step}/{total}] {} {} run {run}/{}",
+                plan.scenario.name(),
+                kind.name(),
+                plan.runs
+            );
+            let record = if let Some(why) = subjects::unsupported(kind, plan.scenario) {
+                RunRecord::empty(
+                    plan.scenario.name(),
+                    kind.name(),
+                    &platforms[i],
+                    run,
+                    Status::Unsupported(why.into()),
+                )
+            } else {
+                let dir = work.join(format!("{}-{run}", kind.name()));
+                match run_one(plan, kind, &peers, &dir, &label) {
+                    Ok(mut r) => {
+                        r.run = run;
+                        r.platform = platforms[i].clone();
+                        if run == 1 {
+                            save_configs(
+                                &dir,
+                                &plan.out.join("configs").join(plan.scenario.name()),
+                            );
+                        }
+                        r
+                    }
+                    Err(e) => RunRecord::empty(
+                        plan.scenario.name(),
+                        kind.name(),
+                        &platforms[i],
+                        run,
+                        Status::Failed(format!("failed: {e:#}")),
+                    ),
+                }
+            };
+            eprintln!("{label}: {}", describe(&record));
+            if !plan.keep {
+                let _ = std::fs::remove_dir_all(work.join(format!("{}-{run}", kind.name())));
+            }
+            records.push(record);
+        }
+    }
+    if !plan.keep {
+        let _ = std::fs::remove_dir_all(&work);
+    }
+    let names: Vec<String> = plan.subjects.iter().map(|k| k.name().to_string()).collect();
+    let machine = machine();
+    let cx = report::Context {
+        scenario: plan.scenario.name(),
+        events: plan.events,
+        runs: plan.runs,
+        machine: &machine,
+        command: &plan.command,
+    };
+    report::write_all(&plan.out, &cx, &records, &names)
+}
+
+fn describe(r: &RunRecord) -> String {
+    match &r.status {
+        Status::Unsupported(why) => why.clone(),
+        Status::Failed(why) => why.clone(),
+        status => format!(
+            "{}{} events in {:.2}s = {}/s, CPU {:.2}s ({:.2} s/1M, {:.2} cores), RSS {:.0}MiB, loss {}, \
+             dups {}, p99 {}",
+            if *status == Status::Timeout {
+                "TIMEOUT: "
+            } else {
+                ""
+            },
+            r.events_seen,
+            r.duration_secs,
+            human(r.events_per_sec),
+            r.cpu_secs,
+            r.cpu_secs_per_million,
+            r.cpu_per_wall,
+            r.peak_rss_bytes as f64 / 1048576.0,
+            r.loss,
+            r.duplicates.map_or("n/a".into(), |d| d.to_string()),
+            r.latency_p99_ms
+                .map_or("n/a".into(), |v| format!("{v:.1}ms")),
+        ),
+    }
+}
+
+/// Copies the subject's config files next to the results, so every figure has its exact config.
+fn save_configs(run_dir: &Path, dest: &Path) {
+    let Ok(entries) = std::fs::read_dir(run_dir) else {
+        return;
+    };
+    if std::fs::create_dir_all(dest).is_err() {
+        return;
+    }
+    for e in entries.flatten() {
+        let p = e.path();
+        let keep = p
+            .extension()
+            .and_then(|x| x.to_str())
+            .is_some_and(|x| matches!(x, "conf" | "yaml" | "rb"));
+        if keep && let Some(name) = p.file_name() {
+            let _ = std::fs::copy(&p, dest.join(name));
+        }
+    }
+}
+
+/// Kills the child on drop, so an error path never leaves a subject running.
+struct ChildGuard(Option<Child>);
+
+impl ChildGuard {
+    fn child(&mut self) -> Result<&mut Child> {
+        self.0.as_mut().context("the subject was already reaped")
+    }
+
+    /// SIGTERM, then up to `grace` for a clean exit, then SIGKILL.
+    fn terminate(&mut self, grace: Duration) -> Result<()> {
+        let Some(child) = self.0.as_mut() else {
+            return Ok(());
+        };
+        if child.try_wait().context("polling the subject")?.is_none() {
+            // std has no SIGTERM and the workspace forbids unsafe code, so ask kill(1).
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .stderr(Stdio::null())
+                .status();
+            let deadline = Instant::now() + grace;
+            while child.try_wait().context("polling the subject")?.is_none() {
+                if Instant::now() >= deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        self.0 = None;
+        Ok(())
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn tail_of(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join(" | ")
+}
+
+fn wait_ready(guard: &mut ChildGuard, launch: &Launch, dir: &Path, limit: Duration) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    let input: SocketAddr = ([127, 0, 0, 1], launch.input_port).into();
+    loop {
+        if let Some(status) = guard.child()?.try_wait().context("polling the subject")? {
+            bail!(
+                "exited with {status} before it was ready; stderr: {}",
+                tail_of(&dir.join("stderr.log"))
+            );
+        }
+        let ok = match launch.ready {
+            Ready::Health(api) => health_ok(([127, 0, 0, 1], api).into()),
+            Ready::Connect => {
+                TcpStream::connect_timeout(&input, Duration::from_millis(200)).is_ok()
+            }
+        };
+        // loghaul's health says every component runs; still make sure the input port is bound.
+        if ok && TcpStream::connect_timeout(&input, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "not ready after {:?}; stderr: {}",
+                limit,
+                tail_of(&dir.join("stderr.log"))
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `GET /health` answered with a 200 status line.
+fn health_ok(addr: SocketAddr) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"GET /health HTTP/1.0\r\nHost: localhost\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.") && &head[9..12] == b"200"
+}
+
+fn read_count(path: &Path) -> u64 {
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// One run of one subject.
+fn run_one(
+    plan: &Plan,
+    kind: SubjectKind,
+    peers: &Peers,
+    dir: &Path,
+    label: &str,
+) -> Result<RunRecord> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let launch = subjects::prepare(kind, plan.scenario, dir, peers, &plan.loghaul)?;
+    let stdout = std::fs::File::create(dir.join("stdout.log")).context("creating stdout.log")?;
+    let stderr = std::fs::File::create(dir.join("stderr.log")).context("creating stderr.log")?;
+    let child = Command::new(&launch.program)
+        .args(&launch.args)
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .spawn()
+        .with_context(|| format!("starting {}", launch.program.display()))?;
+    let mut guard = ChildGuard(Some(child));
+    wait_ready(&mut guard, &launch, dir, Duration::from_secs(30))?;
+    let pid = guard.child()?.id();
+
+    // The meter starts before the first event can arrive. For a file it is split in two (see
+    // `watch`): a cheap watcher during the run, the exact books when the file has gone quiet.
+    let events = effective_events(plan);
+    let fresh = || match plan.driver {
+        Driver::Builtin => meter::Tracker::new(now_micros()),
+        Driver::Loggen => meter::Tracker::for_loggen(now_micros()),
+    };
+    let books = SharedTracker::from_tracker(fresh());
+    let mut follower = None;
+    let mut watcher = None;
+    if let Output::File(path) = &launch.output {
+        follower = Some(FileFollower::new(path));
+        watcher = Some(Watcher::start(path, fresh(), now_micros()));
+    }
+    let sampler = procstat::RssSampler::start(pid);
+    let cpu0 = procstat::sample(pid).cpu_secs;
+
+    let stop_gen = Arc::new(AtomicBool::new(false));
+    let mut driver = match plan.driver {
+        Driver::Builtin => {
+            let gen_cfg = GenConfig {
+                target: TargetUrl::Tcp(format!("127.0.0.1:{}", launch.input_port)),
+                target_options: TargetOptions::default(),
+                payload: payload_for(plan.scenario, plan.message_size, plan.seed),
+                count: Some(events),
+                duration: None,
+                rate: 0,
+                connections: plan.connections,
+                gen_id_base: 0,
+            };
+            let stop_gen = Arc::clone(&stop_gen);
+            Running::Builtin(std::thread::spawn(move || {
+                generator::run(&gen_cfg, None, &stop_gen)
+            }))
+        }
+        Driver::Loggen => Running::Loggen(spawn_loggen(plan, peers, &launch, dir, events)?),
+    };
+    let tty = std::io::stderr().is_terminal();
+    let mut last_mark: Option<u64> = None;
+    let mut last_change = Instant::now();
+    let mut last_arrival_us = None;
+    let mut verified_mark: Option<u64> = None;
+    let mut last_draw = Instant::now();
+    let mut status = Status::Timeout;
+    loop {
+        std::thread::sleep(Duration::from_millis(2));
+        // A mark that changes whenever the subject makes progress, and the time of that progress.
+        let (mark, seen_estimate) = match (&launch.output, &watcher) {
+            (Output::File(_), Some(w)) => (w.last_growth_us(), w.frontier()),
+            (Output::CountFile(p), _) => {
+                let n = read_count(p);
+                (Some(n), n)
+            }
+            _ => (None, 0),
+        };
+        if mark != last_mark {
+            last_mark = mark;
+            last_change = Instant::now();
+            last_arrival_us = match &launch.output {
+                Output::File(_) => mark,
+                Output::CountFile(_) => Some(now_micros()),
+            };
+        }
+        let complete = match (&launch.output, follower.as_mut()) {
+            (Output::CountFile(_), _) => seen_estimate >= events,
+            (Output::File(_), Some(f)) => {
+                // Check the books only once the file has gone quiet, so that reading it never
+                // competes with the subject writing it.
+                let quiet = last_change.elapsed() >= Duration::from_millis(100);
+                if quiet && mark.is_some() && verified_mark != mark && driver.is_finished() {
+                    verified_mark = mark;
+                    f.read_available(&books)?;
+                }
+                books.unique.load(Ordering::Relaxed) >= events
+            }
+            _ => false,
+        };
+        if complete {
+            status = Status::Complete;
+            break;
+        }
+        if guard
+            .child()?
+            .try_wait()
+            .context("polling the subject")?
+            .is_some()
+        {
+            status = Status::Failed(format!(
+                "the subject exited during the run; stderr: {}",
+                tail_of(&dir.join("stderr.log"))
+            ));
+            break;
+        }
+        if driver.is_finished() && last_change.elapsed() >= plan.idle_timeout {
+            break;
+        }
+        if last_change.elapsed() >= plan.idle_timeout * 3 {
+            // Even the generator is stuck (the subject stopped reading): give up.
+            break;
+        }
+        if tty && last_draw.elapsed() >= Duration::from_millis(250) {
+            last_draw = Instant::now();
+            eprint!(
+                "\r{label}: ~{}/{} written   ",
+                human(seen_estimate as f64),
+                human(events as f64)
+            );
+            let _ = std::io::stderr().flush();
+        }
+    }
+    if tty {
+        eprint!("\r{}\r", " ".repeat(label.len() + 40));
+    }
+    let cpu1 = procstat::sample(pid).cpu_secs;
+    let peak = sampler.finish().max(procstat::sample(pid).hwm_bytes);
+    guard.terminate(Duration::from_secs(20))?;
+    stop_gen.store(true, Ordering::Relaxed);
+    let gen_result = driver.finish();
+    let watched = watcher.map(Watcher::finish);
+    if let Some(f) = follower.as_mut() {
+        // Everything the subject wrote, up to its exit: late duplicates and, after a timeout, the
+        // exact loss.
+        f.read_available(&books)?;
+        f.flush_partial(&books);
+    }
+    let gen_stats = match gen_result {
+        Ok(s) => s,
+        Err(e) if status == Status::Complete => return Err(e.context("the generator failed")),
+        Err(e) => {
+            if let Status::Failed(_) = status {
+                return Ok(failed(plan, kind, status));
+            }
+            return Ok(failed(
+                plan,
+                kind,
+                Status::Failed(format!("the generator failed: {e:#}")),
+            ));
+        }
+    };
+    if let Status::Failed(_) = status {
+        return Ok(failed(plan, kind, status));
+    }
+
+    let duration = last_arrival_us
+        .map_or(0.0, |t| {
+            t.saturating_sub(gen_stats.start_unix_us) as f64 / 1e6
+        })
+        .max(1e-6);
+    let cpu = (cpu1 - cpu0).max(0.0);
+    let mut rec = RunRecord::empty(plan.scenario.name(), kind.name(), "", 0, status);
+    rec.events_sent = gen_stats.sent;
+    rec.duration_secs = duration;
+    rec.gen_secs = gen_stats.elapsed_secs;
+    rec.cpu_secs = cpu;
+    rec.cpu_per_wall = cpu / duration;
+    rec.peak_rss_bytes = peak;
+    match &launch.output {
+        Output::File(_) => {
+            let rep = books
+                .snapshot()
+                .report(Some(events), Some(plan.connections));
+            rec.events_seen = rep.unique;
+            rec.loss = rep.missing;
+            rec.duplicates = Some(rep.duplicates);
+            if let Some(w) = &watched {
+                let lat = w.samples.latency();
+                let ms = |q| lat.quantile(q).map(|v| v as f64 / 1000.0);
+                rec.latency_p50_ms = ms(0.5);
+                rec.latency_p99_ms = ms(0.99);
+                rec.latency_p999_ms = ms(0.999);
+                rec.flow_per_sec = w.flow_per_sec();
+            }
+        }
+        Output::CountFile(p) => {
+            // A line counter cannot tell duplicates from originals.
+            let n = read_count(p);
+            rec.events_seen = n.min(events);
+            rec.loss = events.saturating_sub(n);
+            rec.duplicates = None;
+        }
+    }
+    rec.events_per_sec = rec.events_seen as f64 / duration;
+    rec.cpu_secs_per_million = if rec.events_seen > 0 {
+        cpu / (rec.events_seen as f64 / 1e6)
+    } else {
+        0.0
+    };
+    Ok(rec)
+}
+
+fn failed(plan: &Plan, kind: SubjectKind, status: Status) -> RunRecord {
+    let mut r = RunRecord::empty(plan.scenario.name(), kind.name(), "", 0, status);
+    r.events_sent = plan.events;
+    r
+}
+
+/// A load generator in flight.
+enum Running {
+    Builtin(std::thread::JoinHandle<Result<generator::GenStats>>),
+    Loggen((ChildGuard, u64, Instant, u64)),
+}
+
+impl Running {
+    fn is_finished(&mut self) -> bool {
+        match self {
+            Self::Builtin(h) => h.is_finished(),
+            Self::Loggen((g, _, _, _)) => {
+                g.0.as_mut()
+                    .is_none_or(|c| matches!(c.try_wait(), Ok(Some(_)) | Err(_)))
+            }
+        }
+    }
+
+    /// Waits for the generator (the subject is already stopped, so a blocked sender fails fast).
+    fn finish(self) -> Result<generator::GenStats> {
+        match self {
+            Self::Builtin(h) => h
+                .join()
+                .map_err(|_| anyhow::anyhow!("the generator thread panicked"))?,
+            Self::Loggen((mut g, start_us, started, events)) => {
+                let mut status = None;
+                if let Some(c) = g.0.as_mut() {
+                    let deadline = Instant::now() + Duration::from_secs(5);
+                    loop {
+                        if let Some(st) = c.try_wait().context("polling loggen")? {
+                            status = Some(st);
+                            break;
+                        }
+                        if Instant::now() >= deadline {
+                            let _ = c.kill();
+                            let _ = c.wait();
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+                g.0 = None;
+                match status {
+                    Some(st) if !st.success() => bail!("loggen exited with {st}"),
+                    None => bail!("loggen did not finish"),
+                    Some(_) => {}
+                }
+                Ok(generator::GenStats {
+                    sent: events,
+                    bytes: 0,
+                    elapsed_secs: started.elapsed().as_secs_f64(),
+                    per_connection: Vec::new(),
+                    start_unix_us: start_us,
+                })
+            }
+        }
+    }
+}
+
+/// Starts syslog-ng's loggen against the subject: the same connections, `events / connections`
+/// messages on each, as fast as it goes (its default is 1000 msg/s per connection).
+fn spawn_loggen(
+    plan: &Plan,
+    peers: &Peers,
+    launch: &Launch,
+    dir: &Path,
+    events: u64,
+) -> Result<(ChildGuard, u64, Instant, u64)> {
+    if !peers.loggen.exists() {
+        bail!(
+            "loggen not found at {} (run scripts/install-peers.sh or set LOGHAUL_LOGGEN)",
+            peers.loggen.display()
+        );
+    }
+    let per_conn = events / plan.connections.max(1) as u64;
+    let mut cmd = Command::new(&peers.loggen);
+    cmd.args(["-i", "-S", "-r", "1000000000"])
+        .arg(format!("--active-connections={}", plan.connections))
+        .arg(format!("--number={per_conn}"))
+        // loggen refuses messages shorter than 127 bytes.
+        .arg(format!("--size={}", plan.message_size.max(127)));
+    if plan.scenario == Scenario::Rfc5424 {
+        // RFC5424 with structured data, octet-counted (loggen's default framing with -P).
+        cmd.args([
+            "-P",
+            "-p",
+            "[exampleSDID@32473 iut=\"3\" eventSource=\"Application\"]",
+        ]);
+    }
+    cmd.args(["127.0.0.1", &launch.input_port.to_string()]);
+    let log = std::fs::File::create(dir.join("loggen.log")).context("creating loggen.log")?;
+    let log2 = log.try_clone().context("cloning loggen.log")?;
+    let start_us = now_micros();
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .spawn()
+        .with_context(|| format!("starting {}", peers.loggen.display()))?;
+    Ok((ChildGuard(Some(child)), start_us, Instant::now(), events))
+}

@@ -1,0 +1,473 @@
+//! The subjects of an experiment: loghaul and its peers, each given an equivalent private config.
+//!
+//! Every subject runs as an ordinary foreground child process of the bench, on free loopback ports,
+//! with its files in the run's own folder; none is ever a system service. Peers are found through
+//! environment variables (written by `scripts/install-peers.sh` into `/opt/loghaul-peers/env.sh`)
+//! or at the fixed paths that script installs to.
+//!
+//! "Equivalent" means: the same input (protocol, framing, format) and the same output shape, a JSON
+//! line per event with the fields loghaul writes (or the raw line for `basic`). Each peer gets the
+//! modest tuning its own documentation recommends for throughput (bigger queues and write buffers),
+//! nothing exotic; the exact configs are written into the results folder next to the figures.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::ValueEnum;
+use serde::Serialize;
+
+/// A server under test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SubjectKind {
+    /// This project's server.
+    Loghaul,
+    /// rsyslog (imptcp → omfile).
+    Rsyslog,
+    /// syslog-ng (network/syslog source → file).
+    #[value(name = "syslog-ng")]
+    SyslogNg,
+    /// Ruby EventMachine line counter (the 2011 `basic.rb` experiment).
+    Eventmachine,
+}
+
+impl SubjectKind {
+    /// The name used on the command line and in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Loghaul => "loghaul",
+            Self::Rsyslog => "rsyslog",
+            Self::SyslogNg => "syslog-ng",
+            Self::Eventmachine => "eventmachine",
+        }
+    }
+}
+
+/// An experiment, as far as a subject's configuration is concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// Raw newline lines over TCP, counted, no parsing.
+    Basic,
+    /// RFC3164 over TCP, parsed (timestamps included) into a JSON-lines file.
+    Syslog,
+    /// Raw lines with receive time and client address into a JSON-lines file.
+    Raw,
+    /// RFC5424 with structured data, octet-counted, into a JSON-lines file.
+    Rfc5424,
+}
+
+impl Scenario {
+    /// Lower-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Basic => "basic",
+            Self::Syslog => "syslog",
+            Self::Raw => "raw",
+            Self::Rfc5424 => "rfc5424",
+        }
+    }
+}
+
+/// How to tell that a subject accepts connections.
+#[derive(Clone, Debug)]
+pub enum Ready {
+    /// `GET /health` on this port answers 200.
+    Health(u16),
+    /// A TCP connect to the input port succeeds.
+    Connect,
+}
+
+/// Where the bench learns what the subject received.
+#[derive(Clone, Debug)]
+pub enum Output {
+    /// The subject writes lines carrying the markers into this file; the meter tails it.
+    File(PathBuf),
+    /// The subject only counts lines and writes the count (ASCII) into this file now and then.
+    CountFile(PathBuf),
+}
+
+/// Everything needed to start one subject for one run.
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// Program to execute.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment.
+    pub env: Vec<(String, String)>,
+    /// The loopback port the generator sends to.
+    pub input_port: u16,
+    /// Readiness probe.
+    pub ready: Ready,
+    /// What to meter.
+    pub output: Output,
+}
+
+/// Why a subject cannot run a scenario, if it cannot.
+pub fn unsupported(kind: SubjectKind, scenario: Scenario) -> Option<&'static str> {
+    match (kind, scenario) {
+        (SubjectKind::Eventmachine, Scenario::Basic) => None,
+        (SubjectKind::Eventmachine, _) => Some("n/a: a line counter, it parses no syslog"),
+        _ => None,
+    }
+}
+
+/// Paths of the installed peers.
+#[derive(Clone, Debug)]
+pub struct Peers {
+    /// rsyslogd.
+    pub rsyslogd: PathBuf,
+    /// syslog-ng (the wrapper that sets its library path).
+    pub syslog_ng: PathBuf,
+    /// syslog-ng's module folder, if it must be given explicitly.
+    pub syslog_ng_modules: Option<PathBuf>,
+    /// ruby.
+    pub ruby: PathBuf,
+    /// syslog-ng's loggen (the cross-check generator).
+    pub loggen: PathBuf,
+}
+
+impl Peers {
+    /// From `LOGHAUL_RSYSLOGD`, `LOGHAUL_SYSLOG_NG`, `LOGHAUL_SYSLOG_NG_MODULES`, `LOGHAUL_RUBY`, `LOGHAUL_LOGGEN`, or
+    /// the paths `scripts/install-peers.sh` installs to.
+    pub fn locate() -> Self {
+        let env = |k: &str, d: &str| PathBuf::from(std::env::var(k).unwrap_or_else(|_| d.into()));
+        Self {
+            rsyslogd: env("LOGHAUL_RSYSLOGD", "/usr/sbin/rsyslogd"),
+            syslog_ng: env("LOGHAUL_SYSLOG_NG", "/opt/loghaul-peers/bin/syslog-ng"),
+            syslog_ng_modules: std::env::var("LOGHAUL_SYSLOG_NG_MODULES")
+                .ok()
+                .map(PathBuf::from),
+            ruby: env("LOGHAUL_RUBY", "/usr/bin/ruby"),
+            loggen: env("LOGHAUL_LOGGEN", "/opt/loghaul-peers/bin/loggen"),
+        }
+    }
+
+    /// The program of `kind`, failing with a hint when it is not installed.
+    ///
+    /// # Errors
+    /// The program does not exist.
+    pub fn program(&self, kind: SubjectKind, loghaul: &Path) -> Result<PathBuf> {
+        let p = match kind {
+            SubjectKind::Loghaul => loghaul.to_path_buf(),
+            SubjectKind::Rsyslog => self.rsyslogd.clone(),
+            SubjectKind::SyslogNg => self.syslog_ng.clone(),
+            SubjectKind::Eventmachine => self.ruby.clone(),
+        };
+        if !p.exists() {
+            bail!(
+                "{} not found at {} (run scripts/install-peers.sh as root, or set its LOGHAUL_* \
+                 path variable)",
+                kind.name(),
+                p.display()
+            );
+        }
+        Ok(p)
+    }
+
+    /// A short description of the implementation: name, version, language.
+    pub fn platform(&self, kind: SubjectKind, loghaul: &Path) -> String {
+        let first_line = |prog: &Path, args: &[&str]| -> Option<String> {
+            let out = std::process::Command::new(prog).args(args).output().ok()?;
+            let text = String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr);
+            text.lines().next().map(str::trim).map(str::to_string)
+        };
+        match kind {
+            SubjectKind::Loghaul => {
+                let v =
+                    first_line(loghaul, &["--version"]).unwrap_or_else(|| "loghaul".to_string());
+                format!("{v} (Rust)")
+            }
+            SubjectKind::Rsyslog => {
+                let v = first_line(&self.rsyslogd, &["-v"])
+                    .and_then(|l| l.split_whitespace().nth(1).map(str::to_string))
+                    .unwrap_or_default();
+                format!("rsyslog {v} (C)")
+            }
+            SubjectKind::SyslogNg => {
+                let v = first_line(&self.syslog_ng, &["--version"])
+                    .and_then(|l| {
+                        l.split('(')
+                            .nth(1)
+                            .map(|s| s.trim_end_matches(')').to_string())
+                    })
+                    .unwrap_or_default();
+                format!("syslog-ng {v} (C)")
+            }
+            SubjectKind::Eventmachine => {
+                let v = first_line(
+                    &self.ruby,
+                    &[
+                        "-reventmachine",
+                        "-e",
+                        "print RUBY_VERSION, ' ', EM::VERSION",
+                    ],
+                )
+                .unwrap_or_default();
+                let mut parts = v.split_whitespace();
+                format!(
+                    "Ruby {} + EventMachine {}",
+                    parts.next().unwrap_or("?"),
+                    parts.next().unwrap_or("?")
+                )
+            }
+        }
+    }
+}
+
+/// Asks the kernel for a free loopback port. The port is released before the subject binds it; on a
+/// machine where nothing else races for ephemeral ports that window is harmless.
+///
+/// # Errors
+/// No port could be bound.
+pub fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(l.local_addr().context("reading a bound port")?.port())
+}
+
+/// Writes `kind`'s config for `scenario` into `dir` and returns how to start it.
+///
+/// # Errors
+/// The config cannot be written or the program is missing.
+pub fn prepare(
+    kind: SubjectKind,
+    scenario: Scenario,
+    dir: &Path,
+    peers: &Peers,
+    loghaul: &Path,
+) -> Result<Launch> {
+    let program = peers.program(kind, loghaul)?;
+    let port = free_port()?;
+    let out = dir.join("out.log");
+    let s = |p: &Path| p.display().to_string();
+    let write = |name: &str, text: &str| -> Result<PathBuf> {
+        let p = dir.join(name);
+        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+        Ok(p)
+    };
+    match kind {
+        SubjectKind::Loghaul => {
+            let api = free_port()?;
+            let conf = write(
+                "loghaul.yaml",
+                &loghaul_config(scenario, port, api, &out.display().to_string()),
+            )?;
+            Ok(Launch {
+                program,
+                args: vec!["run".into(), "-c".into(), s(&conf)],
+                env: vec![],
+                input_port: port,
+                ready: Ready::Health(api),
+                output: Output::File(out),
+            })
+        }
+        SubjectKind::Rsyslog => {
+            let work = dir.join("rsyslog-work");
+            std::fs::create_dir_all(&work).context("creating rsyslog's work folder")?;
+            let conf = write(
+                "rsyslog.conf",
+                &rsyslog_config(scenario, port, &s(&work), &s(&out)),
+            )?;
+            Ok(Launch {
+                program,
+                args: vec![
+                    "-n".into(),
+                    "-f".into(),
+                    s(&conf),
+                    "-i".into(),
+                    s(&dir.join("rsyslog.pid")),
+                ],
+                env: vec![],
+                input_port: port,
+                ready: Ready::Connect,
+                output: Output::File(out),
+            })
+        }
+        SubjectKind::SyslogNg => {
+            let conf = write(
+                "syslog-ng.conf",
+                &syslog_ng_config(scenario, port, &s(&out)),
+            )?;
+            let mut args = vec![
+                "-F".into(),
+                "--no-caps".into(),
+                "-f".into(),
+                s(&conf),
+                "--pidfile".into(),
+                s(&dir.join("syslog-ng.pid")),
+                "--control".into(),
+                s(&dir.join("syslog-ng.ctl")),
+                "--persist-file".into(),
+                s(&dir.join("syslog-ng.persist")),
+            ];
+            if let Some(m) = &peers.syslog_ng_modules {
+                args.push(format!("--module-path={}", m.display()));
+            }
+            Ok(Launch {
+                program,
+                args,
+                env: vec![],
+                input_port: port,
+                ready: Ready::Connect,
+                output: Output::File(out),
+            })
+        }
+        SubjectKind::Eventmachine => {
+            let count = dir.join("count");
+            let script = write("basic.rb", EM_BASIC)?;
+            Ok(Launch {
+                program,
+                args: vec![s(&script), port.to_string(), s(&count)],
+                env: vec![],
+                input_port: port,
+                ready: Ready::Connect,
+                output: Output::CountFile(count),
+            })
+        }
+    }
+}
+
+/// loghaul: one syslog TCP source into one file sink.
+pub fn loghaul_config(scenario: Scenario, port: u16, api: u16, out: &str) -> String {
+    let (format, framing, encoding) = match scenario {
+        Scenario::Basic => ("raw", "newline", "text"),
+        Scenario::Syslog => ("rfc3164", "newline", "json"),
+        Scenario::Raw => ("raw", "newline", "json"),
+        Scenario::Rfc5424 => ("rfc5424", "octet_counting", "json"),
+    };
+    format!(
+        "# loghaul bench: scenario {name}\n\
+         api: {{ address: \"127.0.0.1:{api}\" }}\n\
+         sources:\n  \
+           in: {{ type: syslog, mode: tcp, address: \"127.0.0.1:{port}\", format: {format}, framing: {framing} }}\n\
+         sinks:\n  \
+           out: {{ type: file, inputs: [in], path: \"{out}\", encoding: {encoding} }}\n",
+        name = scenario.name()
+    )
+}
+
+/// rsyslog: imptcp → omfile with a JSON template carrying loghaul's field names.
+pub fn rsyslog_config(scenario: Scenario, port: u16, work: &str, out: &str) -> String {
+    let template = match scenario {
+        Scenario::Basic => "template(name=\"out\" type=\"string\" string=\"%rawmsg%\\n\")".to_string(),
+        Scenario::Raw => "template(name=\"out\" type=\"list\" option.jsonf=\"on\") {\n  \
+             property(outname=\"timestamp\" name=\"timegenerated\" dateFormat=\"rfc3339\" format=\"jsonf\")\n  \
+             property(outname=\"message\" name=\"rawmsg\" format=\"jsonf\")\n  \
+             property(outname=\"source_ip\" name=\"fromhost-ip\" format=\"jsonf\")\n  \
+             constant(outname=\"source_type\" value=\"syslog\" format=\"jsonf\")\n}"
+            .to_string(),
+        Scenario::Syslog | Scenario::Rfc5424 => {
+            let extra = if scenario == Scenario::Rfc5424 {
+                "  property(outname=\"msgid\" name=\"msgid\" format=\"jsonf\")\n  \
+                 property(outname=\"structured_data\" name=\"structured-data\" format=\"jsonf\")\n"
+            } else {
+                ""
+            };
+            format!(
+                "template(name=\"out\" type=\"list\" option.jsonf=\"on\") {{\n  \
+                 property(outname=\"timestamp\" name=\"timereported\" dateFormat=\"rfc3339\" format=\"jsonf\")\n  \
+                 property(outname=\"hostname\" name=\"hostname\" format=\"jsonf\")\n  \
+                 property(outname=\"appname\" name=\"app-name\" format=\"jsonf\")\n  \
+                 property(outname=\"procid\" name=\"procid\" format=\"jsonf\")\n  \
+                 property(outname=\"facility\" name=\"syslogfacility-text\" format=\"jsonf\")\n  \
+                 property(outname=\"severity\" name=\"syslogseverity-text\" format=\"jsonf\")\n\
+                 {extra}  \
+                 property(outname=\"message\" name=\"msg\" format=\"jsonf\")\n  \
+                 property(outname=\"source_ip\" name=\"fromhost-ip\" format=\"jsonf\")\n  \
+                 constant(outname=\"source_type\" value=\"syslog\" format=\"jsonf\")\n}}"
+            )
+        }
+    };
+    format!(
+        "# loghaul bench: scenario {name}; a private rsyslog, run in the foreground with -n\n\
+         global(workDirectory=\"{work}\" maxMessageSize=\"64k\")\n\
+         # Throughput tuning from rsyslog's docs: a bigger main queue, bigger dequeue batches.\n\
+         main_queue(queue.size=\"200000\" queue.dequeueBatchSize=\"2048\")\n\
+         module(load=\"imptcp\" threads=\"2\")\n\
+         {template}\n\
+         ruleset(name=\"bench\") {{\n  \
+           action(type=\"omfile\" file=\"{out}\" template=\"out\" ioBufferSize=\"256k\")\n\
+         }}\n\
+         input(type=\"imptcp\" address=\"127.0.0.1\" port=\"{port}\" ruleset=\"bench\")\n",
+        name = scenario.name()
+    )
+}
+
+/// syslog-ng: network() (or syslog() for octet counting) → file() with format-json.
+pub fn syslog_ng_config(scenario: Scenario, port: u16, out: &str) -> String {
+    let common =
+        "max-connections(100) log-iw-size(100000) log-fetch-limit(1000) keep-hostname(yes)";
+    let (driver, flags, template) = match scenario {
+        Scenario::Basic => ("network", "flags(no-parse)", "\"${MSG}\\n\"".to_string()),
+        Scenario::Raw => (
+            "network",
+            "flags(no-parse)",
+            "\"$(format-json timestamp=${R_ISODATE} message=${MSG} source_ip=${SOURCEIP} \
+             source_type=syslog)\\n\""
+                .to_string(),
+        ),
+        Scenario::Syslog => (
+            "network",
+            "",
+            "\"$(format-json timestamp=${ISODATE} hostname=${HOST} appname=${PROGRAM} procid=${PID} \
+             facility=${FACILITY} severity=${LEVEL} message=${MSG} source_ip=${SOURCEIP} \
+             source_type=syslog)\\n\""
+                .to_string(),
+        ),
+        Scenario::Rfc5424 => (
+            "syslog",
+            "",
+            "\"$(format-json timestamp=${ISODATE} hostname=${HOST} appname=${PROGRAM} procid=${PID} \
+             msgid=${MSGID} facility=${FACILITY} severity=${LEVEL} structured_data=${SDATA} \
+             message=${MSG} source_ip=${SOURCEIP} source_type=syslog)\\n\""
+                .to_string(),
+        ),
+    };
+    format!(
+        "@version: 3.38\n\
+         # loghaul bench: scenario {name}; a private syslog-ng, run in the foreground with -F\n\
+         options {{ stats-freq(0); threaded(yes); use-dns(no); use-fqdn(no); chain-hostnames(no);\n  \
+           log-fifo-size(200000); }};\n\
+         source s_in {{ {driver}(ip(\"127.0.0.1\") port({port}) transport(\"tcp\") {common} {flags}); }};\n\
+         destination d_out {{ file(\"{out}\" template({template})); }};\n\
+         log {{ source(s_in); destination(d_out); }};\n",
+        name = scenario.name()
+    )
+}
+
+/// The EventMachine line counter of the 2011 `basic.rb` experiment: BufferedTokenizer splits lines,
+/// a counter counts them; a timer publishes the count (atomically, by rename) for the bench to poll.
+pub const EM_BASIC: &str = r#"# loghaul bench: EventMachine line counter (the 2011 basic.rb experiment).
+# usage: ruby basic.rb PORT COUNT_FILE
+require 'eventmachine'
+
+port = Integer(ARGV[0])
+count_file = ARGV[1]
+$count = 0
+
+module Counter
+  def post_init
+    @tok = BufferedTokenizer.new("\n")
+  end
+
+  def receive_data(data)
+    $count += @tok.extract(data).size
+  end
+end
+
+def publish(path)
+  tmp = path + '.tmp'
+  File.write(tmp, $count.to_s)
+  File.rename(tmp, path)
+end
+
+EM.run do
+  EM.start_server('127.0.0.1', port, Counter)
+  EM.add_periodic_timer(0.01) { publish(count_file) }
+  Signal.trap('TERM') { EM.stop }
+  Signal.trap('INT') { EM.stop }
+end
+publish(count_file)
+"#;

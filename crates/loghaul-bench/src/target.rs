@@ -1,0 +1,279 @@
+//! Where the generator sends: one small [`Target`] implementation per transport.
+//!
+//! Adding a target (HTTP, forward, TLS arrive with their issues) means one `impl Target` and one arm in
+//! [`open`]; the generator knows nothing else about transports. A target is opened once per connection
+//! before the clock starts and then only ever receives whole frames of a [`Block`].
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+
+use crate::payload::Block;
+
+/// A destination for generated frames.
+///
+/// Contract: `send` delivers the first `n` messages of `block` completely (or fails); it never
+/// splits a message; `finish` flushes whatever the target buffers and is called once at the end.
+pub trait Target: Send {
+    /// Sends the first `n` messages of `block`.
+    ///
+    /// # Errors
+    /// An I/O error of the transport; the generator stops that connection.
+    fn send(&mut self, block: &Block, n: usize) -> Result<()>;
+
+    /// Flushes and closes cleanly.
+    ///
+    /// # Errors
+    /// An I/O error while flushing.
+    fn finish(&mut self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// A parsed `--target` URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetUrl {
+    /// `tcp://HOST:PORT`
+    Tcp(String),
+    /// `udp://HOST:PORT`
+    Udp(String),
+    /// `file://PATH`
+    File(PathBuf),
+}
+
+impl TargetUrl {
+    /// Parses `tcp://HOST:PORT`, `udp://HOST:PORT` or `file://PATH`.
+    ///
+    /// # Errors
+    /// An unknown scheme.
+    pub fn parse(url: &str) -> Result<Self> {
+        if let Some(rest) = url.strip_prefix("tcp://") {
+            Ok(Self::Tcp(rest.to_string()))
+        } else if let Some(rest) = url.strip_prefix("udp://") {
+            Ok(Self::Udp(rest.to_string()))
+        } else if let Some(rest) = url.strip_prefix("file://") {
+            Ok(Self::File(PathBuf::from(rest)))
+        } else {
+            bail!(
+                "unknown target {url:?}: expected tcp://HOST:PORT, udp://HOST:PORT or file://PATH"
+            )
+        }
+    }
+
+    /// Whether several connections may share this target.
+    pub fn allows_connections(&self) -> bool {
+        !matches!(self, Self::File(_))
+    }
+}
+
+/// Options that apply to some targets only.
+#[derive(Clone, Debug, Default)]
+pub struct TargetOptions {
+    /// For `file://`: rename the file and start a new one every this many lines (0 = never).
+    pub rotate_lines: u64,
+}
+
+/// Opens connection `index` to `url`.
+///
+/// # Errors
+/// The address does not resolve, the connection is refused, or the file cannot be opened.
+pub fn open(url: &TargetUrl, opts: &TargetOptions) -> Result<Box<dyn Target>> {
+    match url {
+        TargetUrl::Tcp(addr) => Ok(Box::new(TcpTarget::connect(addr)?)),
+        TargetUrl::Udp(addr) => Ok(Box::new(UdpTarget::connect(addr)?)),
+        TargetUrl::File(path) => Ok(Box::new(FileTarget::open(path.clone(), opts.rotate_lines)?)),
+    }
+}
+
+fn resolve(addr: &str) -> Result<SocketAddr> {
+    addr.to_socket_addrs()
+        .with_context(|| format!("resolving {addr}"))?
+        .next()
+        .with_context(|| format!("{addr} resolves to no address"))
+}
+
+/// A stream connection: one `write_all` per block, so a send costs one system call or a few.
+struct TcpTarget {
+    stream: TcpStream,
+}
+
+impl TcpTarget {
+    fn connect(addr: &str) -> Result<Self> {
+        let sa = resolve(addr)?;
+        let stream = TcpStream::connect(sa).with_context(|| format!("connecting to tcp://{sa}"))?;
+        // The tail of a rate-limited send is small; without NODELAY it could wait for an ACK.
+        stream.set_nodelay(true).context("setting TCP_NODELAY")?;
+        Ok(Self { stream })
+    }
+}
+
+impl Target for TcpTarget {
+    fn send(&mut self, block: &Block, n: usize) -> Result<()> {
+        self.stream
+            .write_all(block.prefix(n))
+            .context("writing to the TCP target")
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.stream.flush().context("flushing the TCP target")?;
+        // Half-close so the server sees a clean end of stream before we drop the socket.
+        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        Ok(())
+    }
+}
+
+/// One datagram per message, without framing (a syslog datagram carries exactly one message).
+struct UdpTarget {
+    socket: UdpSocket,
+}
+
+impl UdpTarget {
+    fn connect(addr: &str) -> Result<Self> {
+        let sa = resolve(addr)?;
+        let local = if sa.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+        let socket = UdpSocket::bind(local).context("binding a UDP socket")?;
+        socket
+            .connect(sa)
+            .with_context(|| format!("connecting to udp://{sa}"))?;
+        Ok(Self { socket })
+    }
+}
+
+impl Target for UdpTarget {
+    fn send(&mut self, block: &Block, n: usize) -> Result<()> {
+        for &(start, end) in &block.bodies[..n] {
+            self.socket
+                .send(&block.bytes[start..end])
+                .context("sending a UDP datagram")?;
+        }
+        Ok(())
+    }
+}
+
+/// Appends frames to a file, renaming it to `PATH.1`, `PATH.2`, ... every `rotate_lines` lines (like
+/// Fluentd's `dummer`), so that tailing sources can be tested against rotation.
+struct FileTarget {
+    path: PathBuf,
+    file: File,
+    rotate_lines: u64,
+    lines_in_file: u64,
+    rotations: u64,
+}
+
+impl FileTarget {
+    fn open(path: PathBuf, rotate_lines: u64) -> Result<Self> {
+        let file = Self::open_append(&path)?;
+        Ok(Self {
+            path,
+            file,
+            rotate_lines,
+            lines_in_file: 0,
+            rotations: 0,
+        })
+    }
+
+    fn open_append(path: &PathBuf) -> Result<File> {
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))
+    }
+
+    fn rotate(&mut self) -> Result<()> {
+        self.file.flush().context("flushing before rotation")?;
+        self.rotations += 1;
+        let mut rotated = self.path.clone().into_os_string();
+        rotated.push(format!(".{}", self.rotations));
+        std::fs::rename(&self.path, &rotated)
+            .with_context(|| format!("rotating {}", self.path.display()))?;
+        self.file = Self::open_append(&self.path)?;
+        self.lines_in_file = 0;
+        Ok(())
+    }
+}
+
+impl Target for FileTarget {
+    fn send(&mut self, block: &Block, n: usize) -> Result<()> {
+        let mut done = 0;
+        while done < n {
+            let room = if self.rotate_lines == 0 {
+                (n - done) as u64
+            } else {
+                self.rotate_lines - self.lines_in_file
+            };
+            let take = room.min((n - done) as u64) as usize;
+            let start = if done == 0 {
+                0
+            } else {
+                block.frame_ends[done - 1]
+            };
+            let end = block.frame_ends[done + take - 1];
+            self.file
+                .write_all(&block.bytes[start..end])
+                .with_context(|| format!("appending to {}", self.path.display()))?;
+            done += take;
+            self.lines_in_file += take as u64;
+            if self.rotate_lines > 0 && self.lines_in_file >= self.rotate_lines {
+                self.rotate()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.file.flush().context("flushing the file target")
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::payload::{PayloadSpec, build_blocks};
+
+    #[test]
+    fn parses_urls() {
+        assert_eq!(
+            TargetUrl::parse("tcp://127.0.0.1:5514").unwrap(),
+            TargetUrl::Tcp("127.0.0.1:5514".into())
+        );
+        assert!(TargetUrl::parse("http://x").is_err());
+    }
+
+    #[test]
+    fn file_target_rotates_every_n_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out.log");
+        let blocks = build_blocks(
+            &PayloadSpec {
+                block_bytes: 2000,
+                ..PayloadSpec::default()
+            },
+            0,
+        )
+        .unwrap();
+        let n = blocks[0].len();
+        let mut t = FileTarget::open(path.clone(), 7).unwrap();
+        t.send(&blocks[0], n).unwrap();
+        t.send(&blocks[0], n).unwrap();
+        t.finish().unwrap();
+        let mut total = 0;
+        let mut files = 0;
+        for entry in std::fs::read_dir(dir.path()).unwrap() {
+            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+            let lines = text.lines().count();
+            assert!(lines <= 7);
+            total += lines;
+            files += 1;
+        }
+        assert_eq!(total, 2 * n);
+        assert_eq!(
+            files,
+            (2 * n).div_ceil(7).max(1) + usize::from((2 * n).is_multiple_of(7))
+        );
+    }
+}

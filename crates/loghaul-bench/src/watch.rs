@@ -1,0 +1,207 @@
+//! Watching a subject's output file during a timed run without competing with the subject.
+//!
+//! Reading and checking every line as it is written costs the meter about as much CPU as a fast
+//! subject spends producing it; on a 2-core machine that would measure the meter. So during a run
+//! the watcher only:
+//!
+//! - `stat`s the file every millisecond: the last growth time is when the last event arrived;
+//! - reads the newest few KiB whenever the file grew, and takes those lines' markers as latency
+//!   samples (they arrived within the last millisecond) and as a progress estimate (the highest
+//!   sequence number per generator).
+//!
+//! The exact books (every sequence number, loss, duplicates) are kept by a [`FileFollower`] that the
+//! runner calls only when the file has gone quiet, i.e. when the subject is idle or done.
+//!
+//! [`FileFollower`]: crate::meter::FileFollower
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::meter::Tracker;
+use crate::payload::now_micros;
+
+/// How much of the newest output is sampled per growth.
+const WINDOW: u64 = 16 * 1024;
+
+/// What the watcher saw.
+#[derive(Clone, Debug)]
+pub struct WatchState {
+    /// Latency samples and the progress frontier, from the newest lines.
+    pub samples: Tracker,
+    /// Size of the file at the last look.
+    pub size: u64,
+    /// When the file last grew (µs since the epoch).
+    pub last_growth_us: Option<u64>,
+    /// (time µs, frontier) points, at most one per 100ms, for the per-second flow.
+    pub progress: Vec<(u64, u64)>,
+    start_us: u64,
+}
+
+impl WatchState {
+    /// Events per second of the run, from the progress frontier.
+    pub fn flow_per_sec(&self) -> Vec<u64> {
+        let mut flow = Vec::new();
+        let mut prev = 0u64;
+        let mut sec = 1u64;
+        let mut last = 0u64;
+        for &(t, f) in &self.progress {
+            while t >= self.start_us + sec * 1_000_000 {
+                flow.push(last.saturating_sub(prev));
+                prev = last;
+                sec += 1;
+            }
+            last = f;
+        }
+        if last > prev {
+            flow.push(last - prev);
+        }
+        flow
+    }
+}
+
+/// A background watcher of one output file.
+#[derive(Debug)]
+pub struct Watcher {
+    state: Arc<Mutex<WatchState>>,
+    stop: Arc<AtomicBool>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watcher {
+    /// Starts watching `path` (which may not exist yet), feeding samples into `samples` (a fresh
+    /// tracker for the markers expected); flow seconds count from `start_us`.
+    pub fn start(path: &Path, samples: Tracker, start_us: u64) -> Self {
+        let state = Arc::new(Mutex::new(WatchState {
+            samples,
+            size: 0,
+            last_growth_us: None,
+            progress: Vec::new(),
+            start_us,
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let handle = {
+            let (state, stop, path) = (Arc::clone(&state), Arc::clone(&stop), path.to_path_buf());
+            std::thread::spawn(move || watch(&path, &state, &stop))
+        };
+        Self {
+            state,
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// When the file last grew.
+    pub fn last_growth_us(&self) -> Option<u64> {
+        self.state.lock().ok().and_then(|s| s.last_growth_us)
+    }
+
+    /// Estimated events written so far.
+    pub fn frontier(&self) -> u64 {
+        self.state.lock().map_or(0, |s| s.samples.frontier())
+    }
+
+    /// Stops watching and returns what was seen.
+    pub fn finish(mut self) -> WatchState {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+        match self.state.lock() {
+            Ok(s) => s.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn watch(path: &PathBuf, state: &Mutex<WatchState>, stop: &AtomicBool) {
+    let mut file: Option<File> = None;
+    let mut size = 0u64;
+    let mut buf = vec![0u8; WINDOW as usize + 1];
+    let mut last_point = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(1));
+        let Ok(meta) = std::fs::metadata(path) else {
+            continue;
+        };
+        let len = meta.len();
+        if len < size {
+            // Truncated or replaced: start over.
+            file = None;
+            size = 0;
+        }
+        if len == size {
+            continue;
+        }
+        let now = now_micros();
+        if file.is_none() {
+            file = File::open(path).ok();
+        }
+        let Some(f) = file.as_ref() else { continue };
+        // Start one byte early so a window that begins exactly on a line start is recognised.
+        let from = size.max(len.saturating_sub(WINDOW)).saturating_sub(1);
+        let want = (len - from) as usize;
+        let got = f.read_at(&mut buf[..want], from).unwrap_or(0);
+        size = len;
+        let window = &buf[..got];
+        let start = if from == 0 {
+            0
+        } else {
+            memchr::memchr(b'\n', window).map_or(got, |i| i + 1)
+        };
+        let end = memchr::memrchr(b'\n', window).map_or(0, |i| i + 1);
+        let Ok(mut st) = state.lock() else { return };
+        if start < end {
+            st.samples.feed(&window[start..end], now);
+        }
+        st.size = len;
+        st.last_growth_us = Some(now);
+        if now.saturating_sub(last_point) >= 100_000 {
+            last_point = now;
+            let frontier = st.samples.frontier();
+            st.progress.push((now, frontier));
+        }
+    }
+    // A final point so the flow covers the end of the run.
+    if let Ok(mut st) = state.lock()
+        && let Some(t) = st.last_growth_us
+    {
+        let frontier = st.samples.frontier();
+        st.progress.push((t, frontier));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn samples_newest_lines_and_growth() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let start = now_micros();
+        let w = Watcher::start(&path, Tracker::new(start), start);
+        let mut f = std::fs::File::create(&path).unwrap();
+        for s in 0..2000u64 {
+            writeln!(f, "{{\"message\":\"gen=0 seq={s:010} t={:016} x\"}}", start).unwrap();
+        }
+        f.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(w.frontier(), 2000);
+        let st = w.finish();
+        assert!(st.last_growth_us.is_some());
+        assert!(!st.samples.latency().is_empty());
+        assert_eq!(st.flow_per_sec().iter().sum::<u64>(), 2000);
+    }
+}

@@ -1,0 +1,317 @@
+//! The lab's integration tests: they drive the real `loghaul-bench` binary (the same commands as
+//! `loghaul bench ...`) against listeners and subjects written here, and, when `LOGHAUL_BIN` is set,
+//! run every scenario at a small size against loghaul and rsyslog.
+//!
+//! No test asserts a speed: rates are checked against counts (messages per second of arrival),
+//! with tolerances derived from those counts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use loghaul_bench::discard;
+use loghaul_bench::meter::{SharedTracker, listen_tcp};
+
+fn bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_loghaul-bench"))
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `gen --count N` delivers exactly N messages, split over the connections.
+#[test]
+fn gen_count_delivers_exactly_n() {
+    for (format, conns) in [
+        ("raw", "4"),
+        ("rfc3164", "3"),
+        ("rfc5424", "1"),
+        ("json", "2"),
+    ] {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let n_conns: usize = conns.parse().unwrap();
+        let server = std::thread::spawn(move || discard::serve(&listener, n_conns, true).unwrap());
+        let out = ok(bench()
+            .args([
+                "gen",
+                "--target",
+                &format!("tcp://{addr}"),
+                "--format",
+                format,
+            ])
+            .args(["--count", "123457", "--connections", conns, "--json"])
+            .output()
+            .unwrap());
+        let got = server.join().unwrap();
+        assert_eq!(got.lines, 123_457, "format {format}");
+        let stats: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(stats["sent"], 123_457);
+    }
+}
+
+/// `--rate` holds: the whole run sends rate × duration (± 10%) and a full second in the middle of the
+/// run carries rate (± 15%) messages, counted by arrival second at the receiver.
+#[test]
+fn gen_rate_holds_per_second() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tracker = SharedTracker::new();
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = {
+        let (t, s) = (tracker.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || listen_tcp(listener, &t, &s))
+    };
+    let rate = 4000u64;
+    ok(bench()
+        .args([
+            "gen",
+            "--target",
+            &format!("tcp://{addr}"),
+            "--format",
+            "raw",
+        ])
+        .args([
+            "--rate",
+            &rate.to_string(),
+            "--duration",
+            "3s",
+            "--connections",
+            "2",
+        ])
+        .output()
+        .unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    server.join().unwrap().unwrap();
+    let report = tracker.snapshot().report(None, None);
+    let total = report.events as f64;
+    let expected = (rate * 3) as f64;
+    assert!(
+        (total - expected).abs() <= expected * 0.10,
+        "total {total} vs {expected}; flow {:?}",
+        report.flow_per_sec
+    );
+    assert_eq!(report.missing, 0);
+    assert_eq!(report.duplicates, 0);
+    // Seconds are counted from the receiver's start, which precedes the generator's by the time it
+    // takes to start a process: second 1 lies entirely inside the 3-second run.
+    let second = *report.flow_per_sec.get(1).unwrap_or(&0) as f64;
+    assert!(
+        (second - rate as f64).abs() <= rate as f64 * 0.15,
+        "second 1 carried {second}, expected {rate}; flow {:?}",
+        report.flow_per_sec
+    );
+}
+
+/// A subject that drops and duplicates known sequence numbers on purpose: the meter reports exactly
+/// those, per generator.
+#[test]
+fn meter_reports_exact_loss_and_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_path = dir.path().join("out.jsonl");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    // (generator, sequence) pairs to drop and to duplicate.
+    let drop: Vec<(u32, u64)> = vec![(0, 0), (0, 17), (0, 18), (0, 19), (1, 4999), (1, 2500)];
+    let dup: Vec<(u32, u64)> = vec![(0, 5), (1, 0), (1, 1234), (1, 1234)];
+    let subject = {
+        let (drop, dup, out_path) = (drop.clone(), dup.clone(), out_path.clone());
+        std::thread::spawn(move || {
+            let mut out = std::fs::File::create(&out_path).unwrap();
+            for _ in 0..2 {
+                let (stream, _) = listener.accept().unwrap();
+                for line in BufReader::new(stream).lines() {
+                    let line = line.unwrap();
+                    let g: u32 = field(&line, "gen=").parse().unwrap();
+                    let s: u64 = field(&line, "seq=").parse().unwrap();
+                    if drop.contains(&(g, s)) {
+                        continue;
+                    }
+                    // Write like a JSON-lines sink would.
+                    let json = serde_json::json!({ "message": line, "appname": "relay" });
+                    let copies = 1 + dup.iter().filter(|&&d| d == (g, s)).count();
+                    for _ in 0..copies {
+                        writeln!(out, "{json}").unwrap();
+                    }
+                }
+            }
+        })
+    };
+    ok(bench()
+        .args([
+            "gen",
+            "--target",
+            &format!("tcp://{addr}"),
+            "--format",
+            "rfc3164",
+        ])
+        .args(["--count", "10000", "--connections", "2"])
+        .output()
+        .unwrap());
+    subject.join().unwrap();
+    let report: serde_json::Value = serde_json::from_str(&ok(bench()
+        .args(["meter", "--file", out_path.to_str().unwrap()])
+        .args([
+            "--expect",
+            "10000",
+            "--generators",
+            "2",
+            "--idle",
+            "1s",
+            "--json",
+        ])
+        .output()
+        .unwrap()))
+    .unwrap();
+    assert_eq!(report["missing"], 6);
+    assert_eq!(report["duplicates"], 4);
+    assert_eq!(report["unique"], 10000 - 6);
+    let g0 = &report["generators"]["0"];
+    let g1 = &report["generators"]["1"];
+    assert_eq!(g0["missing_ranges"], serde_json::json!([[0, 0], [17, 19]]));
+    assert_eq!(
+        g1["missing_ranges"],
+        serde_json::json!([[2500, 2500], [4999, 4999]])
+    );
+    assert_eq!(g0["duplicate_seqs"], serde_json::json!([5]));
+    assert_eq!(g1["duplicate_seqs"], serde_json::json!([0, 1234, 1234]));
+}
+
+fn field<'a>(line: &'a str, key: &str) -> &'a str {
+    let start = line.find(key).unwrap() + key.len();
+    line[start..].split(' ').next().unwrap()
+}
+
+/// The file target appends lines and rotates every N lines; the meter reads a text file.
+#[test]
+fn file_target_then_meter_text_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.log");
+    ok(bench()
+        .args(["gen", "--target", &format!("file://{}", path.display())])
+        .args(["--format", "raw", "--count", "5000", "--connections", "1"])
+        .output()
+        .unwrap());
+    let report: serde_json::Value = serde_json::from_str(&ok(bench()
+        .args([
+            "meter",
+            "--file",
+            path.to_str().unwrap(),
+            "--expect",
+            "5000",
+        ])
+        .args(["--generators", "1", "--idle", "1s", "--json"])
+        .output()
+        .unwrap()))
+    .unwrap();
+    assert_eq!(report["unique"], 5000);
+    assert_eq!(report["missing"], 0);
+    let rotated = dir.path().join("rot.log");
+    ok(bench()
+        .args(["gen", "--target", &format!("file://{}", rotated.display())])
+        .args([
+            "--format",
+            "rfc5424",
+            "--count",
+            "2500",
+            "--connections",
+            "1",
+        ])
+        .args(["--rotate-lines", "1000"])
+        .output()
+        .unwrap());
+    for (name, lines) in [("rot.log.1", 1000), ("rot.log.2", 1000), ("rot.log", 500)] {
+        let text = std::fs::read_to_string(dir.path().join(name)).unwrap();
+        assert_eq!(text.lines().count(), lines, "{name}");
+    }
+}
+
+/// Runs one scenario at a small size with loghaul and rsyslog and checks the results folder.
+fn scenario_smoke(scenario: &str) {
+    let Some(loghaul) = std::env::var_os("LOGHAUL_BIN") else {
+        eprintln!(
+            "\n*** SKIPPED scenario `{scenario}`: LOGHAUL_BIN is not set (CI sets it to \
+             target/release/loghaul; set it to run the scenario tests) ***\n"
+        );
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let table = ok(bench()
+        .args([
+            "run",
+            scenario,
+            "--subjects",
+            "loghaul,rsyslog",
+            "--runs",
+            "1",
+        ])
+        .args(["--events", "20000", "--idle-timeout", "20s", "--out"])
+        .arg(out.path())
+        .env("LOGHAUL_BIN", &loghaul)
+        .output()
+        .unwrap());
+    assert!(
+        table.contains("| implementation | platform | duration | rate |"),
+        "{table}"
+    );
+    for ext in ["md", "csv", "json", "svg"] {
+        assert!(
+            out.path().join(format!("{scenario}.{ext}")).exists(),
+            "{ext}"
+        );
+    }
+    let svg = std::fs::read_to_string(out.path().join(format!("{scenario}.svg"))).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join(format!("{scenario}.json"))).unwrap(),
+    )
+    .unwrap();
+    for r in json["records"].as_array().unwrap() {
+        assert_eq!(r["status"], "complete", "{scenario}: {r}");
+        assert_eq!(r["events_seen"], 20000, "{scenario}: {r}");
+        assert_eq!(r["loss"], 0, "{scenario}: {r}");
+        assert_eq!(r["duplicates"], 0, "{scenario}: {r}");
+        assert!(r["cpu_secs"].as_f64().unwrap() > 0.0, "{scenario}: {r}");
+        assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0, "{scenario}: {r}");
+    }
+    assert!(
+        Path::new(out.path())
+            .join("configs")
+            .join(scenario)
+            .exists()
+    );
+}
+
+#[test]
+fn scenario_basic_small() {
+    scenario_smoke("basic");
+}
+
+#[test]
+fn scenario_syslog_small() {
+    scenario_smoke("syslog");
+}
+
+#[test]
+fn scenario_raw_small() {
+    scenario_smoke("raw");
+}
+
+#[test]
+fn scenario_rfc5424_small() {
+    scenario_smoke("rfc5424");
+}

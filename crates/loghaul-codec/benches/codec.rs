@@ -1,0 +1,111 @@
+//! Codec benchmarks: parse + encode per event for typical RFC 3164 and RFC 5424 lines (measured
+//! over batches of 1000 frames, reported per element), and framing throughput over 1 MiB.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::hint::black_box;
+
+use bytes::Bytes;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use loghaul_codec::{
+    DecodeOptions, DecodeStats, Decoder, Frame, Framer, FramingMode, FramingStats, encode_json,
+};
+use loghaul_core::{EventBatch, Timestamp};
+
+const RFC3164: &[u8] =
+    b"<34>Oct 11 22:14:15 mymachine su[123]: 'su root' failed for lonvick on /dev/pts/8";
+const RFC5424: &[u8] = b"<165>1 2003-10-11T22:14:15.003Z mymachine.example.com evntslog - ID47 [exampleSDID@32473 iut=\"3\" eventSource=\"Application\" eventID=\"1011\"] An application event log entry...";
+const BATCH: usize = 1000;
+
+/// `BATCH` copies of `line`, newline-separated, and their frames.
+fn batch_of(line: &[u8]) -> (Bytes, Vec<Frame>) {
+    let mut buf = Vec::new();
+    for _ in 0..BATCH {
+        buf.extend_from_slice(line);
+        buf.push(b'\n');
+    }
+    let mut frames = Vec::new();
+    let n = Framer::new(FramingMode::Auto, 64 * 1024).decode(
+        &buf,
+        &mut frames,
+        &mut FramingStats::default(),
+    );
+    assert_eq!((n, frames.len()), (buf.len(), BATCH));
+    (Bytes::from(buf), frames)
+}
+
+fn parse_encode(c: &mut Criterion) {
+    let received = Timestamp::now();
+    let ip = "192.0.2.1".parse().ok();
+    let mut group = c.benchmark_group("codec");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    for (name, line) in [("rfc3164", RFC3164), ("rfc5424_sd", RFC5424)] {
+        let (arena, frames) = batch_of(line);
+        let mut decoder = Decoder::new(DecodeOptions::default());
+        let mut out = Vec::with_capacity(BATCH * 512);
+        group.bench_function(format!("{name}/parse+encode"), |b| {
+            b.iter(|| {
+                let mut batch = EventBatch::new(arena.clone(), "bench".into(), "syslog");
+                let mut stats = DecodeStats::default();
+                decoder.decode_batch(&mut batch, &frames, received, ip, &mut stats);
+                out.clear();
+                for e in &batch.events {
+                    encode_json(&batch, e, &mut out);
+                }
+                black_box(out.len())
+            })
+        });
+        group.bench_function(format!("{name}/parse"), |b| {
+            b.iter(|| {
+                let mut batch = EventBatch::new(arena.clone(), "bench".into(), "syslog");
+                let mut stats = DecodeStats::default();
+                decoder.decode_batch(&mut batch, &frames, received, ip, &mut stats);
+                black_box(batch.events.len())
+            })
+        });
+        let mut batch = EventBatch::new(arena.clone(), "bench".into(), "syslog");
+        decoder.decode_batch(
+            &mut batch,
+            &frames,
+            received,
+            ip,
+            &mut DecodeStats::default(),
+        );
+        group.bench_function(format!("{name}/encode"), |b| {
+            b.iter(|| {
+                out.clear();
+                for e in &batch.events {
+                    encode_json(&batch, e, &mut out);
+                }
+                black_box(out.len())
+            })
+        });
+    }
+    group.finish();
+}
+
+fn framing(c: &mut Criterion) {
+    let mut buf = Vec::with_capacity(1 << 20);
+    while buf.len() + RFC3164.len() < 1 << 20 {
+        buf.extend_from_slice(RFC3164);
+        buf.push(b'\n');
+    }
+    buf.resize(1 << 20, b'x');
+    let mut group = c.benchmark_group("framing");
+    group.throughput(Throughput::Bytes(buf.len() as u64));
+    let mut frames = Vec::with_capacity(buf.len() / 64);
+    for mode in [FramingMode::Newline, FramingMode::Auto] {
+        group.bench_function(format!("{mode:?}/1MiB"), |b| {
+            b.iter(|| {
+                frames.clear();
+                let mut framer = Framer::new(mode, 64 * 1024);
+                let n = framer.decode(black_box(&buf), &mut frames, &mut FramingStats::default());
+                black_box((n, frames.len()))
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, parse_encode, framing);
+criterion_main!(benches);

@@ -1,0 +1,289 @@
+//! Syslog decoders: frames in a batch arena become [`Event`]s whose string fields are spans into
+//! that same arena (zero-copy; structured data goes to the batch's side tables).
+//!
+//! Invariants every path upholds:
+//! - every frame yields exactly one event; nothing is ever dropped. A frame that cannot be parsed
+//!   becomes an event whose `message` is the raw frame text, flagged `PARSE_ERROR`;
+//! - every span lies inside the frame it came from (so inside the arena);
+//! - bytes are never rewritten: invalid UTF-8 is flagged (`INVALID_UTF8`) and left for encoders
+//!   to replace; SD-PARAM escapes are resolved by encoders, too;
+//! - `timestamp` is always `Some`: the sender's time when usable, else the receive time.
+//!
+//! Format selection (`Format::Auto`) follows what rsyslog and Vector do on a shared port:
+//!
+//! ```text
+//! <165>1 2003-10-11T22:14:15.003Z host app - ID47 [sd@1 a="b"] msg   <PRI> VERSION SP -> RFC 5424
+//! <34>Oct 11 22:14:15 host su[12]: msg                               anything else -> RFC 3164
+//! ```
+
+mod rfc3164;
+mod rfc5424;
+
+use std::net::IpAddr;
+
+use loghaul_core::{Event, EventBatch, Flags, SdElement, SdParam, Span, Timestamp};
+
+use crate::framing::Frame;
+use crate::time::{SECS_PER_DAY, civil_from_days};
+
+/// Which syslog dialect frames are in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Format {
+    /// RFC 5424 when the frame starts `<PRI>VERSION SP`, RFC 3164 otherwise.
+    #[default]
+    Auto,
+    Rfc3164,
+    Rfc5424,
+    /// No parsing: the whole frame is the message.
+    Raw,
+}
+
+/// The zone of timestamps that carry none (BSD timestamps, ISO timestamps without offset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TimeZone {
+    #[default]
+    Utc,
+    /// Seconds east of UTC.
+    Fixed(i32),
+}
+
+impl TimeZone {
+    fn offset(self) -> i32 {
+        match self {
+            TimeZone::Utc => 0,
+            TimeZone::Fixed(s) => s,
+        }
+    }
+}
+
+/// How a [`Decoder`] reads frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DecodeOptions {
+    pub format: Format,
+    /// Reject what the RFCs reject (the event then carries the raw text and `PARSE_ERROR`).
+    /// Off by default: real senders bend the RFCs and we would rather keep their fields.
+    pub strict: bool,
+    pub timezone: TimeZone,
+}
+
+/// Counters a source turns into metrics.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeStats {
+    pub parse_errors: u64,
+    pub invalid_utf8: u64,
+}
+
+/// Why a parser gave up (the decoder then emits the raw-text event).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fail {
+    /// `<...>` present but not a valid PRI.
+    BadPri,
+    Other,
+}
+
+/// What parsers need to complete zone-less and year-less timestamps.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    pub received: Timestamp,
+    /// Seconds east of UTC for zone-less timestamps.
+    pub offset: i32,
+    /// The year of `received` in that zone.
+    pub year: i64,
+}
+
+/// Output tables a parser appends structured data to.
+pub(crate) struct SdOut<'a> {
+    pub elements: &'a mut Vec<SdElement>,
+    pub params: &'a mut Vec<SdParam>,
+}
+
+/// Decodes frames into events. Holds only options and a small cache, so one per connection (or
+/// per source task) is cheap.
+#[derive(Debug, Clone)]
+pub struct Decoder {
+    opts: DecodeOptions,
+    /// The local day of the last receive time and its year: BSD timestamps need the year, and
+    /// computing it once per day instead of per event keeps the hot path short.
+    cached_day: i64,
+    cached_year: i64,
+}
+
+impl Decoder {
+    pub fn new(opts: DecodeOptions) -> Decoder {
+        Decoder {
+            opts,
+            cached_day: i64::MIN,
+            cached_year: 1970,
+        }
+    }
+
+    pub fn options(&self) -> DecodeOptions {
+        self.opts
+    }
+
+    fn clock(&mut self, received: Timestamp) -> Clock {
+        let offset = self.opts.timezone.offset();
+        let day = received
+            .unix_seconds()
+            .saturating_add(i64::from(offset))
+            .div_euclid(SECS_PER_DAY);
+        if day != self.cached_day {
+            self.cached_day = day;
+            self.cached_year = civil_from_days(day).0;
+        }
+        Clock {
+            received,
+            offset,
+            year: self.cached_year,
+        }
+    }
+
+    /// Decode `frames` (ranges into `batch.arena`) into events appended to `batch.events`, with
+    /// structured data appended to `batch.sd_elements` / `batch.sd_params`. Every frame yields
+    /// exactly one event; see the module docs for what happens to bad input.
+    pub fn decode_batch(
+        &mut self,
+        batch: &mut EventBatch,
+        frames: &[Frame],
+        received: Timestamp,
+        source_ip: Option<IpAddr>,
+        stats: &mut DecodeStats,
+    ) {
+        let clock = self.clock(received);
+        let opts = self.opts;
+        let EventBatch {
+            arena,
+            events,
+            sd_elements,
+            sd_params,
+            ..
+        } = batch;
+        let arena: &[u8] = arena;
+        events.reserve(frames.len());
+        for frame in frames {
+            let event = decode_frame(
+                arena,
+                *frame,
+                opts,
+                clock,
+                source_ip,
+                &mut SdOut {
+                    elements: sd_elements,
+                    params: sd_params,
+                },
+                stats,
+            );
+            events.push(event);
+        }
+    }
+}
+
+/// Decode one frame; see the module docs for the invariants.
+fn decode_frame(
+    arena: &[u8],
+    frame: Frame,
+    opts: DecodeOptions,
+    clock: Clock,
+    source_ip: Option<IpAddr>,
+    sd: &mut SdOut<'_>,
+    stats: &mut DecodeStats,
+) -> Event {
+    // Clamp a bad range instead of trusting it: a framing bug must not become a panic.
+    let end = (frame.end as usize).min(arena.len());
+    let start = (frame.start as usize).min(end);
+    // A trailing LF/CRLF/NUL is a trailer some senders add even with octet counting; it is never
+    // part of the message.
+    let mut end = end;
+    while end > start && matches!(arena[end - 1], b'\n' | b'\r' | b'\0') {
+        end -= 1;
+    }
+    let buf = &arena[..end];
+    let mut event = Event {
+        timestamp: None,
+        received: clock.received,
+        message: Span::new(start, end),
+        source_ip,
+        ..Event::default()
+    };
+    if frame.truncated {
+        event.flags.insert(Flags::TRUNCATED);
+    }
+    if std::str::from_utf8(&buf[start..]).is_err() {
+        event.flags.insert(Flags::INVALID_UTF8);
+        stats.invalid_utf8 += 1;
+    }
+    let marks = (sd.elements.len(), sd.params.len());
+    let result = match opts.format {
+        Format::Raw => Ok(()),
+        Format::Rfc5424 => rfc5424::parse(buf, start, opts.strict, clock, sd, &mut event),
+        Format::Rfc3164 => rfc3164::parse(buf, start, opts.strict, clock, &mut event),
+        Format::Auto if rfc5424::looks_like(&buf[start..]) => {
+            rfc5424::parse(buf, start, opts.strict, clock, sd, &mut event)
+        }
+        Format::Auto => rfc3164::parse(buf, start, opts.strict, clock, &mut event),
+    };
+    if let Err(fail) = result {
+        stats.parse_errors += 1;
+        sd.elements.truncate(marks.0);
+        sd.params.truncate(marks.1);
+        let flags = event.flags;
+        event = Event {
+            timestamp: None,
+            received: clock.received,
+            message: Span::new(start, end),
+            source_ip,
+            flags,
+            ..Event::default()
+        };
+        event.flags.insert(Flags::PARSE_ERROR);
+        if fail == Fail::BadPri && !opts.strict {
+            // rsyslog's LOG_PRI_INVLD: an invalid PRI is read as severity debug (no facility),
+            // so routing rules still see a severity.
+            event.severity = Some(7);
+        }
+    }
+    if event.timestamp.is_none() {
+        event.timestamp = Some(clock.received);
+    }
+    event
+}
+
+/// `<PRI>` at `pos`: Ok((prival, index after '>')), or why not.
+pub(crate) enum Pri {
+    Ok(u8, usize),
+    Missing,
+    Invalid,
+}
+
+/// Parse PRI = "<" PRIVAL ">" with PRIVAL 0..=191, 1..3 digits. Leading zeros are forbidden by
+/// RFC 5424 §6.2.1 (strict only; rsyslog accepts them).
+pub(crate) fn parse_pri(buf: &[u8], pos: usize, strict: bool) -> Pri {
+    if buf.get(pos) != Some(&b'<') {
+        return Pri::Missing;
+    }
+    let mut value: u32 = 0;
+    let mut n = 0;
+    loop {
+        match buf.get(pos + 1 + n) {
+            Some(&c @ b'0'..=b'9') if n < 3 => {
+                value = value * 10 + u32::from(c - b'0');
+                n += 1;
+            }
+            Some(b'>') if n > 0 => break,
+            _ => return Pri::Invalid,
+        }
+    }
+    if value > 191 || (strict && n > 1 && buf.get(pos + 1) == Some(&b'0')) {
+        return Pri::Invalid;
+    }
+    Pri::Ok(value as u8, pos + n + 2)
+}
+
+#[inline]
+pub(crate) fn set_pri(event: &mut Event, prival: u8) {
+    event.facility = Some(prival >> 3);
+    event.severity = Some(prival & 7);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,437 @@
+//! Hand-written calendar arithmetic and timestamp parsers for the syslog formats.
+//!
+//! ```text
+//! RFC 3339 / RFC 5424:  2003-10-11T22:14:15.003Z   1985-04-12T19:20:50.52-04:00
+//! BSD (RFC 3164):       Oct 11 22:14:15   Oct  1 22:14:15   Oct 16 2009 23:47:31   Mar  1 00:00:32.123
+//! ```
+//!
+//! Everything works on byte slices with digit arithmetic; no allocation, no chrono, and no panics
+//! (all indexing goes through `get`, all arithmetic that could overflow `i64` nanoseconds is
+//! checked, so a year like 9999 yields "unusable" rather than an overflow).
+
+use loghaul_core::Timestamp;
+
+pub(crate) const NANOS_PER_SEC: i64 = 1_000_000_000;
+pub(crate) const SECS_PER_DAY: i64 = 86_400;
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
+pub(crate) fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let m = i64::from(m);
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The date of a day number since 1970-01-01: (year, month 1..=12, day 1..=31).
+pub(crate) fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+fn is_leap(y: i64) -> bool {
+    y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)
+}
+
+pub(crate) fn days_in_month(y: i64, m: u32) -> u32 {
+    match m {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if is_leap(y) => 29,
+        2 => 28,
+        _ => 0,
+    }
+}
+
+/// A wall-clock reading before its zone is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Civil {
+    /// `None` for BSD timestamps, which carry no year.
+    pub year: Option<i64>,
+    pub month: u32,
+    pub day: u32,
+    pub hour: u32,
+    pub minute: u32,
+    pub second: u32,
+    pub nanos: u32,
+    pub frac_digits: u8,
+    /// Seconds east of UTC, when the text said (`Z` is `Some(0)`).
+    pub offset: Option<i32>,
+}
+
+impl Civil {
+    /// The instant, with `default_offset` for zone-less readings; `None` if the date does not
+    /// exist or does not fit in `i64` nanoseconds.
+    pub(crate) fn to_timestamp(self, year: i64, default_offset: i32) -> Option<Timestamp> {
+        if self.month == 0 || self.day == 0 || self.day > days_in_month(year, self.month) {
+            return None;
+        }
+        let days = days_from_civil(year, self.month, self.day);
+        let secs = days
+            .checked_mul(SECS_PER_DAY)?
+            .checked_add(i64::from(self.hour * 3600 + self.minute * 60 + self.second))?
+            .checked_sub(i64::from(self.offset.unwrap_or(default_offset)))?;
+        let nanos = secs
+            .checked_mul(NANOS_PER_SEC)?
+            .checked_add(i64::from(self.nanos))?;
+        Some(Timestamp::from_nanos(nanos, self.frac_digits))
+    }
+}
+
+#[inline]
+fn digit(b: &[u8], i: usize) -> Option<u32> {
+    match b.get(i) {
+        Some(c @ b'0'..=b'9') => Some(u32::from(c - b'0')),
+        _ => None,
+    }
+}
+
+#[inline]
+fn num2(b: &[u8], i: usize) -> Option<u32> {
+    Some(digit(b, i)? * 10 + digit(b, i + 1)?)
+}
+
+#[inline]
+fn num4(b: &[u8], i: usize) -> Option<u32> {
+    Some(num2(b, i)? * 100 + num2(b, i + 2)?)
+}
+
+#[inline]
+fn byte_is(b: &[u8], i: usize, c: u8) -> bool {
+    b.get(i) == Some(&c)
+}
+
+/// `hh:mm:ss` at `i`, range-checked. A leap second (60) is refused when strict, and read as 59
+/// otherwise: loghaul's timestamps cannot represent it and a one-second error beats a lost time.
+fn hms(b: &[u8], i: usize, strict: bool) -> Option<(u32, u32, u32)> {
+    let h = num2(b, i)?;
+    let m = num2(b, i + 3)?;
+    let s = num2(b, i + 6)?;
+    if !byte_is(b, i + 2, b':') || !byte_is(b, i + 5, b':') || h > 23 || m > 59 {
+        return None;
+    }
+    match s {
+        0..=59 => Some((h, m, s)),
+        60 if !strict => Some((h, m, 59)),
+        _ => None,
+    }
+}
+
+/// `.digits` at `i`: (nanos, digit count kept, bytes consumed). At most `max_digits` are allowed;
+/// digits beyond the ninth are read and dropped (lenient input with picoseconds).
+fn fraction(b: &[u8], i: usize, max_digits: usize) -> Option<(u32, u8, usize)> {
+    if !byte_is(b, i, b'.') {
+        return Some((0, 0, 0));
+    }
+    let mut n = 0usize;
+    let mut value = 0u32;
+    while let Some(d) = digit(b, i + 1 + n) {
+        if n < 9 {
+            value = value * 10 + d;
+        }
+        n += 1;
+    }
+    if n == 0 || n > max_digits {
+        return None;
+    }
+    let kept = n.min(9);
+    let nanos = value * 10u32.pow(9 - kept as u32);
+    Some((nanos, kept as u8, n + 1))
+}
+
+/// Parse a whole RFC 3339 token (RFC 5424 TIMESTAMP, or an ISO timestamp inside RFC 3164).
+///
+/// Strict is RFC 5424 §6.2.3: upper-case `T` and `Z`, 1..6 fraction digits, an offset, no leap
+/// second. Lenient also takes lower case, up to 9 (or more, dropped) fraction digits, `+hhmm`,
+/// and no offset at all (the caller's zone applies).
+pub(crate) fn parse_rfc3339(b: &[u8], strict: bool) -> Option<Civil> {
+    let year = num4(b, 0)?;
+    let month = num2(b, 5)?;
+    let day = num2(b, 8)?;
+    if !byte_is(b, 4, b'-') || !byte_is(b, 7, b'-') {
+        return None;
+    }
+    match b.get(10) {
+        Some(b'T') => {}
+        Some(b't') if !strict => {}
+        _ => return None,
+    }
+    let (hour, minute, second) = hms(b, 11, strict)?;
+    let (nanos, frac_digits, flen) = fraction(b, 19, if strict { 6 } else { usize::MAX })?;
+    let mut i = 19 + flen;
+    let offset = match b.get(i) {
+        Some(b'Z') => {
+            i += 1;
+            Some(0)
+        }
+        Some(b'z') if !strict => {
+            i += 1;
+            Some(0)
+        }
+        Some(&sign @ (b'+' | b'-')) => {
+            let oh = num2(b, i + 1)?;
+            let (om, len) = if byte_is(b, i + 3, b':') {
+                (num2(b, i + 4)?, 6)
+            } else if !strict {
+                (num2(b, i + 3)?, 5)
+            } else {
+                return None;
+            };
+            if oh > 23 || om > 59 {
+                return None;
+            }
+            i += len;
+            let secs = (oh * 3600 + om * 60) as i32;
+            Some(if sign == b'-' { -secs } else { secs })
+        }
+        None if !strict => None,
+        _ => return None,
+    };
+    if i != b.len() || month == 0 || month > 12 || day == 0 {
+        return None;
+    }
+    let year = i64::from(year);
+    if day > days_in_month(year, month) {
+        return None;
+    }
+    Some(Civil {
+        year: Some(year),
+        month,
+        day,
+        hour,
+        minute,
+        second,
+        nanos,
+        frac_digits,
+        offset,
+    })
+}
+
+/// A month from its three-letter English name. Strict wants RFC 3164's `Jan` spelling; lenient
+/// takes any case (`AUG` is common from network gear).
+pub(crate) fn month_from_name(b: &[u8], strict: bool) -> Option<u32> {
+    let [a, b_, c] = *b.get(..3)?.first_chunk::<3>()?;
+    let key = if strict {
+        [a, b_, c]
+    } else {
+        [
+            a.to_ascii_uppercase(),
+            b_.to_ascii_lowercase(),
+            c.to_ascii_lowercase(),
+        ]
+    };
+    let m = match &key {
+        b"Jan" => 1,
+        b"Feb" => 2,
+        b"Mar" => 3,
+        b"Apr" => 4,
+        b"May" => 5,
+        b"Jun" => 6,
+        b"Jul" => 7,
+        b"Aug" => 8,
+        b"Sep" => 9,
+        b"Oct" => 10,
+        b"Nov" => 11,
+        b"Dec" => 12,
+        _ => return None,
+    };
+    Some(m)
+}
+
+/// A BSD timestamp at the start of `b`: (reading, bytes consumed).
+///
+/// Strict is exactly RFC 3164 `Mmm dd hh:mm:ss` with a space-padded day. Lenient also takes an
+/// unpadded single-digit day (`Jan 5`), a year after the day (`Oct 16 2009 23:47:31`, Cisco) and
+/// fractional seconds (`00:00:32.123`).
+pub(crate) fn parse_bsd(b: &[u8], strict: bool) -> Option<(Civil, usize)> {
+    let month = month_from_name(b, strict)?;
+    if !byte_is(b, 3, b' ') {
+        return None;
+    }
+    let (day, mut i) = match (b.get(4), digit(b, 5)) {
+        (Some(b' '), Some(d)) => (d, 6),
+        (Some(_), Some(d2)) => (digit(b, 4)? * 10 + d2, 6),
+        (Some(_), None) if !strict && byte_is(b, 5, b' ') => (digit(b, 4)?, 5),
+        _ => return None,
+    };
+    if !byte_is(b, i, b' ') {
+        return None;
+    }
+    i += 1;
+    let mut year = None;
+    if !strict && byte_is(b, i + 4, b' ') {
+        if let Some(y) = num4(b, i) {
+            year = Some(i64::from(y));
+            i += 5;
+        }
+    }
+    let (hour, minute, second) = hms(b, i, strict)?;
+    i += 8;
+    let (nanos, frac_digits, flen) = if strict {
+        (0, 0, 0)
+    } else {
+        fraction(b, i, usize::MAX)?
+    };
+    i += flen;
+    if day == 0 || day > 31 {
+        return None;
+    }
+    Some((
+        Civil {
+            year,
+            month,
+            day,
+            hour,
+            minute,
+            second,
+            nanos,
+            frac_digits,
+            offset: None,
+        },
+        i,
+    ))
+}
+
+#[inline]
+fn put2(buf: &mut [u8], at: usize, v: u32) {
+    buf[at] = b'0' + (v / 10 % 10) as u8;
+    buf[at + 1] = b'0' + (v % 10) as u8;
+}
+
+/// RFC 3339 in UTC with exactly `frac_digits` fraction digits: `2003-10-11T22:14:15.003Z`.
+pub(crate) fn write_rfc3339(ts: Timestamp, out: &mut Vec<u8>) {
+    let secs = ts.unix_seconds();
+    let (y, mo, d) = civil_from_days(secs.div_euclid(SECS_PER_DAY));
+    let year_fits = (0..=9999).contains(&y);
+    if !year_fits {
+        // Unreachable for i64 nanoseconds (years 1677..2262); kept total for safety.
+        out.extend_from_slice(y.to_string().as_bytes());
+    }
+    let y = y.clamp(0, 9999) as u32;
+    let sod = secs.rem_euclid(SECS_PER_DAY) as u32;
+    // Built on the stack and appended once: this runs for every event written.
+    let mut buf = *b"0000-00-00T00:00:00.000000000Z";
+    put2(&mut buf, 0, y / 100);
+    put2(&mut buf, 2, y % 100);
+    put2(&mut buf, 5, mo);
+    put2(&mut buf, 8, d);
+    put2(&mut buf, 11, sod / 3600);
+    put2(&mut buf, 14, sod / 60 % 60);
+    put2(&mut buf, 17, sod % 60);
+    let digits = usize::from(ts.frac_digits.min(9));
+    let len = if digits == 0 {
+        buf[19] = b'Z';
+        20
+    } else {
+        let mut n = ts.subsec_nanos() / 10u32.pow(9 - digits as u32);
+        for k in (20..20 + digits).rev() {
+            buf[k] = b'0' + (n % 10) as u8;
+            n /= 10;
+        }
+        buf[20 + digits] = b'Z';
+        21 + digits
+    };
+    out.extend_from_slice(&buf[if year_fits { 0 } else { 4 }..len]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_round_trips_over_a_wide_range() {
+        for z in (-800_000..800_000).step_by(97) {
+            let (y, m, d) = civil_from_days(z);
+            assert_eq!(days_from_civil(y, m, d), z);
+            assert!(d >= 1 && d <= days_in_month(y, m));
+        }
+        assert_eq!(days_from_civil(1970, 1, 1), 0);
+        assert_eq!(days_from_civil(2000, 3, 1), 11_017);
+    }
+
+    fn ts(s: &str, strict: bool) -> Option<Timestamp> {
+        let c = parse_rfc3339(s.as_bytes(), strict)?;
+        c.to_timestamp(c.year?, 0)
+    }
+
+    fn fmt(t: Timestamp) -> String {
+        let mut out = Vec::new();
+        write_rfc3339(t, &mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[test]
+    fn rfc3339_examples() {
+        let a = ts("1985-04-12T23:20:50.52Z", true);
+        let b = ts("1985-04-12T19:20:50.52-04:00", true);
+        assert_eq!(a, b);
+        assert_eq!(a.map(|t| t.nanos), Some(482_196_050_520_000_000));
+        assert_eq!(a.map(fmt).as_deref(), Some("1985-04-12T23:20:50.52Z"));
+        let c = ts("2003-08-24T05:14:15.000003-07:00", true);
+        assert_eq!(c.map(fmt).as_deref(), Some("2003-08-24T12:14:15.000003Z"));
+        assert_eq!(ts("2003-08-24T05:14:15.000000003-07:00", true), None);
+        let d = ts("2003-08-24T05:14:15.000000003-07:00", false);
+        assert_eq!(
+            d.map(fmt).as_deref(),
+            Some("2003-08-24T12:14:15.000000003Z")
+        );
+        assert_eq!(ts("2003-09-31T22:14:15.003Z", false), None);
+        assert_eq!(ts("2006-01-02T15:04:05Z+07:00", false), None);
+        assert_eq!(
+            ts("2004-02-29T00:00:00z", false).map(fmt).as_deref(),
+            Some("2004-02-29T00:00:00Z")
+        );
+        assert_eq!(ts("2004-02-29T00:00:00z", true), None);
+        assert_eq!(
+            ts("9999-12-31T23:59:59Z", true),
+            None,
+            "overflows i64 nanos: unusable"
+        );
+        assert_eq!(ts("2016-12-31T23:59:60Z", true), None);
+    }
+
+    #[test]
+    fn bsd_forms() {
+        let p = |s: &str, strict| {
+            parse_bsd(s.as_bytes(), strict)
+                .map(|(c, n)| (c.month, c.day, c.year, c.hour, c.second, c.frac_digits, n))
+        };
+        assert_eq!(
+            p("Oct 11 22:14:15 x", true),
+            Some((10, 11, None, 22, 15, 0, 15))
+        );
+        assert_eq!(
+            p("Mar  6 16:57:54", true),
+            Some((3, 6, None, 16, 54, 0, 15))
+        );
+        assert_eq!(p("Jan 5 10:01:00", true), None);
+        assert_eq!(p("Jan 5 10:01:00", false), Some((1, 5, None, 10, 0, 0, 14)));
+        assert_eq!(p("AUG 10 22:18:24", true), None);
+        assert_eq!(
+            p("AUG 10 22:18:24", false),
+            Some((8, 10, None, 22, 24, 0, 15))
+        );
+        assert_eq!(
+            p("Oct 16 2009 23:47:31", false),
+            Some((10, 16, Some(2009), 23, 31, 0, 20))
+        );
+        assert_eq!(
+            p("Jan  8 19:46:03.295:", false),
+            Some((1, 8, None, 19, 3, 3, 19))
+        );
+        assert_eq!(p("Jan 32 10:01:00", false), None);
+        assert_eq!(p("Jan 12 25:01:00", false), None);
+        assert_eq!(p("Ja", false), None);
+    }
+}

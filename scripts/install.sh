@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what loghaul needs to build on a fresh Debian machine and builds the release binary.
+# Usage: scripts/install.sh            (then: ./target/release/loghaul run)
+# Idempotent and non-interactive (safe under CI=true with no stdin).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+need_apt=()
+command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
+command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+command -v curl >/dev/null 2>&1 || need_apt+=(curl ca-certificates)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${need_apt[@]}" </dev/null
+fi
+
+# Debian 12's rustc is too old for this workspace (edition 2024): use rustup's toolchain.
+if ! command -v cargo >/dev/null 2>&1; then
+  if [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+  else
+    echo "install.sh: installing Rust with rustup (https://rustup.rs)" >&2
+    curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+fi
+
+cargo build --release --locked --bin loghaul
+echo "install.sh: built $(pwd)/target/release/loghaul ($(./target/release/loghaul --version))"

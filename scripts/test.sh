@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs every test loghaul has: formatting, lints, unit/property/integration tests with real peers
+# (rsyslog, util-linux logger, syslog-ng's loggen), the small-size benchmark scenarios, and builds
+# the fuzz targets. Installs what the tests need from Debian first. `.ci/run` calls exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "toolchain and build dependencies"
+./scripts/install.sh
+export PATH="$HOME/.cargo/bin:$PATH"
+
+step "peers and clients for the tests (rsyslog, logger, syslog-ng, ruby-eventmachine)"
+./scripts/install-peers.sh
+
+# 2,000-connection tests need more descriptors than the usual 1024 soft limit.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo test (release: the integration and bench tests drive the real binary under load)"
+export LOGHAUL_BIN="$PWD/target/release/loghaul"
+cargo test --workspace --release --locked
+
+step "fuzz targets build"
+./scripts/fuzz.sh build
+
+echo
+echo "test.sh: all checks passed"

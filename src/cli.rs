@@ -1,0 +1,58 @@
+//! Command-line interface: `run`, `validate`, `config default`, `bench`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+const EXAMPLES: &str = "\
+Examples:
+  loghaul run                          # syslog on 127.0.0.1:5514 (TCP+UDP) -> ./loghaul-data/
+  loghaul config default > loghaul.yaml
+  loghaul validate -c loghaul.yaml
+  loghaul run -c loghaul.yaml -v
+  logger --server 127.0.0.1 --port 5514 --tcp \"hello\"
+  loghaul bench run syslog --subjects loghaul,rsyslog --runs 3";
+
+/// A log ingestion and forwarding server: syslog in, JSON lines out, without losing an event.
+#[derive(Parser, Debug)]
+#[command(name = "loghaul", version, about, after_help = EXAMPLES)]
+pub struct Cli {
+    /// More of loghaul's own logging (-v debug, -vv trace); LOGHAUL_LOG overrides (e.g. `info,loghaul=debug`).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the pipeline (the embedded default configuration when no -c is given).
+    Run {
+        /// Configuration file (.yaml/.yml, .toml or .json).
+        #[arg(short, long, env = "LOGHAUL_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Check a configuration: exit 0 when valid, otherwise print every error with its location.
+    Validate {
+        /// Configuration file (.yaml/.yml, .toml or .json).
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Print configuration helpers.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// The benchmark lab: load generator, meter and scenarios against peers.
+    Bench {
+        #[command(subcommand)]
+        command: loghaul_bench::cli::BenchCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ConfigCommand {
+    /// Print the embedded default configuration (what `loghaul run` without -c uses).
+    Default,
+}

@@ -1,0 +1,425 @@
+//! Per-component metrics and health, rendered as Prometheus text by the API.
+//!
+//! Every component gets one [`ComponentMetrics`] from the [`Registry`]. Counters are plain atomics
+//! updated once per batch (never per event), so metrics cost nothing measurable on the hot path.
+//! The names are specified in docs/specs/component.md; keep the two in step.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What went wrong, for `component_errors_total{kind}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A frame that did not parse in the configured format (kept as raw text).
+    Parse,
+    /// Bytes that are not UTF-8 (kept, replaced lossily on output).
+    InvalidUtf8,
+    /// A frame longer than `max_length` (truncated).
+    Oversized,
+    /// Broken framing: a bad octet count, an empty frame.
+    Framing,
+    /// A socket or file operation failed.
+    Io,
+    /// A connection refused because `max_connections` was reached.
+    ConnectionLimit,
+}
+
+impl ErrorKind {
+    const ALL: [ErrorKind; 6] = [
+        ErrorKind::Parse,
+        ErrorKind::InvalidUtf8,
+        ErrorKind::Oversized,
+        ErrorKind::Framing,
+        ErrorKind::Io,
+        ErrorKind::ConnectionLimit,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Parse => "parse",
+            ErrorKind::InvalidUtf8 => "invalid_utf8",
+            ErrorKind::Oversized => "oversized",
+            ErrorKind::Framing => "framing",
+            ErrorKind::Io => "io",
+            ErrorKind::ConnectionLimit => "connection_limit",
+        }
+    }
+}
+
+/// Why events were dropped on purpose, for `component_discarded_events_total{reason}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiscardReason {
+    /// A downstream queue was full and the source cannot push back (UDP).
+    QueueFull,
+    /// A filter did not match.
+    Filtered,
+    /// A downstream component is gone (it failed), so the events had nowhere to go.
+    DownstreamClosed,
+    /// A sink failed to write them.
+    WriteFailed,
+}
+
+impl DiscardReason {
+    const ALL: [DiscardReason; 4] = [
+        DiscardReason::QueueFull,
+        DiscardReason::Filtered,
+        DiscardReason::DownstreamClosed,
+        DiscardReason::WriteFailed,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiscardReason::QueueFull => "queue_full",
+            DiscardReason::Filtered => "filtered",
+            DiscardReason::DownstreamClosed => "downstream_closed",
+            DiscardReason::WriteFailed => "write_failed",
+        }
+    }
+}
+
+/// A component's health, as `/health` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Starting = 0,
+    Running = 1,
+    /// Running, but its last operation failed (a sink that cannot write).
+    Degraded = 2,
+    Stopped = 3,
+}
+
+/// The metrics and health of one component.
+pub struct ComponentMetrics {
+    pub id: String,
+    /// `source`, `transform` or `sink`.
+    pub kind: &'static str,
+    /// The component's `type` (`syslog`, `file`...).
+    pub component_type: &'static str,
+    pub received_events: AtomicU64,
+    pub received_bytes: AtomicU64,
+    pub sent_events: AtomicU64,
+    pub sent_bytes: AtomicU64,
+    errors: [AtomicU64; ErrorKind::ALL.len()],
+    discarded: [AtomicU64; DiscardReason::ALL.len()],
+    pub open_connections: AtomicI64,
+    /// Events waiting in this component's input queue.
+    pub buffer_events: AtomicI64,
+    /// Batches waiting in this component's input queue, and its capacity.
+    pub buffer_batches: AtomicI64,
+    pub buffer_max_batches: AtomicI64,
+    health: AtomicU8,
+    reason: Mutex<Option<String>>,
+    log_limiter: Mutex<Option<Instant>>,
+    suppressed: AtomicU64,
+}
+
+impl ComponentMetrics {
+    fn new(id: &str, kind: &'static str, component_type: &'static str) -> ComponentMetrics {
+        ComponentMetrics {
+            id: id.to_string(),
+            kind,
+            component_type,
+            received_events: AtomicU64::new(0),
+            received_bytes: AtomicU64::new(0),
+            sent_events: AtomicU64::new(0),
+            sent_bytes: AtomicU64::new(0),
+            errors: Default::default(),
+            discarded: Default::default(),
+            open_connections: AtomicI64::new(0),
+            buffer_events: AtomicI64::new(0),
+            buffer_batches: AtomicI64::new(0),
+            buffer_max_batches: AtomicI64::new(0),
+            health: AtomicU8::new(Health::Starting as u8),
+            reason: Mutex::new(None),
+            log_limiter: Mutex::new(None),
+            suppressed: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    pub fn received(&self, events: usize, bytes: usize) {
+        self.received_events
+            .fetch_add(events as u64, Ordering::Relaxed);
+        self.received_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn sent(&self, events: usize, bytes: usize) {
+        self.sent_events.fetch_add(events as u64, Ordering::Relaxed);
+        self.sent_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub fn error(&self, kind: ErrorKind, count: u64) {
+        if count > 0 {
+            self.errors[kind as usize].fetch_add(count, Ordering::Relaxed);
+        }
+    }
+
+    #[inline]
+    pub fn discarded(&self, reason: DiscardReason, count: u64) {
+        if count > 0 {
+            self.discarded[reason as usize].fetch_add(count, Ordering::Relaxed);
+        }
+    }
+
+    pub fn errors(&self, kind: ErrorKind) -> u64 {
+        self.errors[kind as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn discarded_count(&self, reason: DiscardReason) -> u64 {
+        self.discarded[reason as usize].load(Ordering::Relaxed)
+    }
+
+    pub fn set_health(&self, health: Health, reason: Option<String>) {
+        self.health.store(health as u8, Ordering::Release);
+        if let Ok(mut r) = self.reason.lock() {
+            *r = reason;
+        }
+    }
+
+    pub fn health(&self) -> (Health, Option<String>) {
+        let h = match self.health.load(Ordering::Acquire) {
+            0 => Health::Starting,
+            1 => Health::Running,
+            2 => Health::Degraded,
+            _ => Health::Stopped,
+        };
+        let reason = self.reason.lock().ok().and_then(|r| r.clone());
+        (h, reason)
+    }
+
+    /// Whether a warning about bad input may be logged now: at most one every 5 seconds per
+    /// component, so a flood of garbage cannot flood the log. Returns how many were suppressed
+    /// since the last one that was allowed.
+    pub fn log_allowed(&self) -> Option<u64> {
+        const EVERY: Duration = Duration::from_secs(5);
+        let now = Instant::now();
+        let Ok(mut last) = self.log_limiter.lock() else {
+            return None;
+        };
+        match *last {
+            Some(t) if now.duration_since(t) < EVERY => {
+                self.suppressed.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            _ => {
+                *last = Some(now);
+                Some(self.suppressed.swap(0, Ordering::Relaxed))
+            }
+        }
+    }
+}
+
+/// Logs a warning about one component through its rate limiter.
+#[macro_export]
+macro_rules! warn_limited {
+    ($metrics:expr, $($arg:tt)+) => {
+        if let Some(suppressed) = $metrics.log_allowed() {
+            tracing::warn!(component = %$metrics.id, suppressed, $($arg)+);
+        }
+    };
+}
+
+/// All components' metrics.
+#[derive(Default)]
+pub struct Registry {
+    components: Mutex<Vec<Arc<ComponentMetrics>>>,
+}
+
+impl Registry {
+    pub fn register(
+        &self,
+        id: &str,
+        kind: &'static str,
+        component_type: &'static str,
+    ) -> Arc<ComponentMetrics> {
+        let m = Arc::new(ComponentMetrics::new(id, kind, component_type));
+        if let Ok(mut c) = self.components.lock() {
+            c.push(m.clone());
+        }
+        m
+    }
+
+    pub fn components(&self) -> Vec<Arc<ComponentMetrics>> {
+        self.components
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
+    }
+
+    /// `Ok` when every component runs; otherwise the components that do not, with reasons.
+    pub fn health(&self) -> Result<(), Vec<(String, String)>> {
+        let bad: Vec<(String, String)> = self
+            .components()
+            .iter()
+            .filter_map(|c| match c.health() {
+                (Health::Running, _) => None,
+                (h, reason) => Some((
+                    c.id.clone(),
+                    reason.unwrap_or_else(|| format!("{h:?}").to_lowercase()),
+                )),
+            })
+            .collect();
+        if bad.is_empty() { Ok(()) } else { Err(bad) }
+    }
+
+    /// Prometheus text exposition format 0.0.4.
+    pub fn render(&self) -> String {
+        let comps = self.components();
+        let mut out = String::with_capacity(4096);
+        let labels = |c: &ComponentMetrics| {
+            format!(
+                "component_id=\"{}\",component_kind=\"{}\",component_type=\"{}\"",
+                escape_label(&c.id),
+                c.kind,
+                c.component_type
+            )
+        };
+        type Getter = fn(&ComponentMetrics) -> i64;
+        let simple: [(&str, &str, &str, Getter); 8] = [
+            (
+                "loghaul_component_received_events_total",
+                "counter",
+                "Events the component accepted.",
+                |c| c.received_events.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "loghaul_component_received_bytes_total",
+                "counter",
+                "Bytes the component accepted (wire bytes for sources).",
+                |c| c.received_bytes.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "loghaul_component_sent_events_total",
+                "counter",
+                "Events the component passed on (sources, transforms) or wrote (sinks).",
+                |c| c.sent_events.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "loghaul_component_sent_bytes_total",
+                "counter",
+                "Bytes the component wrote (sinks: encoded bytes).",
+                |c| c.sent_bytes.load(Ordering::Relaxed) as i64,
+            ),
+            (
+                "loghaul_open_connections",
+                "gauge",
+                "Client connections open now.",
+                |c| c.open_connections.load(Ordering::Relaxed),
+            ),
+            (
+                "loghaul_buffer_events",
+                "gauge",
+                "Events waiting in the component's input queue.",
+                |c| c.buffer_events.load(Ordering::Relaxed),
+            ),
+            (
+                "loghaul_buffer_batches",
+                "gauge",
+                "Batches waiting in the component's input queue.",
+                |c| c.buffer_batches.load(Ordering::Relaxed),
+            ),
+            (
+                "loghaul_buffer_max_batches",
+                "gauge",
+                "Capacity of the component's input queue, in batches.",
+                |c| c.buffer_max_batches.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, ty, help, get) in simple {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {ty}");
+            for c in &comps {
+                let _ = writeln!(out, "{name}{{{}}} {}", labels(c), get(c));
+            }
+        }
+        let name = "loghaul_component_errors_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Errors by kind (bad input, I/O).\n# TYPE {name} counter"
+        );
+        for c in &comps {
+            for kind in ErrorKind::ALL {
+                let _ = writeln!(
+                    out,
+                    "{name}{{{},kind=\"{}\"}} {}",
+                    labels(c),
+                    kind.as_str(),
+                    c.errors(kind)
+                );
+            }
+        }
+        let name = "loghaul_component_discarded_events_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Events dropped on purpose, by reason.\n# TYPE {name} counter"
+        );
+        for c in &comps {
+            for reason in DiscardReason::ALL {
+                let _ = writeln!(
+                    out,
+                    "{name}{{{},reason=\"{}\"}} {}",
+                    labels(c),
+                    reason.as_str(),
+                    c.discarded_count(reason)
+                );
+            }
+        }
+        let name = "loghaul_component_up";
+        let _ = writeln!(
+            out,
+            "# HELP {name} 1 when the component runs healthily.\n# TYPE {name} gauge"
+        );
+        for c in &comps {
+            let up = matches!(c.health().0, Health::Running) as u8;
+            let _ = writeln!(out, "{name}{{{}}} {up}", labels(c));
+        }
+        out
+    }
+}
+
+fn escape_label(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_health() {
+        let reg = Registry::default();
+        let m = reg.register("in", "source", "syslog");
+        m.received(3, 30);
+        m.error(ErrorKind::Parse, 2);
+        m.discarded(DiscardReason::QueueFull, 5);
+        assert!(reg.health().is_err(), "starting is not healthy yet");
+        m.set_health(Health::Running, None);
+        assert!(reg.health().is_ok());
+        let text = reg.render();
+        let labels = r#"component_id="in",component_kind="source",component_type="syslog""#;
+        assert!(text.contains(&format!(
+            "loghaul_component_received_events_total{{{labels}}} 3"
+        )));
+        assert!(text.contains(&format!(
+            "loghaul_component_errors_total{{{labels},kind=\"parse\"}} 2"
+        )));
+        assert!(text.contains(&format!(
+            "loghaul_component_discarded_events_total{{{labels},reason=\"queue_full\"}} 5"
+        )));
+    }
+
+    #[test]
+    fn log_limiter_suppresses_floods() {
+        let reg = Registry::default();
+        let m = reg.register("in", "source", "syslog");
+        assert_eq!(m.log_allowed(), Some(0));
+        assert_eq!(m.log_allowed(), None);
+        assert_eq!(m.log_allowed(), None);
+        assert_eq!(m.suppressed.load(Ordering::Relaxed), 2);
+    }
+}

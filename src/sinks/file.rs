@@ -1,0 +1,456 @@
+//! The `file` sink: JSON lines (or message text) into files named by a template.
+//!
+//! ```text
+//! path: /var/log/loghaul/%Y-%m-%d/{{ appname }}.jsonl
+//!        strftime fields use the event's timestamp (UTC); {{ field }} uses the event's field,
+//!        sanitised to [A-Za-z0-9._-] so a sender cannot climb out of the directory.
+//! ```
+//!
+//! Writes are buffered per file and go out when a buffer passes [`WRITE_THRESHOLD`] or on the
+//! `flush_interval` tick. A batch's acknowledgement is committed only after every buffer holding
+//! its events has been written to the file (so "delivered" means "in the page cache"). On each
+//! tick the sink also closes files idle for `idle_timeout`, reopens files that were renamed or
+//! removed under it (logrotate without copytruncate), and on SIGHUP reopens every file.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use loghaul_codec::encode::{encode_json, encode_text};
+use loghaul_config::{Encoding, FileSinkConfig, TemplatePart};
+use loghaul_core::finalizer::Ack;
+use loghaul_core::names::{facility_name, severity_name};
+use loghaul_core::{BatchStatus, Event, EventBatch, Value};
+
+use super::ReopenGeneration;
+use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
+use crate::topology::Input;
+
+/// A file's buffer is written out once it holds this much.
+const WRITE_THRESHOLD: usize = 256 * 1024;
+/// Pending acknowledgements that force a flush even before the tick (bounds ack latency under
+/// a steady trickle of tracked batches).
+const MAX_PENDING_ACKS: usize = 256;
+
+struct OpenFile {
+    path: PathBuf,
+    file: File,
+    /// (device, inode) at open: a different pair at the path means the file was rotated away.
+    identity: (u64, u64),
+    buf: Vec<u8>,
+    buf_events: usize,
+    last_write: Instant,
+}
+
+pub struct FileSink {
+    config: FileSinkConfig,
+    metrics: Arc<ComponentMetrics>,
+    reopen: ReopenGeneration,
+    seen_generation: u64,
+    /// Open files; closed slots are `None` and reused.
+    files: Vec<Option<OpenFile>>,
+    by_path: HashMap<String, usize>,
+    /// The file the previous event went to, and the path it was rendered as.
+    current: Option<usize>,
+    current_path: String,
+    scratch: String,
+    /// The time parts rendered for `time_cache_second`.
+    time_cache_second: Option<i64>,
+    time_cache: Vec<String>,
+    pending: Vec<Ack>,
+}
+
+impl FileSink {
+    pub fn new(
+        config: FileSinkConfig,
+        metrics: Arc<ComponentMetrics>,
+        reopen: ReopenGeneration,
+    ) -> FileSink {
+        let seen_generation = reopen.load(Ordering::Acquire);
+        FileSink {
+            config,
+            metrics,
+            reopen,
+            seen_generation,
+            files: Vec::new(),
+            by_path: HashMap::new(),
+            current: None,
+            current_path: String::new(),
+            scratch: String::new(),
+            time_cache_second: None,
+            time_cache: Vec::new(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Consumes batches until every upstream is gone, then flushes and closes everything.
+    pub async fn run(mut self, mut input: Input) {
+        self.metrics.set_health(Health::Running, None);
+        let mut tick = tokio::time::interval(self.config.flush_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                batch = input.recv() => match batch {
+                    Some(batch) => {
+                        self.check_reopen();
+                        self.write_batch(&batch);
+                        // Take what is already queued before deciding whether to flush.
+                        drop(batch);
+                        while let Some(batch) = input.try_recv() {
+                            self.write_batch(&batch);
+                        }
+                        if self.pending.len() >= MAX_PENDING_ACKS {
+                            self.flush_all();
+                        }
+                    }
+                    None => break,
+                },
+                _ = tick.tick() => self.on_tick(),
+            }
+        }
+        self.flush_all();
+        self.files.clear();
+        self.metrics.set_health(Health::Stopped, None);
+    }
+
+    fn write_batch(&mut self, batch: &EventBatch) {
+        if batch.finalizer.is_tracked() {
+            self.pending.push(batch.finalizer.ack());
+        }
+        let static_path = !self.config.path.has_time && !self.config.path.has_fields;
+        for event in &batch.events {
+            let idx = if static_path {
+                match self.current {
+                    Some(i) if self.files.get(i).is_some_and(Option::is_some) => Some(i),
+                    _ => {
+                        self.scratch.clear();
+                        self.scratch.push_str(&self.config.path_raw);
+                        self.select_file()
+                    }
+                }
+            } else if self.render_path(batch, event) || self.current.is_none() {
+                self.select_file()
+            } else {
+                self.current
+            };
+            let Some(idx) = idx else {
+                // Opening failed (counted and logged in open); the event is lost to this sink.
+                self.metrics.discarded(DiscardReason::WriteFailed, 1);
+                continue;
+            };
+            let Some(Some(file)) = self.files.get_mut(idx) else {
+                continue;
+            };
+            match self.config.encoding {
+                Encoding::Json => encode_json(batch, event, &mut file.buf),
+                Encoding::Text => encode_text(batch, event, &mut file.buf),
+            }
+            file.buf_events += 1;
+            if file.buf.len() >= WRITE_THRESHOLD {
+                self.write_out(idx);
+            }
+        }
+    }
+
+    /// Renders the path for `event` into `scratch`; returns whether it differs from the
+    /// current file's path.
+    fn render_path(&mut self, batch: &EventBatch, event: &Event) -> bool {
+        let tmpl = &self.config.path;
+        if tmpl.has_time {
+            let ts = event.timestamp.unwrap_or(event.received);
+            let second = ts.unix_seconds();
+            if self.time_cache_second != Some(second) {
+                self.time_cache_second = Some(second);
+                self.time_cache.clear();
+                let dt = chrono::DateTime::from_timestamp(second, 0).unwrap_or_default();
+                for part in &tmpl.parts {
+                    if let TemplatePart::Strftime(fmt) = part {
+                        self.time_cache.push(dt.format(fmt).to_string());
+                    }
+                }
+                if !tmpl.has_fields {
+                    self.scratch.clear();
+                    let mut times = self.time_cache.iter();
+                    for part in &tmpl.parts {
+                        match part {
+                            TemplatePart::Literal(s) => self.scratch.push_str(s),
+                            TemplatePart::Strftime(_) => self
+                                .scratch
+                                .push_str(times.next().map_or("", |s| s.as_str())),
+                            TemplatePart::Field(_) => {}
+                        }
+                    }
+                    return self.scratch != self.current_path;
+                }
+            } else if !tmpl.has_fields {
+                return false;
+            }
+        }
+        self.scratch.clear();
+        let mut times = self.time_cache.iter();
+        for part in &tmpl.parts {
+            match part {
+                TemplatePart::Literal(s) => self.scratch.push_str(s),
+                TemplatePart::Strftime(_) => self
+                    .scratch
+                    .push_str(times.next().map_or("", |s| s.as_str())),
+                TemplatePart::Field(name) => push_field(&mut self.scratch, batch, event, name),
+            }
+        }
+        self.scratch != self.current_path
+    }
+
+    /// Makes the file for `scratch` current, opening it if needed.
+    fn select_file(&mut self) -> Option<usize> {
+        if let Some(&idx) = self.by_path.get(&self.scratch) {
+            self.current = Some(idx);
+            self.current_path.clone_from(&self.scratch);
+            return Some(idx);
+        }
+        let path = PathBuf::from(&self.scratch);
+        match open_append(&path) {
+            Ok(file) => {
+                let identity = file
+                    .metadata()
+                    .map(|m| (m.dev(), m.ino()))
+                    .unwrap_or_default();
+                if self.by_path.len() >= self.config.max_open_files {
+                    self.close_least_recent();
+                }
+                let slot = OpenFile {
+                    path,
+                    file,
+                    identity,
+                    buf: Vec::with_capacity(WRITE_THRESHOLD + 4096),
+                    buf_events: 0,
+                    last_write: Instant::now(),
+                };
+                let idx = match self.files.iter().position(Option::is_none) {
+                    Some(free) => {
+                        self.files[free] = Some(slot);
+                        free
+                    }
+                    None => {
+                        self.files.push(Some(slot));
+                        self.files.len() - 1
+                    }
+                };
+                self.by_path.insert(self.scratch.clone(), idx);
+                self.current = Some(idx);
+                self.current_path.clone_from(&self.scratch);
+                Some(idx)
+            }
+            Err(error) => {
+                self.metrics.error(ErrorKind::Io, 1);
+                self.metrics.set_health(
+                    Health::Degraded,
+                    Some(format!("cannot open {}: {error}", self.scratch)),
+                );
+                crate::warn_limited!(self.metrics, %error, path = %self.scratch, "Failed to open output file.");
+                self.current = None;
+                None
+            }
+        }
+    }
+
+    /// Writes one file's buffer to the file. On failure the buffered events are lost to this
+    /// sink: they are counted, the pending acks will report an error, and the file is reopened
+    /// on its next event.
+    fn write_out(&mut self, idx: usize) -> bool {
+        let Some(Some(file)) = self.files.get_mut(idx) else {
+            return true;
+        };
+        if file.buf.is_empty() {
+            return true;
+        }
+        let result = file.file.write_all(&file.buf);
+        let (bytes, events) = (file.buf.len(), file.buf_events);
+        file.buf.clear();
+        file.buf_events = 0;
+        file.last_write = Instant::now();
+        match result {
+            Ok(()) => {
+                self.metrics.sent(events, bytes);
+                if matches!(self.metrics.health().0, Health::Degraded) {
+                    self.metrics.set_health(Health::Running, None);
+                }
+                true
+            }
+            Err(error) => {
+                let path = file.path.display().to_string();
+                self.metrics.error(ErrorKind::Io, 1);
+                self.metrics
+                    .discarded(DiscardReason::WriteFailed, events as u64);
+                self.metrics.set_health(
+                    Health::Degraded,
+                    Some(format!("cannot write {path}: {error}")),
+                );
+                crate::warn_limited!(self.metrics, %error, %path, events, "Failed to write to output file.");
+                self.close(idx);
+                false
+            }
+        }
+    }
+
+    /// Writes every buffer and then reports the pending acknowledgements.
+    fn flush_all(&mut self) {
+        let mut ok = true;
+        for idx in 0..self.files.len() {
+            ok &= self.write_out(idx);
+        }
+        let status = if ok {
+            BatchStatus::Delivered
+        } else {
+            BatchStatus::Errored
+        };
+        for ack in self.pending.drain(..) {
+            ack.commit(status);
+        }
+    }
+
+    fn on_tick(&mut self) {
+        self.flush_all();
+        self.check_reopen();
+        let now = Instant::now();
+        for idx in 0..self.files.len() {
+            let Some(Some(file)) = self.files.get(idx) else {
+                continue;
+            };
+            if now.duration_since(file.last_write) >= self.config.idle_timeout {
+                self.close(idx);
+                continue;
+            }
+            // Rotated away (renamed or removed): reopen by path on the next event.
+            let rotated = match std::fs::metadata(&file.path) {
+                Ok(m) => (m.dev(), m.ino()) != file.identity,
+                Err(_) => true,
+            };
+            if rotated {
+                tracing::info!(component = %self.metrics.id, path = %file.path.display(), "Reopening output file that was moved or removed.");
+                self.close(idx);
+            }
+        }
+    }
+
+    fn check_reopen(&mut self) {
+        let generation = self.reopen.load(Ordering::Acquire);
+        if generation != self.seen_generation {
+            self.seen_generation = generation;
+            for idx in 0..self.files.len() {
+                self.write_out(idx);
+                self.close(idx);
+            }
+        }
+    }
+
+    fn close(&mut self, idx: usize) {
+        let Some(slot) = self.files.get_mut(idx) else {
+            return;
+        };
+        if let Some(file) = slot.as_mut()
+            && !file.buf.is_empty()
+        {
+            // Closing with buffered data happens only via idle/rotate paths after a flush, but
+            // never silently drop it.
+            let _ = file.file.write_all(&file.buf);
+        }
+        if let Some(file) = slot.take() {
+            self.by_path.retain(|_, v| *v != idx);
+            drop(file);
+        }
+        if self.current == Some(idx) {
+            self.current = None;
+            self.current_path.clear();
+        }
+    }
+
+    fn close_least_recent(&mut self) {
+        let oldest = self
+            .files
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| f.as_ref().map(|f| (i, f.last_write)))
+            .min_by_key(|(_, t)| *t)
+            .map(|(i, _)| i);
+        if let Some(idx) = oldest {
+            self.write_out(idx);
+            self.close(idx);
+        }
+    }
+}
+
+fn open_append(path: &Path) -> std::io::Result<File> {
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(dir)?;
+    }
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// Appends a field's value for a path, keeping only `[A-Za-z0-9._-]` (others become `_`), so
+/// `{{ appname }}` set to `../../etc/passwd` cannot leave the directory. Absent fields are `-`.
+fn push_field(out: &mut String, batch: &EventBatch, event: &Event, name: &str) {
+    let start = out.len();
+    let mut push_bytes = |bytes: &[u8]| {
+        for &b in bytes.iter().take(128) {
+            let c = if b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-' {
+                b as char
+            } else {
+                '_'
+            };
+            out.push(c);
+        }
+    };
+    match name {
+        "hostname" => push_bytes(event.hostname.map_or(&[][..], |s| batch.str(s))),
+        "appname" => push_bytes(event.appname.map_or(&[][..], |s| batch.str(s))),
+        "procid" => push_bytes(event.procid.map_or(&[][..], |s| batch.str(s))),
+        "msgid" => push_bytes(event.msgid.map_or(&[][..], |s| batch.str(s))),
+        "tag" => push_bytes(event.tag.map_or(&[][..], |s| batch.str(s))),
+        "facility" => push_bytes(
+            event
+                .facility
+                .and_then(facility_name)
+                .unwrap_or("")
+                .as_bytes(),
+        ),
+        "severity" => push_bytes(
+            event
+                .severity
+                .and_then(severity_name)
+                .unwrap_or("")
+                .as_bytes(),
+        ),
+        "source_type" => push_bytes(batch.source_type.as_bytes()),
+        "source_ip" => {
+            if let Some(ip) = event.source_ip {
+                push_bytes(ip.to_string().as_bytes());
+            }
+        }
+        other => {
+            for field in batch.fields_of(event) {
+                if batch.str(field.name) == other.as_bytes() {
+                    match field.value {
+                        Value::Str(s) => push_bytes(batch.str(s)),
+                        Value::Int(i) => push_bytes(i.to_string().as_bytes()),
+                        Value::Bool(b) => push_bytes(if b { b"true" } else { b"false" }),
+                        _ => {}
+                    }
+                    break;
+                }
+            }
+        }
+    }
+    let value = &out[start..];
+    if value.is_empty() || value == "." || value == ".." {
+        out.truncate(start);
+        out.push('-');
+    }
+}

@@ -1,0 +1,187 @@
+//! Syslog over TCP: an accept loop, then one task per connection.
+//!
+//! Per connection: read into a large buffer, frame, freeze the framed prefix as the batch arena,
+//! decode, fan out, and only then read again. While a downstream queue is full `send` waits, the
+//! task stops reading, and the kernel's receive window pushes back on the sender.
+//!
+//! Shutdown: stop accepting, and let every connection read what is still arriving until its client
+//! closes or has sent nothing for [`DRAIN_IDLE`], so a sender that finished just before SIGTERM
+//! loses nothing.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use loghaul_codec::framing::{Frame, Framer, FramingStats};
+use loghaul_codec::syslog::{DecodeStats, Decoder};
+use loghaul_core::{EventBatch, Timestamp};
+use tokio::io::AsyncReadExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use super::SourceContext;
+use crate::metrics::{ErrorKind, Health};
+use crate::topology::ShutdownSignal;
+
+/// Bytes read per syscall (and so the largest arena one read produces).
+const READ_SIZE: usize = 128 * 1024;
+/// Read again only when at least this much buffer space is free; otherwise grow first.
+const MIN_READ_SPACE: usize = 16 * 1024;
+/// During shutdown, a connection that has been quiet this long is considered drained.
+pub const DRAIN_IDLE: Duration = Duration::from_millis(300);
+
+/// Binds the listener (called before anything starts, so a busy port fails the whole start).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    // A deep backlog: thousands of clients reconnecting at once must not see resets.
+    socket.listen(4096)
+}
+
+/// Accepts until shutdown, then waits for every connection to drain.
+pub async fn run(listener: TcpListener, ctx: Arc<SourceContext>, mut shutdown: ShutdownSignal) {
+    let limit = Arc::new(Semaphore::new(ctx.config.max_connections));
+    let mut connections = JoinSet::new();
+    ctx.metrics.set_health(Health::Running, None);
+    loop {
+        tokio::select! {
+            _ = shutdown.wait() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let Ok(permit) = limit.clone().try_acquire_owned() else {
+                        ctx.metrics.error(ErrorKind::ConnectionLimit, 1);
+                        crate::warn_limited!(ctx.metrics, %peer, max_connections = ctx.config.max_connections, "Refused a connection over max_connections.");
+                        continue;
+                    };
+                    let ctx = ctx.clone();
+                    let shutdown = shutdown.clone();
+                    connections.spawn(async move {
+                        serve(stream, peer, &ctx, shutdown).await;
+                        drop(permit);
+                    });
+                }
+                Err(error) => {
+                    // EMFILE and friends: back off briefly instead of spinning on the error.
+                    ctx.metrics.error(ErrorKind::Io, 1);
+                    crate::warn_limited!(ctx.metrics, %error, "Failed to accept a connection.");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    drop(listener);
+    while connections.join_next().await.is_some() {}
+    ctx.metrics.set_health(Health::Stopped, None);
+}
+
+/// Serves one connection until EOF, an error, or the end of the shutdown drain.
+async fn serve(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    ctx: &SourceContext,
+    mut shutdown: ShutdownSignal,
+) {
+    let m = &ctx.metrics;
+    m.open_connections.fetch_add(1, Ordering::Relaxed);
+    let _ = stream.set_nodelay(true);
+    let mut conn = Connection {
+        ctx,
+        peer,
+        framer: Framer::new(ctx.framing_mode(), ctx.config.max_length),
+        decoder: Decoder::new(ctx.decode_options()),
+        frames: Vec::with_capacity(1024),
+        fstats: FramingStats::default(),
+        dstats: DecodeStats::default(),
+    };
+    let mut buf = BytesMut::new();
+    let mut draining = shutdown.is_triggered();
+    loop {
+        if buf.capacity() - buf.len() < MIN_READ_SPACE {
+            buf.reserve(READ_SIZE);
+        }
+        let read = if draining {
+            match tokio::time::timeout(DRAIN_IDLE, stream.read_buf(&mut buf)).await {
+                Ok(r) => r,
+                Err(_) => break,
+            }
+        } else {
+            tokio::select! {
+                // read_buf is cancel-safe: if shutdown wins, no bytes were taken.
+                r = stream.read_buf(&mut buf) => r,
+                _ = shutdown.wait() => { draining = true; continue; }
+            }
+        };
+        match read {
+            Ok(0) => {
+                conn.finish(&mut buf).await;
+                break;
+            }
+            Ok(_) => conn.process(&mut buf).await,
+            Err(error) => {
+                m.error(ErrorKind::Io, 1);
+                crate::warn_limited!(m, %error, %peer, "Failed to read from connection.");
+                conn.finish(&mut buf).await;
+                break;
+            }
+        }
+    }
+    m.open_connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+struct Connection<'a> {
+    ctx: &'a SourceContext,
+    peer: SocketAddr,
+    framer: Framer,
+    decoder: Decoder,
+    frames: Vec<Frame>,
+    fstats: FramingStats,
+    dstats: DecodeStats,
+}
+
+impl Connection<'_> {
+    async fn process(&mut self, buf: &mut BytesMut) {
+        let consumed = self.framer.decode(buf, &mut self.frames, &mut self.fstats);
+        self.emit(buf, consumed).await;
+    }
+
+    async fn finish(&mut self, buf: &mut BytesMut) {
+        let consumed = self.framer.decode(buf, &mut self.frames, &mut self.fstats);
+        self.emit(buf, consumed).await;
+        let consumed = self.framer.finish(buf, &mut self.frames, &mut self.fstats);
+        self.emit(buf, consumed).await;
+    }
+
+    async fn emit(&mut self, buf: &mut BytesMut, consumed: usize) {
+        let consumed = consumed.min(buf.len());
+        if self.frames.is_empty() {
+            buf.advance(consumed);
+        } else {
+            let arena = buf.split_to(consumed).freeze();
+            let mut batch = EventBatch::new(arena, self.ctx.id.clone(), "syslog");
+            batch.events.reserve(self.frames.len());
+            self.decoder.decode_batch(
+                &mut batch,
+                &self.frames,
+                Timestamp::now(),
+                Some(self.peer.ip()),
+                &mut self.dstats,
+            );
+            self.frames.clear();
+            self.ctx.metrics.received(batch.len(), consumed);
+            self.ctx.fanout.send(batch).await;
+        }
+        if consumed > 0 {
+            self.ctx
+                .account_errors(&mut self.fstats, &mut self.dstats, &self.peer);
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Syslog over UDP: one datagram is one message, or several when separated by newlines.
+//!
+//! Datagrams are received back to back into one arena until the socket has nothing more ready or
+//! the arena is full, so a busy socket produces large batches. UDP cannot push back on senders:
+//! when a downstream queue is full, the batch is dropped for that downstream and counted
+//! (`component_discarded_events_total{reason="queue_full"}`), never buffered without bound.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use loghaul_codec::framing::{Frame, Framer, FramingMode, FramingStats};
+use loghaul_codec::syslog::{DecodeStats, Decoder};
+use loghaul_core::{EventBatch, Timestamp};
+use tokio::net::UdpSocket;
+
+use super::SourceContext;
+use crate::metrics::{ErrorKind, Health};
+use crate::topology::ShutdownSignal;
+
+/// Arena size per batch.
+const ARENA_SIZE: usize = 512 * 1024;
+/// Largest UDP payload: the arena must have this much room before each receive.
+const MAX_DATAGRAM: usize = 65_536;
+/// Most datagrams gathered into one batch.
+const MAX_DATAGRAMS: usize = 2048;
+
+/// Binds the socket, with SO_RCVBUF set when configured.
+pub fn bind(addr: SocketAddr, receive_buffer: Option<usize>) -> std::io::Result<UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    socket.set_reuse_address(true)?;
+    if let Some(size) = receive_buffer {
+        socket.set_recv_buffer_size(size)?;
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    UdpSocket::from_std(socket.into())
+}
+
+/// Receives until shutdown, then drains what the socket already holds.
+pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: ShutdownSignal) {
+    let mut decoder = Decoder::new(ctx.decode_options());
+    let mut frames: Vec<Frame> = Vec::with_capacity(MAX_DATAGRAMS);
+    // (first frame index, frame count, sender) per datagram.
+    let mut datagrams: Vec<(usize, usize, IpAddr)> = Vec::with_capacity(MAX_DATAGRAMS);
+    let mut fstats = FramingStats::default();
+    let mut dstats = DecodeStats::default();
+    let max_length = ctx.config.max_length;
+    ctx.metrics.set_health(Health::Running, None);
+    let mut draining = false;
+    loop {
+        let mut arena = BytesMut::with_capacity(ARENA_SIZE);
+        if !draining {
+            tokio::select! {
+                ready = socket.readable() => {
+                    if let Err(error) = ready {
+                        ctx.metrics.error(ErrorKind::Io, 1);
+                        crate::warn_limited!(ctx.metrics, %error, "Failed to poll the UDP socket.");
+                        continue;
+                    }
+                }
+                _ = shutdown.wait() => draining = true,
+            }
+        }
+        // Gather what is ready without waiting.
+        while datagrams.len() < MAX_DATAGRAMS && arena.capacity() - arena.len() >= MAX_DATAGRAM {
+            let start = arena.len();
+            match socket.try_recv_buf_from(&mut arena) {
+                Ok((len, peer)) => {
+                    let first = frames.len();
+                    split_datagram(
+                        &arena[start..start + len],
+                        start,
+                        max_length,
+                        &mut frames,
+                        &mut fstats,
+                    );
+                    datagrams.push((first, frames.len() - first, peer.ip()));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(error) => {
+                    // ICMP errors surface here on some systems; they concern one peer only.
+                    ctx.metrics.error(ErrorKind::Io, 1);
+                    crate::warn_limited!(ctx.metrics, %error, "Failed to receive a datagram.");
+                    break;
+                }
+            }
+        }
+        if datagrams.is_empty() {
+            if draining {
+                break;
+            }
+            continue;
+        }
+        let bytes = arena.len();
+        let mut batch = EventBatch::new(arena.freeze(), ctx.id.clone(), "syslog");
+        batch.events.reserve(frames.len());
+        let received = Timestamp::now();
+        for &(first, count, ip) in &datagrams {
+            decoder.decode_batch(
+                &mut batch,
+                &frames[first..first + count],
+                received,
+                Some(ip),
+                &mut dstats,
+            );
+        }
+        frames.clear();
+        datagrams.clear();
+        ctx.metrics.received(batch.len(), bytes);
+        ctx.account_errors(&mut fstats, &mut dstats, &"udp");
+        ctx.fanout.try_send(batch);
+    }
+    ctx.metrics.set_health(Health::Stopped, None);
+}
+
+/// Frames of one datagram (newline-separated messages), rebased to the datagram's arena offset.
+fn split_datagram(
+    datagram: &[u8],
+    base: usize,
+    max_length: usize,
+    frames: &mut Vec<Frame>,
+    stats: &mut FramingStats,
+) {
+    let mut framer = Framer::new(FramingMode::Newline, max_length);
+    let first = frames.len();
+    let consumed = framer.decode(datagram, frames, stats);
+    let tail_first = frames.len();
+    framer.finish(&datagram[consumed.min(datagram.len())..], frames, stats);
+    // `finish` saw only the unconsumed tail, so its frames are relative to `consumed`.
+    for f in &mut frames[tail_first..] {
+        f.start += consumed as u32;
+        f.end += consumed as u32;
+    }
+    for f in &mut frames[first..] {
+        f.start += base as u32;
+        f.end += base as u32;
+    }
+}

@@ -1,0 +1,218 @@
+//! Bounded batch channels between components, and the fan-out that feeds every downstream.
+//!
+//! A source or transform owns a [`Fanout`]; each downstream transform or sink owns one [`Input`].
+//! A batch is wrapped in one `Arc` and the same allocation goes to every downstream, so fan-out
+//! to N sinks costs N channel sends, not N copies. Queues are bounded in batches (and batches
+//! are bounded in bytes by the sources' read sizes), so memory is bounded: when a sink falls
+//! behind, `send` waits, the source stops reading, and TCP pushes back on the sender.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use loghaul_core::EventBatch;
+use tokio::sync::mpsc;
+
+use crate::metrics::{ComponentMetrics, DiscardReason};
+
+/// Capacity of every component's input queue, in batches.
+pub const QUEUE_BATCHES: usize = 32;
+
+/// The sending half a fan-out holds for one downstream component.
+#[derive(Clone)]
+struct Output {
+    tx: mpsc::Sender<Arc<EventBatch>>,
+    downstream: Arc<ComponentMetrics>,
+}
+
+/// The receiving end of a component's input queue; keeps its queue gauges honest.
+pub struct Input {
+    rx: mpsc::Receiver<Arc<EventBatch>>,
+    metrics: Arc<ComponentMetrics>,
+}
+
+/// A new input queue for the component whose metrics are given, and the sender to hand out.
+pub fn input_queue(metrics: Arc<ComponentMetrics>) -> (InputSender, Input) {
+    let (tx, rx) = mpsc::channel(QUEUE_BATCHES);
+    metrics
+        .buffer_max_batches
+        .store(QUEUE_BATCHES as i64, Ordering::Relaxed);
+    (
+        InputSender(Output {
+            tx,
+            downstream: metrics.clone(),
+        }),
+        Input { rx, metrics },
+    )
+}
+
+/// A handle used while wiring the graph: turns into a fan-out output.
+#[derive(Clone)]
+pub struct InputSender(Output);
+
+impl Input {
+    /// The next batch, or `None` once every upstream is gone (shutdown).
+    pub async fn recv(&mut self) -> Option<Arc<EventBatch>> {
+        let batch = self.rx.recv().await?;
+        self.account(&batch);
+        Some(batch)
+    }
+
+    /// A batch if one is queued right now.
+    pub fn try_recv(&mut self) -> Option<Arc<EventBatch>> {
+        let batch = self.rx.try_recv().ok()?;
+        self.account(&batch);
+        Some(batch)
+    }
+
+    fn account(&self, batch: &EventBatch) {
+        self.metrics
+            .buffer_events
+            .fetch_sub(batch.len() as i64, Ordering::Relaxed);
+        self.metrics.buffer_batches.fetch_sub(1, Ordering::Relaxed);
+        self.metrics.received(batch.len(), batch.arena.len());
+    }
+}
+
+/// Sends each batch to every downstream component.
+#[derive(Clone)]
+pub struct Fanout {
+    outputs: Vec<Output>,
+    metrics: Arc<ComponentMetrics>,
+}
+
+impl Fanout {
+    pub fn new(outputs: Vec<InputSender>, metrics: Arc<ComponentMetrics>) -> Fanout {
+        Fanout {
+            outputs: outputs.into_iter().map(|o| o.0).collect(),
+            metrics,
+        }
+    }
+
+    /// Delivers to every downstream, waiting while a queue is full (back-pressure).
+    pub async fn send(&self, batch: EventBatch) {
+        let n = batch.len();
+        if n == 0 {
+            return;
+        }
+        let bytes = batch.arena.len();
+        let batch = Arc::new(batch);
+        let mut delivered = false;
+        for out in &self.outputs {
+            out.enqueued(n);
+            if out.tx.send(batch.clone()).await.is_ok() {
+                delivered = true;
+            } else {
+                out.dequeued(n);
+                self.metrics
+                    .discarded(DiscardReason::DownstreamClosed, n as u64);
+            }
+        }
+        if delivered {
+            self.metrics.sent(n, bytes);
+        }
+    }
+
+    /// Delivers without waiting: a full queue drops the batch for that downstream and counts it.
+    /// For sources that cannot push back on their senders (UDP).
+    pub fn try_send(&self, batch: EventBatch) {
+        let n = batch.len();
+        if n == 0 {
+            return;
+        }
+        let bytes = batch.arena.len();
+        let batch = Arc::new(batch);
+        let mut delivered = false;
+        for out in &self.outputs {
+            out.enqueued(n);
+            match out.tx.try_send(batch.clone()) {
+                Ok(()) => delivered = true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    out.dequeued(n);
+                    self.metrics.discarded(DiscardReason::QueueFull, n as u64);
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => {
+                    out.dequeued(n);
+                    self.metrics
+                        .discarded(DiscardReason::DownstreamClosed, n as u64);
+                }
+            }
+        }
+        if delivered {
+            self.metrics.sent(n, bytes);
+        }
+    }
+}
+
+impl Output {
+    // The gauge goes up before the send so the receiver's decrement can never see it negative.
+    fn enqueued(&self, n: usize) {
+        self.downstream
+            .buffer_events
+            .fetch_add(n as i64, Ordering::Relaxed);
+        self.downstream
+            .buffer_batches
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn dequeued(&self, n: usize) {
+        self.downstream
+            .buffer_events
+            .fetch_sub(n as i64, Ordering::Relaxed);
+        self.downstream
+            .buffer_batches
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::Registry;
+    use bytes::Bytes;
+    use loghaul_core::{Event, Span};
+
+    fn batch(n: usize) -> EventBatch {
+        let mut b = EventBatch::new(Bytes::from_static(b"x"), "src".into(), "test");
+        b.events = vec![
+            Event {
+                message: Span::new(0, 1),
+                ..Event::default()
+            };
+            n
+        ];
+        b
+    }
+
+    #[tokio::test]
+    async fn fans_out_one_allocation_to_every_sink() {
+        let reg = Registry::default();
+        let (a_tx, mut a) = input_queue(reg.register("a", "sink", "file"));
+        let (b_tx, mut b) = input_queue(reg.register("b", "sink", "file"));
+        let src = reg.register("s", "source", "syslog");
+        let fan = Fanout::new(vec![a_tx, b_tx], src.clone());
+        fan.send(batch(3)).await;
+        let (Some(x), Some(y)) = (a.recv().await, b.recv().await) else {
+            panic!("both sinks get the batch");
+        };
+        assert!(Arc::ptr_eq(&x, &y));
+        assert_eq!(src.sent_events.load(Ordering::Relaxed), 3);
+        assert_eq!(a.metrics.buffer_events.load(Ordering::Relaxed), 0);
+        assert_eq!(a.metrics.received_events.load(Ordering::Relaxed), 3);
+    }
+
+    #[tokio::test]
+    async fn try_send_counts_drops_when_full() {
+        let reg = Registry::default();
+        let (tx, _rx) = input_queue(reg.register("a", "sink", "file"));
+        let src = reg.register("s", "source", "syslog");
+        let fan = Fanout::new(vec![tx], src.clone());
+        for _ in 0..QUEUE_BATCHES + 5 {
+            fan.try_send(batch(2));
+        }
+        assert_eq!(src.discarded_count(DiscardReason::QueueFull), 10);
+        assert_eq!(
+            src.sent_events.load(Ordering::Relaxed),
+            2 * QUEUE_BATCHES as u64
+        );
+    }
+}
