@@ -133,12 +133,19 @@ async fn serve(config: Config, path: Option<std::path::PathBuf>) -> anyhow::Resu
         }
     }
     tracing::info!(timeout = ?config.shutdown_timeout, "Shutting down: draining connections and flushing sinks.");
-    if topology.stop(config.shutdown_timeout).await {
+    // A second SIGINT/SIGTERM while draining means "now": exit without waiting (as Vector and
+    // most daemons do), saying what that may cost.
+    let stopped = tokio::select! {
+        clean = topology.stop(config.shutdown_timeout) => clean,
+        _ = sigterm.recv() => false,
+        _ = sigint.recv() => false,
+    };
+    if stopped {
         tracing::info!("loghaul stopped.");
         Ok(())
     } else {
         anyhow::bail!(
-            "shutdown_timeout ({:?}) passed before every sink flushed; some events may not have been written",
+            "stopped before every sink flushed (shutdown_timeout {:?} passed, or a second signal asked to stop now); some events may not have been written",
             config.shutdown_timeout
         )
     }

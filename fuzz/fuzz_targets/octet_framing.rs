@@ -43,11 +43,22 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let max = usize::from(u16::from_le_bytes([data[0], data[1]]) % 512);
-    let chunks: Vec<usize> = [data[2], data[3]].iter().map(|&c| usize::from(c % 64) + 1).collect();
+    let chunks: Vec<usize> = [data[2], data[3]]
+        .iter()
+        .map(|&c| usize::from(c % 64) + 1)
+        .collect();
     let stream = &data[4..];
     for mode in [FramingMode::OctetCounting, FramingMode::Auto] {
         let whole = run(mode, max, stream, &[usize::MAX]);
-        assert_eq!(run(mode, max, stream, &chunks), whole, "chunking changed the frames");
-        assert_eq!(run(mode, max, stream, &[1]), whole, "byte by byte changed the frames");
+        assert_eq!(
+            run(mode, max, stream, &chunks),
+            whole,
+            "chunking changed the frames"
+        );
+        assert_eq!(
+            run(mode, max, stream, &[1]),
+            whole,
+            "byte by byte changed the frames"
+        );
     }
 });

@@ -22,10 +22,10 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use loghaul_codec::encode::{encode_json, encode_text};
-use loghaul_config::{Encoding, FileSinkConfig, TemplatePart};
+use loghaul_config::{Encoding, FileSinkConfig, TemplatePart, push_path_component};
 use loghaul_core::finalizer::Ack;
 use loghaul_core::names::{facility_name, severity_name};
-use loghaul_core::{BatchStatus, Event, EventBatch, Value};
+use loghaul_core::{BatchStatus, Event, EventBatch, Span, Value};
 
 use super::ReopenGeneration;
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
@@ -394,63 +394,47 @@ fn open_append(path: &Path) -> std::io::Result<File> {
     OpenOptions::new().create(true).append(true).open(path)
 }
 
-/// Appends a field's value for a path, keeping only `[A-Za-z0-9._-]` (others become `_`), so
-/// `{{ appname }}` set to `../../etc/passwd` cannot leave the directory. Absent fields are `-`.
+/// Appends a field's value to a path, made safe by [`push_path_component`].
 fn push_field(out: &mut String, batch: &EventBatch, event: &Event, name: &str) {
-    let start = out.len();
-    let mut push_bytes = |bytes: &[u8]| {
-        for &b in bytes.iter().take(128) {
-            let c = if b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-' {
-                b as char
-            } else {
-                '_'
-            };
-            out.push(c);
-        }
-    };
-    match name {
-        "hostname" => push_bytes(event.hostname.map_or(&[][..], |s| batch.str(s))),
-        "appname" => push_bytes(event.appname.map_or(&[][..], |s| batch.str(s))),
-        "procid" => push_bytes(event.procid.map_or(&[][..], |s| batch.str(s))),
-        "msgid" => push_bytes(event.msgid.map_or(&[][..], |s| batch.str(s))),
-        "tag" => push_bytes(event.tag.map_or(&[][..], |s| batch.str(s))),
-        "facility" => push_bytes(
-            event
-                .facility
-                .and_then(facility_name)
-                .unwrap_or("")
-                .as_bytes(),
-        ),
-        "severity" => push_bytes(
-            event
-                .severity
-                .and_then(severity_name)
-                .unwrap_or("")
-                .as_bytes(),
-        ),
-        "source_type" => push_bytes(batch.source_type.as_bytes()),
+    let span = |s: Option<Span>| s.map_or(&[][..], |s| batch.str(s));
+    let owned;
+    let value: &[u8] = match name {
+        "hostname" => span(event.hostname),
+        "appname" => span(event.appname),
+        "procid" => span(event.procid),
+        "msgid" => span(event.msgid),
+        "tag" => span(event.tag),
+        "facility" => event
+            .facility
+            .and_then(facility_name)
+            .unwrap_or("")
+            .as_bytes(),
+        "severity" => event
+            .severity
+            .and_then(severity_name)
+            .unwrap_or("")
+            .as_bytes(),
+        "source_type" => batch.source_type.as_bytes(),
         "source_ip" => {
-            if let Some(ip) = event.source_ip {
-                push_bytes(ip.to_string().as_bytes());
-            }
+            owned = event.source_ip.map(|ip| ip.to_string()).unwrap_or_default();
+            owned.as_bytes()
         }
         other => {
-            for field in batch.fields_of(event) {
-                if batch.str(field.name) == other.as_bytes() {
-                    match field.value {
-                        Value::Str(s) => push_bytes(batch.str(s)),
-                        Value::Int(i) => push_bytes(i.to_string().as_bytes()),
-                        Value::Bool(b) => push_bytes(if b { b"true" } else { b"false" }),
-                        _ => {}
-                    }
-                    break;
+            let field = batch
+                .fields_of(event)
+                .iter()
+                .find(|f| batch.str(f.name) == other.as_bytes());
+            match field.map(|f| f.value) {
+                Some(Value::Str(s)) => batch.str(s),
+                Some(Value::Bool(true)) => b"true",
+                Some(Value::Bool(false)) => b"false",
+                Some(Value::Int(i)) => {
+                    owned = i.to_string();
+                    owned.as_bytes()
                 }
+                _ => b"",
             }
         }
-    }
-    let value = &out[start..];
-    if value.is_empty() || value == "." || value == ".." {
-        out.truncate(start);
-        out.push('-');
-    }
+    };
+    push_path_component(out, value);
 }

@@ -94,11 +94,13 @@ pub async fn start(
     for (id, s) in &config.sources {
         let SourceConfig::Syslog(cfg) = s;
         let socket = match cfg.mode {
-            SyslogMode::Tcp => {
-                Bound::Tcp(tcp::bind(cfg.address).await.with_context(|| {
-                    format!("source '{id}': cannot listen on tcp {}", cfg.address)
-                })?)
-            }
+            SyslogMode::Tcp => Bound::Tcp(
+                tcp::bind(cfg.address, cfg.receive_buffer)
+                    .await
+                    .with_context(|| {
+                        format!("source '{id}': cannot listen on tcp {}", cfg.address)
+                    })?,
+            ),
             SyslogMode::Udp => Bound::Udp(
                 udp::bind(cfg.address, cfg.receive_buffer)
                     .with_context(|| format!("source '{id}': cannot bind udp {}", cfg.address))?,
@@ -162,12 +164,7 @@ pub async fn start(
             downstream.remove(id.as_str()).unwrap_or_default(),
             metrics.clone(),
         );
-        let ctx = Arc::new(SourceContext {
-            id: id.as_str().into(),
-            config: cfg,
-            metrics,
-            fanout,
-        });
+        let ctx = Arc::new(SourceContext::new(id.as_str().into(), cfg, metrics, fanout));
         let task = match socket {
             Bound::Tcp(l) => tokio::spawn(tcp::run(l, ctx, signal.clone())),
             Bound::Udp(s) => tokio::spawn(udp::run(s, ctx, signal.clone())),

@@ -6,8 +6,8 @@
 //! the first line of each says what must be reported:
 //!
 //! ```text
-//! # expect: 7:5 unknown key
-//!           ^^^ LINE:COL  ^^^^^^^^^^^ a substring of the output
+//! # expect: 7:5 unknown key        <- LINE:COL, then a substring of the error
+//! # hint: did you mean             <- optional: a substring of the `  hint: ...` line
 //! ```
 
 use std::net::TcpListener;
@@ -92,6 +92,12 @@ fn validate_reports_every_broken_config_with_its_location() {
     for file in &files {
         let text = std::fs::read_to_string(file).expect("read broken config");
         let first = text.lines().next().unwrap_or("");
+        // An optional second line `# hint: substring` names what the hint must say.
+        let hint = text
+            .lines()
+            .nth(1)
+            .and_then(|l| l.strip_prefix("# hint:"))
+            .map(str::trim);
         let Some(expect) = first.strip_prefix("# expect:") else {
             failures.push(format!(
                 "{}: first line is not `# expect: LINE:COL substring`: {first:?}",
@@ -119,6 +125,14 @@ fn validate_reports_every_broken_config_with_its_location() {
         } else if !text.contains(&format!("{located}: error:")) {
             failures.push(format!(
                 "{shown}: expected `{located}: error: ...`; output:\n{text}"
+            ));
+        } else if let Some(hint) = hint
+            && !text
+                .lines()
+                .any(|l| l.starts_with("  hint: ") && l.contains(hint))
+        {
+            failures.push(format!(
+                "{shown}: no `  hint: ...{hint}...` line; output:\n{text}"
             ));
         }
     }

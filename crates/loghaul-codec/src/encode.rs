@@ -171,6 +171,9 @@ pub fn escape_json(s: &[u8], out: &mut Vec<u8>) {
             i += 8;
         }
         let rest = s.len() - i;
+        if rest == 0 {
+            break;
+        }
         if rest < 8 && s.len() >= 8 {
             // The tail gets the same word check: load the last eight bytes, shift out the ones
             // already handled and fill with safe bytes. Short fields are mostly tail.
@@ -462,6 +465,22 @@ mod tests {
             "a\\\"b\\\\c\\nd\\te\\r\\u0001\\u001f\x7f"
         );
         assert_eq!(esc("κόσμε \"x\"".as_bytes()), "κόσμε \\\"x\\\"");
+    }
+
+    /// Found by the rfc3164/rfc5424 fuzz targets: a string of safe bytes whose length is a
+    /// multiple of 8 ended the word loop exactly at the end, and the tail check shifted by 64.
+    #[test]
+    fn fuzz_regression_word_aligned_safe_string() {
+        for n in [0, 7, 8, 9, 15, 16, 17, 24] {
+            let s = "a".repeat(n);
+            assert_eq!(esc(s.as_bytes()), s);
+            let q = format!("{s}\"");
+            assert_eq!(esc(q.as_bytes()), format!("{s}\\\""));
+            let q = format!("\"{s}");
+            assert_eq!(esc(q.as_bytes()), format!("\\\"{s}"));
+        }
+        assert_eq!(esc(b"0123456789abcde\x01"), "0123456789abcde\\u0001");
+        assert_eq!(esc(b"01234567\"9abcdef"), "01234567\\\"9abcdef");
     }
 
     #[test]

@@ -270,11 +270,12 @@ pub(crate) fn parse_bsd(b: &[u8], strict: bool) -> Option<(Civil, usize)> {
     }
     i += 1;
     let mut year = None;
-    if !strict && byte_is(b, i + 4, b' ') {
-        if let Some(y) = num4(b, i) {
-            year = Some(i64::from(y));
-            i += 5;
-        }
+    if !strict
+        && byte_is(b, i + 4, b' ')
+        && let Some(y) = num4(b, i)
+    {
+        year = Some(i64::from(y));
+        i += 5;
     }
     let (hour, minute, second) = hms(b, i, strict)?;
     i += 8;

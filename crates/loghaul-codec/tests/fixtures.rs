@@ -18,6 +18,9 @@ use serde_json::{Map, Value as J};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
+/// Per frame: valid, lenient, acceptable expectations, the frame's own format (mixed streams).
+type FrameExpect = (bool, bool, Vec<Map<String, J>>, Option<Format>);
+
 fn fixtures_path() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/syslog-vectors.jsonl")
 }
@@ -249,26 +252,25 @@ fn every_fixture() -> TestResult {
         }
 
         for (how, frames) in &runs {
-            let per_frame: Vec<(bool, bool, Vec<Map<String, J>>, Option<Format>)> =
-                match case.get("frames").and_then(J::as_array) {
-                    Some(fs) => fs
-                        .iter()
-                        .map(|f| {
-                            (
-                                f["valid"].as_bool() == Some(true),
-                                lenient,
-                                merged(&f["expect"], f.get("alt_expect")),
-                                format_of(f),
-                            )
-                        })
-                        .collect(),
-                    None => vec![(
-                        valid,
-                        lenient,
-                        merged(&case["expect"], case.get("alt_expect")),
-                        None,
-                    )],
-                };
+            let per_frame: Vec<FrameExpect> = match case.get("frames").and_then(J::as_array) {
+                Some(fs) => fs
+                    .iter()
+                    .map(|f| {
+                        (
+                            f["valid"].as_bool() == Some(true),
+                            lenient,
+                            merged(&f["expect"], f.get("alt_expect")),
+                            format_of(f),
+                        )
+                    })
+                    .collect(),
+                None => vec![(
+                    valid,
+                    lenient,
+                    merged(&case["expect"], case.get("alt_expect")),
+                    None,
+                )],
+            };
             if per_frame.len() != frames.len() {
                 failures.push(format!(
                     "{id} [{how}]: {} frames, want {}",

@@ -219,6 +219,18 @@ proptest! {
     }
 
     #[test]
+    fn json_escaping_matches_lossy_utf8(
+        bytes in prop::collection::vec(prop_oneof![8 => 0x20u8..0x7f, 1 => any::<u8>()], 0..80),
+    ) {
+        // ASCII-heavy input of every length exercises the word-at-a-time paths and their tails.
+        let mut out = vec![b'"'];
+        loghaul_codec::encode::escape_json(&bytes, &mut out);
+        out.push(b'"');
+        let back: String = serde_json::from_slice(&out).unwrap();
+        prop_assert_eq!(back, String::from_utf8_lossy(&bytes).into_owned());
+    }
+
+    #[test]
     fn sd_values_round_trip_through_escaping(value in any::<String>()) {
         let escaped: String = value
             .chars()

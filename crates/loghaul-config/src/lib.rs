@@ -42,7 +42,7 @@ pub use runtime::{
     SinkConfig, SourceConfig, SyslogFormat, SyslogMode, SyslogSourceConfig, TimeZoneSetting,
     TransformConfig,
 };
-pub use template::{KNOWN_FIELDS, PathTemplate, TemplateError, TemplatePart};
+pub use template::{KNOWN_FIELDS, PathTemplate, TemplateError, TemplatePart, push_path_component};
 pub use units::{parse_duration, parse_size};
 pub use validate::{
     DEFAULT_API_ADDRESS, DEFAULT_FLUSH_INTERVAL, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,

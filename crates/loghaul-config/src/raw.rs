@@ -162,7 +162,7 @@ pub struct RawSyslogSource {
     /// TCP framing: `auto`, `newline` or `octet_counting`. Default `auto`; TCP only.
     #[serde(default)]
     pub framing: Option<Framing>,
-    /// Longest accepted message; longer ones are truncated or dropped. Default `100KiB`.
+    /// Longest accepted message; longer ones are truncated (and flagged `truncated`). Default `100KiB`.
     #[serde(default)]
     pub max_length: Option<RawSize>,
     /// Most concurrent TCP connections. Default `10000`; TCP only.
@@ -171,7 +171,8 @@ pub struct RawSyslogSource {
     /// Socket receive buffer (`SO_RCVBUF`). Default: the OS default.
     #[serde(default)]
     pub receive_buffer: Option<RawSize>,
-    /// Reject messages that do not parse as the chosen format instead of keeping them raw.
+    /// Parse exactly as the RFCs say instead of leniently; messages that fail are still kept, as raw
+    /// text flagged `parse_error`.
     #[serde(default)]
     pub strict: Option<bool>,
     /// Zone for timestamps that carry none: `UTC`, `local`, `+HH:MM` or `-HH:MM`. Default `UTC`.

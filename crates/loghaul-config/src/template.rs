@@ -132,9 +132,7 @@ impl PathTemplate {
 
     /// Renders the path for an event at `time`, asking `field` for each field's value.
     ///
-    /// Field values are made safe as one path component: characters other than ASCII letters,
-    /// digits, `.`, `-` and `_` become `_`, and a missing, empty, `.` or `..` value becomes `_`,
-    /// so an event can never steer a write outside the template's directories.
+    /// Field values are made safe as one path component by [`push_path_component`].
     pub fn render<Tz: TimeZone>(
         &self,
         time: &DateTime<Tz>,
@@ -151,26 +149,28 @@ impl PathTemplate {
                 TemplatePart::Strftime(f) => {
                     let _ = write!(out, "{}", time.format(f));
                 }
-                TemplatePart::Field(name) => out.push_str(&sanitize(field(name).as_deref())),
+                TemplatePart::Field(name) => {
+                    push_path_component(&mut out, field(name).as_deref().unwrap_or("").as_bytes())
+                }
             }
         }
         out
     }
 }
 
-fn sanitize(value: Option<&str>) -> String {
-    match value {
-        None | Some("" | "." | "..") => "_".to_owned(),
-        Some(v) => v
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect(),
+/// Appends `value` to `out` as one safe path component: bytes other than ASCII letters, digits,
+/// `.`, `-` and `_` become `_`, at most 128 bytes are kept, and an empty, `.` or `..` value
+/// becomes `-`, so an event can never steer a write outside the template's directories. The file
+/// sink renders its paths through this function too.
+pub fn push_path_component(out: &mut String, value: &[u8]) {
+    let start = out.len();
+    for &b in value.iter().take(128) {
+        let keep = b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_');
+        out.push(if keep { b as char } else { '_' });
+    }
+    if matches!(&out[start..], "" | "." | "..") {
+        out.truncate(start);
+        out.push('-');
     }
 }
 
@@ -370,6 +370,9 @@ mod tests {
             "appname" => Some("../etc/passwd".into()),
             _ => None,
         });
-        assert_eq!(path, "d/2024-03-09/.._etc_passwd-_.jsonl");
+        assert_eq!(path, "d/2024-03-09/.._etc_passwd--.jsonl");
+        let mut out = String::new();
+        push_path_component(&mut out, b"..");
+        assert_eq!(out, "-");
     }
 }

@@ -24,25 +24,24 @@ pub struct SourceContext {
     pub config: SyslogSourceConfig,
     pub metrics: Arc<ComponentMetrics>,
     pub fanout: Fanout,
+    /// Resolved once when the source starts (including a `local` time zone's offset).
+    pub decode: DecodeOptions,
 }
 
 impl SourceContext {
-    pub fn decode_options(&self) -> DecodeOptions {
-        DecodeOptions {
-            format: match self.config.format {
-                SyslogFormat::Auto => Format::Auto,
-                SyslogFormat::Rfc3164 => Format::Rfc3164,
-                SyslogFormat::Rfc5424 => Format::Rfc5424,
-                SyslogFormat::Raw => Format::Raw,
-            },
-            strict: self.config.strict,
-            timezone: match self.config.timezone {
-                TimeZoneSetting::Utc => TimeZone::Utc,
-                TimeZoneSetting::Fixed(secs) => TimeZone::Fixed(secs),
-                // Resolved once at start: zone-less timestamps are rare enough that a DST change
-                // during a run is an accepted inaccuracy (documented in docs/configuration.md).
-                TimeZoneSetting::Local => TimeZone::Fixed(local_offset_seconds()),
-            },
+    pub fn new(
+        id: Arc<str>,
+        config: SyslogSourceConfig,
+        metrics: Arc<ComponentMetrics>,
+        fanout: Fanout,
+    ) -> SourceContext {
+        let decode = decode_options(&config);
+        SourceContext {
+            id,
+            config,
+            metrics,
+            fanout,
+            decode,
         }
     }
 
@@ -86,4 +85,23 @@ impl SourceContext {
 fn local_offset_seconds() -> i32 {
     use chrono::{Local, Offset};
     Local::now().offset().fix().local_minus_utc()
+}
+
+fn decode_options(config: &SyslogSourceConfig) -> DecodeOptions {
+    DecodeOptions {
+        format: match config.format {
+            SyslogFormat::Auto => Format::Auto,
+            SyslogFormat::Rfc3164 => Format::Rfc3164,
+            SyslogFormat::Rfc5424 => Format::Rfc5424,
+            SyslogFormat::Raw => Format::Raw,
+        },
+        strict: config.strict,
+        timezone: match config.timezone {
+            TimeZoneSetting::Utc => TimeZone::Utc,
+            TimeZoneSetting::Fixed(secs) => TimeZone::Fixed(secs),
+            // Resolved once when the source starts: a DST change during a run is an accepted
+            // inaccuracy for zone-less timestamps (documented in docs/configuration.md).
+            TimeZoneSetting::Local => TimeZone::Fixed(local_offset_seconds()),
+        },
+    }
 }

@@ -34,13 +34,17 @@ const MIN_READ_SPACE: usize = 16 * 1024;
 pub const DRAIN_IDLE: Duration = Duration::from_millis(300);
 
 /// Binds the listener (called before anything starts, so a busy port fails the whole start).
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+/// `receive_buffer` sets SO_RCVBUF on the listener, which accepted sockets inherit.
+pub async fn bind(addr: SocketAddr, receive_buffer: Option<usize>) -> std::io::Result<TcpListener> {
     let socket = if addr.is_ipv4() {
         tokio::net::TcpSocket::new_v4()?
     } else {
         tokio::net::TcpSocket::new_v6()?
     };
     socket.set_reuseaddr(true)?;
+    if let Some(size) = receive_buffer {
+        socket.set_recv_buffer_size(u32::try_from(size).unwrap_or(u32::MAX))?;
+    }
     socket.bind(addr)?;
     // A deep backlog: thousands of clients reconnecting at once must not see resets.
     socket.listen(4096)
@@ -97,7 +101,7 @@ async fn serve(
         ctx,
         peer,
         framer: Framer::new(ctx.framing_mode(), ctx.config.max_length),
-        decoder: Decoder::new(ctx.decode_options()),
+        decoder: Decoder::new(ctx.decode),
         frames: Vec::with_capacity(1024),
         fstats: FramingStats::default(),
         dstats: DecodeStats::default(),

@@ -22,6 +22,8 @@ use crate::topology::ShutdownSignal;
 const ARENA_SIZE: usize = 512 * 1024;
 /// Largest UDP payload: the arena must have this much room before each receive.
 const MAX_DATAGRAM: usize = 65_536;
+/// Batches smaller than this are copied out of the receive buffer so it can be reused.
+const SMALL_BATCH: usize = 64 * 1024;
 /// Most datagrams gathered into one batch.
 const MAX_DATAGRAMS: usize = 2048;
 
@@ -40,7 +42,7 @@ pub fn bind(addr: SocketAddr, receive_buffer: Option<usize>) -> std::io::Result<
 
 /// Receives until shutdown, then drains what the socket already holds.
 pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: ShutdownSignal) {
-    let mut decoder = Decoder::new(ctx.decode_options());
+    let mut decoder = Decoder::new(ctx.decode);
     let mut frames: Vec<Frame> = Vec::with_capacity(MAX_DATAGRAMS);
     // (first frame index, frame count, sender) per datagram.
     let mut datagrams: Vec<(usize, usize, IpAddr)> = Vec::with_capacity(MAX_DATAGRAMS);
@@ -49,8 +51,8 @@ pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: Shutd
     let max_length = ctx.config.max_length;
     ctx.metrics.set_health(Health::Running, None);
     let mut draining = false;
+    let mut arena = BytesMut::new();
     loop {
-        let mut arena = BytesMut::with_capacity(ARENA_SIZE);
         if !draining {
             tokio::select! {
                 ready = socket.readable() => {
@@ -62,6 +64,9 @@ pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: Shutd
                 }
                 _ = shutdown.wait() => draining = true,
             }
+        }
+        if arena.capacity() < ARENA_SIZE {
+            arena = BytesMut::with_capacity(ARENA_SIZE);
         }
         // Gather what is ready without waiting.
         while datagrams.len() < MAX_DATAGRAMS && arena.capacity() - arena.len() >= MAX_DATAGRAM {
@@ -94,7 +99,16 @@ pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: Shutd
             continue;
         }
         let bytes = arena.len();
-        let mut batch = EventBatch::new(arena.freeze(), ctx.id.clone(), "syslog");
+        // A quiet socket yields a few small datagrams per wake-up: copy them out and keep the
+        // large buffer, rather than pinning half a megabyte per batch in the sink's queue.
+        let frozen = if bytes < SMALL_BATCH {
+            let copy = bytes::Bytes::copy_from_slice(&arena);
+            arena.clear();
+            copy
+        } else {
+            arena.split().freeze()
+        };
+        let mut batch = EventBatch::new(frozen, ctx.id.clone(), "syslog");
         batch.events.reserve(frames.len());
         let received = Timestamp::now();
         for &(first, count, ip) in &datagrams {

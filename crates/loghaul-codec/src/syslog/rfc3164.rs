@@ -55,11 +55,9 @@ pub(crate) fn parse(
 
     let mut hostname = None;
     let mut found = None;
-    if !strict {
-        if let Some((f, host)) = cisco(buf, pos, clock) {
-            found = Some(f);
-            hostname = host;
-        }
+    if !strict && let Some((f, host)) = cisco(buf, pos, clock) {
+        found = Some(f);
+        hostname = host;
     }
     if found.is_none() {
         found = timestamp_at(buf, pos, strict, clock);
