@@ -63,6 +63,9 @@ pub struct FileSink {
     time_cache_second: Option<i64>,
     time_cache: Vec<String>,
     pending: Vec<Ack>,
+    /// Some event since the last flush could not be written (its file would not open), so the
+    /// pending acknowledgements must report an error even if every buffer writes fine.
+    lost_since_flush: bool,
 }
 
 impl FileSink {
@@ -85,6 +88,7 @@ impl FileSink {
             time_cache_second: None,
             time_cache: Vec::new(),
             pending: Vec::new(),
+            lost_since_flush: false,
         }
     }
 
@@ -142,6 +146,7 @@ impl FileSink {
             let Some(idx) = idx else {
                 // Opening failed (counted and logged in open); the event is lost to this sink.
                 self.metrics.discarded(DiscardReason::WriteFailed, 1);
+                self.lost_since_flush = true;
                 continue;
             };
             let Some(Some(file)) = self.files.get_mut(idx) else {
@@ -300,7 +305,7 @@ impl FileSink {
 
     /// Writes every buffer and then reports the pending acknowledgements.
     fn flush_all(&mut self) {
-        let mut ok = true;
+        let mut ok = !std::mem::take(&mut self.lost_since_flush);
         for idx in 0..self.files.len() {
             ok &= self.write_out(idx);
         }
@@ -437,4 +442,122 @@ fn push_field(out: &mut String, batch: &EventBatch, event: &Event, name: &str) {
         }
     };
     push_path_component(out, value);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicU64;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use loghaul_config::PathTemplate;
+    use loghaul_core::{BatchNotifier, BatchStatusReceiver, Span};
+
+    use super::*;
+    use crate::metrics::Registry;
+    use crate::topology::{Fanout, fanout::input_queue};
+
+    type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+    fn config(path: &str) -> Result<FileSinkConfig, Box<dyn std::error::Error>> {
+        let (template, _) = PathTemplate::parse(path).map_err(|e| format!("{e:?}"))?;
+        Ok(FileSinkConfig {
+            inputs: vec!["src".into()],
+            path: template,
+            path_raw: path.to_string(),
+            encoding: Encoding::Json,
+            flush_interval: Duration::from_millis(50),
+            idle_timeout: Duration::from_secs(30),
+            max_open_files: 4,
+        })
+    }
+
+    fn tracked_batch(text: &'static [u8], app: Option<Span>) -> (EventBatch, BatchStatusReceiver) {
+        let (finalizer, rx) = BatchNotifier::new_with_receiver();
+        let mut batch = EventBatch::new(Bytes::from_static(text), "src".into(), "test");
+        batch.events.push(Event {
+            message: Span::new(0, text.len()),
+            appname: app,
+            ..Event::default()
+        });
+        batch.finalizer = finalizer;
+        (batch, rx)
+    }
+
+    /// Runs a file sink on `path` and returns the fan-out feeding it.
+    fn start(
+        path: &str,
+    ) -> Result<
+        (Fanout, Arc<ComponentMetrics>, tokio::task::JoinHandle<()>),
+        Box<dyn std::error::Error>,
+    > {
+        let reg = Registry::default();
+        let metrics = reg.register("out", "sink", "file");
+        let (tx, input) = input_queue(metrics.clone());
+        let fanout = Fanout::new(vec![tx], reg.register("src", "source", "test"));
+        let sink = FileSink::new(config(path)?, metrics.clone(), Arc::new(AtomicU64::new(0)));
+        Ok((fanout, metrics, tokio::spawn(sink.run(input))))
+    }
+
+    #[tokio::test]
+    async fn acknowledges_after_the_write() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("out.jsonl");
+        let (fanout, metrics, task) = start(&path.to_string_lossy())?;
+        let (batch, rx) = tracked_batch(b"hello", None);
+        fanout.send(batch).await;
+        let status = tokio::time::timeout(Duration::from_secs(5), rx).await?;
+        assert_eq!(status, BatchStatus::Delivered);
+        // Delivered means written: the line is in the file before the sink stops.
+        let text = std::fs::read_to_string(&path)?;
+        assert!(text.contains(r#""message":"hello""#), "{text}");
+        assert_eq!(metrics.sent_events.load(Ordering::Relaxed), 1);
+        drop(fanout);
+        task.await?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn reports_an_error_when_the_file_cannot_be_opened() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        // A path under a regular file can never be created.
+        std::fs::write(dir.path().join("blocker"), b"")?;
+        let path = dir.path().join("blocker/out.jsonl");
+        let (fanout, metrics, task) = start(&path.to_string_lossy())?;
+        let (batch, rx) = tracked_batch(b"lost", None);
+        fanout.send(batch).await;
+        let status = tokio::time::timeout(Duration::from_secs(5), rx).await?;
+        assert_eq!(status, BatchStatus::Errored);
+        assert_eq!(metrics.discarded_count(DiscardReason::WriteFailed), 1);
+        assert!(matches!(metrics.health().0, Health::Degraded));
+        drop(fanout);
+        task.await?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn field_templates_split_files_and_cannot_escape_the_directory() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let template = format!("{}/{{{{ appname }}}}.log", dir.path().display());
+        let (fanout, _, task) = start(&template)?;
+        // appname "../x" must land in dir/.._x.log, not outside dir.
+        let (batch, _rx) = tracked_batch(b"../x", Some(Span::new(0, 4)));
+        fanout.send(batch).await;
+        let (batch, _rx2) = tracked_batch(b"app", None);
+        fanout.send(batch).await;
+        drop(fanout);
+        task.await?;
+        assert!(dir.path().join(".._x.log").exists());
+        assert!(
+            dir.path().join("-.log").exists(),
+            "an absent field renders as '-'"
+        );
+        assert!(
+            !dir.path()
+                .parent()
+                .map(|p| p.join("x.log").exists())
+                .unwrap_or(false)
+        );
+        Ok(())
+    }
 }

@@ -98,13 +98,17 @@ impl Fanout {
         let batch = Arc::new(batch);
         let mut delivered = false;
         for out in &self.outputs {
-            out.enqueued(n);
-            if out.tx.send(batch.clone()).await.is_ok() {
-                delivered = true;
-            } else {
-                out.dequeued(n);
-                self.metrics
-                    .discarded(DiscardReason::DownstreamClosed, n as u64);
+            // Reserve first, count second: if this future is cancelled while waiting for space,
+            // nothing was counted, so the queue gauges stay exact.
+            match out.tx.reserve().await {
+                Ok(permit) => {
+                    out.enqueued(n);
+                    permit.send(batch.clone());
+                    delivered = true;
+                }
+                Err(_) => self
+                    .metrics
+                    .discarded(DiscardReason::DownstreamClosed, n as u64),
             }
         }
         if delivered {
@@ -123,18 +127,18 @@ impl Fanout {
         let batch = Arc::new(batch);
         let mut delivered = false;
         for out in &self.outputs {
-            out.enqueued(n);
-            match out.tx.try_send(batch.clone()) {
-                Ok(()) => delivered = true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    out.dequeued(n);
-                    self.metrics.discarded(DiscardReason::QueueFull, n as u64);
+            match out.tx.try_reserve() {
+                Ok(permit) => {
+                    out.enqueued(n);
+                    permit.send(batch.clone());
+                    delivered = true;
                 }
-                Err(mpsc::error::TrySendError::Closed(_)) => {
-                    out.dequeued(n);
-                    self.metrics
-                        .discarded(DiscardReason::DownstreamClosed, n as u64);
+                Err(mpsc::error::TrySendError::Full(())) => {
+                    self.metrics.discarded(DiscardReason::QueueFull, n as u64)
                 }
+                Err(mpsc::error::TrySendError::Closed(())) => self
+                    .metrics
+                    .discarded(DiscardReason::DownstreamClosed, n as u64),
             }
         }
         if delivered {
@@ -152,15 +156,6 @@ impl Output {
         self.downstream
             .buffer_batches
             .fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn dequeued(&self, n: usize) {
-        self.downstream
-            .buffer_events
-            .fetch_sub(n as i64, Ordering::Relaxed);
-        self.downstream
-            .buffer_batches
-            .fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -198,6 +193,33 @@ mod tests {
         assert_eq!(src.sent_events.load(Ordering::Relaxed), 3);
         assert_eq!(a.metrics.buffer_events.load(Ordering::Relaxed), 0);
         assert_eq!(a.metrics.received_events.load(Ordering::Relaxed), 3);
+    }
+
+    #[tokio::test]
+    async fn send_waits_while_a_sink_is_full() {
+        let reg = Registry::default();
+        let (tx, mut rx) = input_queue(reg.register("a", "sink", "file"));
+        let fan = Fanout::new(vec![tx], reg.register("s", "source", "syslog"));
+        for _ in 0..QUEUE_BATCHES {
+            fan.send(batch(1)).await;
+        }
+        // The queue is full: the next send must wait (this is what stops a TCP source reading).
+        let blocked =
+            tokio::time::timeout(std::time::Duration::from_millis(100), fan.send(batch(1))).await;
+        assert!(
+            blocked.is_err(),
+            "send must not complete while the queue is full"
+        );
+        assert_eq!(
+            rx.metrics.buffer_batches.load(Ordering::Relaxed),
+            QUEUE_BATCHES as i64
+        );
+        // Once the sink takes one batch, the sender proceeds.
+        assert!(rx.recv().await.is_some());
+        tokio::time::timeout(std::time::Duration::from_secs(5), fan.send(batch(1)))
+            .await
+            .map_err(|_| "send stayed blocked after space freed")
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[tokio::test]
