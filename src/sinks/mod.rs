@@ -2,6 +2,7 @@
 //! single-threaded runtime, because its writes are blocking file or stdout writes that must not
 //! stall the source tasks sharing the main runtime's workers.
 
+pub mod blackhole;
 pub mod console;
 pub mod file;
 

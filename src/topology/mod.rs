@@ -63,6 +63,7 @@ pub async fn start(
         let ty = match s {
             SinkConfig::File(_) => "file",
             SinkConfig::Console(_) => "console",
+            SinkConfig::Blackhole(_) => "blackhole",
         };
         let metrics = registry.register(id, "sink", ty);
         let (tx, rx) = fanout::input_queue(metrics.clone());
@@ -137,6 +138,7 @@ pub async fn start(
                         SinkConfig::Console(cfg) => {
                             crate::sinks::console::run(cfg, metrics, input).await
                         }
+                        SinkConfig::Blackhole(_) => crate::sinks::blackhole::run(metrics, input).await,
                     }
                 });
                 let _ = done_tx.send(());

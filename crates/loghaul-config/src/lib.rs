@@ -38,9 +38,9 @@ pub use diagnostic::{ConfigErrors, Diagnostic, Pos, Severity};
 pub use interpolate::interpolate;
 pub use load::ConfigFormat;
 pub use runtime::{
-    ApiConfig, Config, ConsoleSinkConfig, Encoding, FileSinkConfig, FilterConfig, Framing,
-    SinkConfig, SourceConfig, SyslogFormat, SyslogMode, SyslogSourceConfig, TimeZoneSetting,
-    TransformConfig,
+    ApiConfig, BlackholeSinkConfig, Config, ConsoleSinkConfig, Encoding, FileSinkConfig,
+    FilterConfig, Framing, SinkConfig, SourceConfig, SyslogFormat, SyslogMode, SyslogSourceConfig,
+    TimeZoneSetting, TransformConfig,
 };
 pub use template::{KNOWN_FIELDS, PathTemplate, TemplateError, TemplatePart, push_path_component};
 pub use units::{parse_duration, parse_size};

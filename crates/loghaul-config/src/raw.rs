@@ -216,6 +216,8 @@ pub enum RawSink {
     File(RawFileSink),
     /// Standard output.
     Console(RawConsoleSink),
+    /// Counts and discards (for measuring sources).
+    Blackhole(RawBlackholeSink),
 }
 
 /// `type: file`.
@@ -249,6 +251,14 @@ pub struct RawConsoleSink {
     /// `json` (one object per line) or `text`. Default `json`.
     #[serde(default)]
     pub encoding: Option<Encoding>,
+}
+
+/// `type: blackhole`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawBlackholeSink {
+    /// Ids of the sources or transforms to read from. Required, not empty.
+    pub inputs: Vec<String>,
 }
 
 /// A component enum the loader can build from a node once it has read the `type` key.
@@ -285,11 +295,12 @@ impl Component for RawTransform {
 
 impl Component for RawSink {
     const KIND: &'static str = "sink";
-    const TYPES: &'static [&'static str] = &["file", "console"];
+    const TYPES: &'static [&'static str] = &["file", "console", "blackhole"];
     fn from_type(ty: &str, de: NodeDe<'_>) -> Option<Result<Self, DeError>> {
         match ty {
             "file" => Some(RawFileSink::deserialize(de).map(RawSink::File)),
             "console" => Some(RawConsoleSink::deserialize(de).map(RawSink::Console)),
+            "blackhole" => Some(RawBlackholeSink::deserialize(de).map(RawSink::Blackhole)),
             _ => None,
         }
     }

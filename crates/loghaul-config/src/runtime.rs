@@ -156,6 +156,15 @@ pub enum SinkConfig {
     File(FileSinkConfig),
     /// Standard output.
     Console(ConsoleSinkConfig),
+    /// Counts events and discards them: measures sources without a sink's cost.
+    Blackhole(BlackholeSinkConfig),
+}
+
+/// A blackhole sink.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlackholeSinkConfig {
+    /// Ids read from.
+    pub inputs: Vec<String>,
 }
 
 /// A file sink.
@@ -217,6 +226,7 @@ impl SinkConfig {
         match self {
             SinkConfig::File(f) => &f.inputs,
             SinkConfig::Console(c) => &c.inputs,
+            SinkConfig::Blackhole(b) => &b.inputs,
         }
     }
 
@@ -225,6 +235,7 @@ impl SinkConfig {
         match self {
             SinkConfig::File(_) => "file",
             SinkConfig::Console(_) => "console",
+            SinkConfig::Blackhole(_) => "blackhole",
         }
     }
 }

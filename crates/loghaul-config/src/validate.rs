@@ -20,8 +20,8 @@ use crate::load::Loaded;
 use crate::node::Node;
 use crate::raw::{RawDuration, RawName, RawSink, RawSize, RawSource, RawTransform};
 use crate::runtime::{
-    ApiConfig, Config, ConsoleSinkConfig, FileSinkConfig, FilterConfig, SinkConfig, SourceConfig,
-    SyslogMode, SyslogSourceConfig, TimeZoneSetting, TransformConfig,
+    ApiConfig, BlackholeSinkConfig, Config, ConsoleSinkConfig, FileSinkConfig, FilterConfig,
+    SinkConfig, SourceConfig, SyslogMode, SyslogSourceConfig, TimeZoneSetting, TransformConfig,
 };
 use crate::template::PathTemplate;
 use crate::units::{DURATION_HINT, SIZE_HINT, parse_duration, parse_size};
@@ -612,6 +612,12 @@ pub(crate) fn validate(
                     encoding: c.encoding.unwrap_or_default(),
                 }),
             )),
+            RawSink::Blackhole(b) => sinks.push((
+                id.clone(),
+                SinkConfig::Blackhole(BlackholeSinkConfig {
+                    inputs: b.inputs.clone(),
+                }),
+            )),
         }
     }
 
@@ -625,6 +631,7 @@ pub(crate) fn validate(
             let inputs = match s {
                 RawSink::File(f) => f.inputs.as_slice(),
                 RawSink::Console(c) => c.inputs.as_slice(),
+                RawSink::Blackhole(b) => b.inputs.as_slice(),
             };
             ("sink", id.as_str(), inputs)
         }))
