@@ -67,9 +67,11 @@ trap cleanup EXIT
 apt_install rsyslog bsdutils ruby ruby-eventmachine
 
 # syslog-ng: private extraction. Its library dependencies are installed by apt; the package itself is not.
+# The libraries are checked on every run (a no-op when present): a kept /opt with a fresh system would
+# otherwise have the binary but not what it links against.
+apt_install libcap2 libglib2.0-0 libivykis0 libjson-c5 libnet1 libpcre3 libssl3 libsystemd0 libwrap0
 SNG_BIN="$SNG_DIR/usr/sbin/syslog-ng"
 if [ ! -x "$SNG_BIN" ]; then
-    apt_install libcap2 libglib2.0-0 libivykis0 libjson-c5 libnet1 libpcre3 libssl3 libsystemd0 libwrap0
     work="$(mktemp -d)"
     (
         cd "$work"

@@ -281,6 +281,19 @@ fn meter_cmd(a: MeterArgs) -> Result<()> {
     Ok(())
 }
 
+/// The command line as a user would type it: the program by its name, not its build path.
+fn command_line() -> String {
+    let mut args: Vec<String> = std::env::args().collect();
+    if let Some(first) = args.first_mut()
+        && let Some(name) = std::path::Path::new(first.as_str())
+            .file_name()
+            .and_then(|n| n.to_str())
+    {
+        *first = name.to_string();
+    }
+    args.join(" ")
+}
+
 fn run_cmd(a: RunArgs) -> Result<()> {
     let loghaul = match a.loghaul_bin {
         Some(p) => p,
@@ -321,7 +334,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         idle_timeout: a.idle_timeout,
         keep: a.keep,
         driver: a.generator,
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: command_line(),
     };
     let table = scenario::run(&plan)?;
     println!("{table}");

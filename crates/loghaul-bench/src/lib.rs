@@ -3,9 +3,11 @@
 //!
 //! Layout: [`payload`] builds seeded message blocks, [`target`] sends them (one small impl per
 //! transport), [`generator`] drives connections; [`meter`] turns what a subject wrote into exact
-//! loss, duplicates, flow and latency, and [`watch`] samples a subject's output cheaply during a run; [`subjects`] configures loghaul and its peers,
-//! [`scenario`] runs them, [`procstat`] charges them CPU and memory, [`report`] writes the table,
-//! raw runs and chart. [`cli`] is the clap surface the `loghaul` binary mounts under `bench`.
+//! loss, duplicates, flow and latency, and [`watch`] samples a subject's output cheaply during a
+//! run; [`subjects`] configures loghaul and its peers, [`scenario`] runs them, [`procstat`] charges
+//! them CPU and memory, [`report`] writes the table, raw runs and chart; [`discard`] is a listener
+//! that measures the generator alone. [`cli`] is the clap surface the `loghaul` binary mounts under
+//! `bench`.
 
 pub mod cli;
 pub mod discard;

@@ -229,7 +229,8 @@ fn fmt_spread(s: Option<Spread>, f: &dyn Fn(f64) -> String) -> String {
 }
 
 fn rate(v: f64) -> String {
-    if v >= 1e6 {
+    // 999,600/s would print as "1000k/s" in the k branch.
+    if v >= 999_500.0 {
         format!("{:.2}M/s", v / 1e6)
     } else {
         format!("{:.0}k/s", v / 1e3)

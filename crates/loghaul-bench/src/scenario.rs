@@ -101,7 +101,7 @@ pub fn default_message_size(scenario: Scenario) -> usize {
     match scenario {
         Scenario::Basic => 64,
         // Header and structured data take ~130 bytes: leave room for a message text.
-        Scenario::Rfc5424 => 200,
+        Scenario::Rfc5424 => 256,
         _ => 128,
     }
 }
@@ -572,7 +572,7 @@ fn run_one(
                 rec.latency_p50_ms = ms(0.5);
                 rec.latency_p99_ms = ms(0.99);
                 rec.latency_p999_ms = ms(0.999);
-                rec.flow_per_sec = w.flow_per_sec();
+                rec.flow_per_sec = w.flow_per_sec(rep.unique);
             }
         }
         Output::CountFile(p) => {

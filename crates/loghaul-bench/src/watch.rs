@@ -7,7 +7,9 @@
 //! - `stat`s the file every millisecond: the last growth time is when the last event arrived;
 //! - reads the newest few KiB whenever the file grew, and takes those lines' markers as latency
 //!   samples (they arrived within the last millisecond) and as a progress estimate (the highest
-//!   sequence number per generator).
+//!   sequence number per generator);
+//! - records the file size every 100ms: the per-second flow is the growth in bytes, converted to
+//!   events with the run's average bytes per event once the books are complete.
 //!
 //! The exact books (every sequence number, loss, duplicates) are kept by a [`FileFollower`] that the
 //! runner calls only when the file has gone quiet, i.e. when the subject is idle or done.
@@ -36,14 +38,26 @@ pub struct WatchState {
     pub size: u64,
     /// When the file last grew (µs since the epoch).
     pub last_growth_us: Option<u64>,
-    /// (time µs, frontier) points, at most one per 100ms, for the per-second flow.
+    /// (time µs, file size) points, at most one per 100ms, for the per-second flow.
     pub progress: Vec<(u64, u64)>,
     start_us: u64,
 }
 
 impl WatchState {
-    /// Events per second of the run, from the progress frontier.
-    pub fn flow_per_sec(&self) -> Vec<u64> {
+    /// Events per second of the run: bytes written each second × `events` / bytes written in all.
+    pub fn flow_per_sec(&self, events: u64) -> Vec<u64> {
+        let total = self.progress.last().map_or(0, |p| p.1);
+        if total == 0 {
+            return Vec::new();
+        }
+        let per_byte = events as f64 / total as f64;
+        self.byte_flow()
+            .into_iter()
+            .map(|b| (b as f64 * per_byte).round() as u64)
+            .collect()
+    }
+
+    fn byte_flow(&self) -> Vec<u64> {
         let mut flow = Vec::new();
         let mut prev = 0u64;
         let mut sec = 1u64;
@@ -126,7 +140,10 @@ impl Drop for Watcher {
 fn watch(path: &PathBuf, state: &Mutex<WatchState>, stop: &AtomicBool) {
     let mut file: Option<File> = None;
     let mut size = 0u64;
-    let mut buf = vec![0u8; WINDOW as usize + 1];
+    // Offset of the first line not sampled yet: a line may be written in several pieces, so the
+    // next window starts there rather than at the old end of file (which may be mid-line).
+    let mut next_line = 0u64;
+    let mut buf = vec![0u8; WINDOW as usize];
     let mut last_point = 0u64;
     while !stop.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(1));
@@ -138,6 +155,7 @@ fn watch(path: &PathBuf, state: &Mutex<WatchState>, stop: &AtomicBool) {
             // Truncated or replaced: start over.
             file = None;
             size = 0;
+            next_line = 0;
         }
         if len == size {
             continue;
@@ -147,18 +165,25 @@ fn watch(path: &PathBuf, state: &Mutex<WatchState>, stop: &AtomicBool) {
             file = File::open(path).ok();
         }
         let Some(f) = file.as_ref() else { continue };
-        // Start one byte early so a window that begins exactly on a line start is recognised.
-        let from = size.max(len.saturating_sub(WINDOW)).saturating_sub(1);
+        // Only the newest WINDOW bytes; if that cuts into a line, skip to the next line start.
+        let (from, mid_line) = if len.saturating_sub(WINDOW) > next_line {
+            (len - WINDOW, true)
+        } else {
+            (next_line, false)
+        };
         let want = (len - from) as usize;
         let got = f.read_at(&mut buf[..want], from).unwrap_or(0);
         size = len;
         let window = &buf[..got];
-        let start = if from == 0 {
-            0
-        } else {
+        let start = if mid_line {
             memchr::memchr(b'\n', window).map_or(got, |i| i + 1)
+        } else {
+            0
         };
         let end = memchr::memrchr(b'\n', window).map_or(0, |i| i + 1);
+        if end > 0 {
+            next_line = from + end as u64;
+        }
         let Ok(mut st) = state.lock() else { return };
         if start < end {
             st.samples.feed(&window[start..end], now);
@@ -167,16 +192,15 @@ fn watch(path: &PathBuf, state: &Mutex<WatchState>, stop: &AtomicBool) {
         st.last_growth_us = Some(now);
         if now.saturating_sub(last_point) >= 100_000 {
             last_point = now;
-            let frontier = st.samples.frontier();
-            st.progress.push((now, frontier));
+            st.progress.push((now, len));
         }
     }
     // A final point so the flow covers the end of the run.
     if let Ok(mut st) = state.lock()
         && let Some(t) = st.last_growth_us
     {
-        let frontier = st.samples.frontier();
-        st.progress.push((t, frontier));
+        let size = st.size;
+        st.progress.push((t, size));
     }
 }
 
@@ -197,11 +221,17 @@ mod tests {
             writeln!(f, "{{\"message\":\"gen=0 seq={s:010} t={:016} x\"}}", start).unwrap();
         }
         f.flush().unwrap();
-        std::thread::sleep(Duration::from_millis(50));
+        // The watcher polls every millisecond; allow a loaded machine plenty of time.
+        for _ in 0..500 {
+            if w.frontier() == 2000 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         assert_eq!(w.frontier(), 2000);
         let st = w.finish();
         assert!(st.last_growth_us.is_some());
         assert!(!st.samples.latency().is_empty());
-        assert_eq!(st.flow_per_sec().iter().sum::<u64>(), 2000);
+        assert_eq!(st.flow_per_sec(2000).iter().sum::<u64>(), 2000);
     }
 }
