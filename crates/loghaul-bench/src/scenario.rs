@@ -450,7 +450,7 @@ fn run_one(
         let (mark, seen_estimate) = match (&launch.output, &watcher) {
             (Output::File(_), Some(w)) => (w.last_growth_us(), w.frontier()),
             // An HTTP scrape costs the subject a little CPU: every 5th poll (10ms) is enough.
-            (Output::Metrics(_), _) if polls % 5 != 0 => (last_mark, counted),
+            (Output::Metrics(_), _) if !polls.is_multiple_of(5) => (last_mark, counted),
             (counter @ (Output::CountFile(_) | Output::Metrics(_)), _) => {
                 counted = counted.max(counter.count().unwrap_or(0));
                 (Some(counted), counted)
