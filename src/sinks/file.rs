@@ -487,13 +487,10 @@ mod tests {
         (batch, rx)
     }
 
+    type Running = (Fanout, Arc<ComponentMetrics>, tokio::task::JoinHandle<()>);
+
     /// Runs a file sink on `path` and returns the fan-out feeding it.
-    fn start(
-        path: &str,
-    ) -> Result<
-        (Fanout, Arc<ComponentMetrics>, tokio::task::JoinHandle<()>),
-        Box<dyn std::error::Error>,
-    > {
+    fn start(path: &str) -> Result<Running, Box<dyn std::error::Error>> {
         let reg = Registry::default();
         let metrics = reg.register("out", "sink", "file");
         let (tx, input) = input_queue(metrics.clone());
