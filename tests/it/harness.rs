@@ -123,9 +123,20 @@ impl Server {
     /// Starts loghaul with `template` (see [`render`]) and waits until `/health` answers 200.
     /// Retries with fresh ports when a port was taken between our check and loghaul's bind.
     pub fn start(template: &str) -> Server {
+        Server::start_with_env(template, &[])
+    }
+
+    /// As [`Server::start`], with extra environment variables for loghaul (`${VAR}` in configs).
+    pub fn start_with_env(template: &str, env: &[(&str, &str)]) -> Server {
+        Server::start_full(template, "loghaul.yaml", env)
+    }
+
+    /// As [`Server::start`], naming the config file (its extension picks the format) and adding
+    /// environment variables.
+    pub fn start_full(template: &str, file_name: &str, env: &[(&str, &str)]) -> Server {
         let mut last = String::new();
         for _attempt in 0..3 {
-            let mut server = Server::spawn(template);
+            let mut server = Server::spawn_full(template, file_name, env);
             match server.wait_healthy(START_TIMEOUT) {
                 Ok(()) => return server,
                 Err(why) => {
@@ -144,12 +155,22 @@ impl Server {
 
     /// Spawns loghaul without waiting for it.
     pub fn spawn(template: &str) -> Server {
+        Server::spawn_with_env(template, &[])
+    }
+
+    /// As [`Server::spawn`], with extra environment variables.
+    pub fn spawn_with_env(template: &str, env: &[(&str, &str)]) -> Server {
+        Server::spawn_full(template, "loghaul.yaml", env)
+    }
+
+    /// As [`Server::spawn`], naming the config file and adding environment variables.
+    pub fn spawn_full(template: &str, file_name: &str, env: &[(&str, &str)]) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("loghaul-it-")
             .tempdir()
             .expect("create temp dir");
         let ports = Ports::new();
-        let config_path = dir.path().join("loghaul.yaml");
+        let config_path = dir.path().join(file_name);
         fs::write(&config_path, render(template, &ports, dir.path())).expect("write config");
         let stderr_path = dir.path().join("loghaul.stderr");
         let stdout_path = dir.path().join("loghaul.stdout");
@@ -159,7 +180,12 @@ impl Server {
             .arg(&config_path)
             .current_dir(dir.path())
             .env_remove("LOGHAUL_CONFIG")
-            .env("LOGHAUL_LOG", "info")
+            // LOGHAUL_IT_LOG=debug (for example) turns up loghaul's own log in failing tests.
+            .env(
+                "LOGHAUL_LOG",
+                std::env::var("LOGHAUL_IT_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(fs::File::create(&stdout_path).expect("create stdout file"))
             .stderr(fs::File::create(&stderr_path).expect("create stderr file"))
@@ -973,13 +999,74 @@ pub fn raise_nofile_limit() -> (u64, u64) {
     let (soft, hard) = read();
     if soft < hard {
         let target = hard.min(65_536);
+        let hard_arg = if hard == u64::MAX {
+            "unlimited".to_string()
+        } else {
+            hard.to_string()
+        };
         let _ = Command::new("prlimit")
             .arg("--pid")
             .arg(std::process::id().to_string())
-            .arg(format!("--nofile={target}:{hard}"))
+            .arg(format!("--nofile={target}:{hard_arg}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status();
     }
     read()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn harness_parses_prometheus_series() {
+        let text = "# TYPE x counter\n\
+            x{component_id=\"a\",component_kind=\"source\",kind=\"parse\"} 3\n\
+            x{component_id=\"a\",component_kind=\"source\",kind=\"io\"} 4\n\
+            x{component_id=\"ab\",component_kind=\"source\",kind=\"io\"} 100\n\
+            xy{component_id=\"a\"} 1000\n";
+        assert_eq!(parse_metric(text, "x", "a", None), Some(7));
+        assert_eq!(parse_metric(text, "x", "a", Some("kind=\"io\"")), Some(4));
+        assert_eq!(parse_metric(text, "x", "b", None), None);
+        assert_eq!(parse_metric(text, "y", "a", None), None);
+    }
+
+    #[test]
+    fn harness_parses_rfc3339_utc() {
+        assert_eq!(parse_rfc3339_utc("1970-01-01T00:00:00Z"), (0.0, 0));
+        assert_eq!(
+            parse_rfc3339_utc("2026-01-02T03:04:05.5Z"),
+            (1_767_323_045.5, 1)
+        );
+        assert_eq!(parse_rfc3339_utc("2000-03-01T00:00:00.000001Z").1, 6);
+    }
+
+    #[test]
+    #[should_panic(expected = "1 duplicated")]
+    fn harness_each_once_catches_a_duplicate() {
+        assert_each_once(&[0, 1, 1, 2], 3, "dup");
+    }
+
+    #[test]
+    #[should_panic(expected = "1 missing")]
+    fn harness_each_once_catches_a_gap() {
+        assert_each_once(&[0, 2], 3, "gap");
+    }
+
+    #[test]
+    fn harness_line_reader_keeps_partial_lines() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let p = dir.path().join("f");
+        fs::write(&p, "a\nb").expect("write");
+        let mut r = LineReader::new(&p);
+        assert_eq!(r.read_new(), vec![b"a".to_vec()]);
+        fs::OpenOptions::new()
+            .append(true)
+            .open(&p)
+            .expect("open")
+            .write_all(b"c\nd\n")
+            .expect("append");
+        assert_eq!(r.read_new(), vec![b"bc".to_vec(), b"d".to_vec()]);
+    }
 }

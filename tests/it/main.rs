@@ -16,6 +16,7 @@
 mod harness;
 
 mod bad_input;
+mod formats;
 mod logger;
 mod misc;
 mod rsyslog;

@@ -428,3 +428,337 @@ fn health_and_metrics_count_what_was_sent() {
     assert_eq!(code, 404, "unknown API path");
     server.finish();
 }
+
+#[test]
+fn max_connections_refuses_extra_clients_and_counts_them() {
+    let server = Server::start(&syslog_config(", max_connections: 2"));
+    let mut a = connect(server.ports.tcp);
+    let mut b = connect(server.ports.tcp);
+    server.wait_metric_eq("loghaul_open_connections", "tcp_in", None, 2);
+
+    // The third is accepted by the kernel, then closed by loghaul without being served.
+    let mut c = connect(server.ports.tcp);
+    server.wait_metric(
+        "loghaul_component_errors_total",
+        "tcp_in",
+        Some("kind=\"connection_limit\""),
+        1,
+    );
+    let _ = c.write_all(line3164("over the limit").as_bytes());
+    let mut buf = [0u8; 16];
+    let closed = matches!(std::io::Read::read(&mut c, &mut buf), Ok(0) | Err(_));
+    assert!(
+        closed,
+        "loghaul must close a connection over max_connections"
+    );
+    drop(c);
+
+    a.write_all(line3164("from a").as_bytes()).expect("write a");
+    b.write_all(line3164("from b").as_bytes()).expect("write b");
+    drop(a);
+    server.wait_metric_eq("loghaul_open_connections", "tcp_in", None, 1);
+    // A slot is free again.
+    send_tcp(server.ports.tcp, line3164("from d").as_bytes());
+    drop(b);
+    let lines = wait_lines(&server.out(), 3, ARRIVE_TIMEOUT);
+    let mut got: Vec<&str> = lines.iter().map(message).collect();
+    got.sort_unstable();
+    assert_eq!(
+        got,
+        ["from a", "from b", "from d"],
+        "the refused client's line must not arrive"
+    );
+    assert_eq!(
+        server.metric(
+            "loghaul_component_errors_total",
+            "tcp_in",
+            Some("kind=\"connection_limit\"")
+        ),
+        1
+    );
+    server.finish();
+}
+
+#[test]
+fn config_env_interpolation() {
+    let server = Server::start_with_env(
+        r#"api: { address: "${LH_IT_HOST}:{API}" }
+sources:
+  tcp_in: { type: syslog, mode: tcp, address: "${LH_IT_HOST}:{TCP}", max_length: "${LH_IT_MAXLEN:-64}" }
+sinks:
+  out: { type: file, inputs: [tcp_in], path: "${LH_IT_UNSET_DIR:-{DIR}}/out.jsonl", flush_interval: 100ms }
+"#,
+        &[("LH_IT_HOST", "127.0.0.1")],
+    );
+    send_tcp(server.ports.tcp, line3164(&"z".repeat(100)).as_bytes());
+    let lines = wait_lines(&server.out(), 1, ARRIVE_TIMEOUT);
+    assert_eq!(
+        flags(&lines[0]),
+        vec!["truncated"],
+        "max_length from the ${{VAR:-default}} default (64)"
+    );
+    assert_eq!(
+        message(&lines[0]).len(),
+        64 - "<13>Oct 11 22:14:15 host app: ".len()
+    );
+    server.finish();
+}
+
+#[test]
+fn toml_and_json_configs_run() {
+    let toml = r#"[api]
+address = "127.0.0.1:{API}"
+
+[sources.tcp_in]
+type = "syslog"
+mode = "tcp"
+address = "127.0.0.1:{TCP}"
+
+[sinks.out]
+type = "file"
+inputs = ["tcp_in"]
+path = "{DIR}/out.jsonl"
+flush_interval = "100ms"
+"#;
+    let json = r#"{
+  "api": { "address": "127.0.0.1:{API}" },
+  "sources": { "tcp_in": { "type": "syslog", "mode": "tcp", "address": "127.0.0.1:{TCP}" } },
+  "sinks": { "out": { "type": "file", "inputs": ["tcp_in"], "path": "{DIR}/out.jsonl", "flush_interval": "100ms" } }
+}
+"#;
+    for (name, template) in [("loghaul.toml", toml), ("loghaul.json", json)] {
+        let server = Server::start_full(template, name, &[]);
+        send_tcp(server.ports.tcp, line3164(name).as_bytes());
+        let lines = wait_lines(&server.out(), 1, ARRIVE_TIMEOUT);
+        assert_eq!(message(&lines[0]), name);
+        server.finish();
+    }
+}
+
+#[test]
+fn unwritable_file_sink_makes_health_503_and_counts() {
+    // The path's directory is a regular file, so the sink cannot open its file.
+    let server = Server::start(
+        r#"api: { address: "127.0.0.1:{API}" }
+sources:
+  tcp_in: { type: syslog, mode: tcp, address: "127.0.0.1:{TCP}" }
+sinks:
+  out: { type: file, inputs: [tcp_in], path: "{DIR}/loghaul.yaml/out.jsonl", flush_interval: 100ms }
+"#,
+    );
+    send_tcp(server.ports.tcp, line3164("nowhere to go").as_bytes());
+    server.wait_metric(
+        "loghaul_component_errors_total",
+        "out",
+        Some("kind=\"io\""),
+        1,
+    );
+    server.wait_metric(
+        "loghaul_component_discarded_events_total",
+        "out",
+        Some("reason=\"write_failed\""),
+        1,
+    );
+    let (code, body) = server.health();
+    assert_eq!(code, 503, "/health with a failing sink: {body}");
+    let v: Value = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("/health body is not JSON ({e}): {body}"));
+    assert_eq!(v["status"], json!("unhealthy"), "{body}");
+    assert!(
+        v["components"]["out"].is_string(),
+        "the failing component and its reason: {body}"
+    );
+}
+
+/// Raw logs often start with a number (a date, an HTTP status). With `format: raw` and the
+/// default `framing: auto`, such a line must still be one line, not an RFC 6587 octet count
+/// that swallows the next lines.
+#[test]
+fn raw_format_lines_starting_with_digits_are_not_octet_counts() {
+    let server = Server::start(
+        r#"api: { address: "127.0.0.1:{API}" }
+sources:
+  tcp_in: { type: syslog, mode: tcp, address: "127.0.0.1:{TCP}", format: raw }
+sinks:
+  out: { type: file, inputs: [tcp_in], path: "{DIR}/out.jsonl", flush_interval: 100ms }
+"#,
+    );
+    let sent = [
+        "200 OK GET /index.html",
+        "2026-11-22 12:00:00 started",
+        "12 apples",
+        "plain",
+    ];
+    let wire: String = sent.iter().map(|l| format!("{l}\n")).collect();
+    send_tcp(server.ports.tcp, wire.as_bytes());
+    let lines = wait_lines(&server.out(), 1, ARRIVE_TIMEOUT);
+    let lines = if lines.len() < sent.len() {
+        // Give the rest a fair chance before reporting what arrived.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut l = lines;
+        while l.len() < sent.len() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+            l = read_lines(&server.out());
+        }
+        l
+    } else {
+        lines
+    };
+    let got: Vec<&str> = lines.iter().map(message).collect();
+    assert_eq!(
+        got, sent,
+        "each raw line is one event, whatever its first characters"
+    );
+    for e in &lines {
+        assert!(flags(e).is_empty(), "{e}");
+    }
+    assert_eq!(
+        server.metric(ERRORS, "tcp_in", None),
+        0,
+        "plain raw lines are not framing errors"
+    );
+    server.finish();
+}
+
+#[test]
+fn octet_counting_framing_tolerates_a_newline_after_each_frame() {
+    let server = Server::start(&syslog_config(", framing: octet_counting"));
+    let frame = |m: &str| {
+        let msg = format!("<13>Oct 11 22:14:15 host app: {m}");
+        format!("{} {msg}\n", msg.len())
+    };
+    send_tcp(
+        server.ports.tcp,
+        format!("{}{}{}", frame("one"), frame("two"), frame("three")).as_bytes(),
+    );
+    let lines = wait_lines(&server.out(), 3, ARRIVE_TIMEOUT);
+    assert_eq!(
+        lines.iter().map(message).collect::<Vec<_>>(),
+        ["one", "two", "three"]
+    );
+    assert_eq!(server.metric(ERRORS, "tcp_in", None), 0);
+    server.finish();
+}
+
+#[test]
+fn newline_framing_keeps_lines_that_start_with_digits() {
+    let server = Server::start(&syslog_config(", framing: newline, format: raw"));
+    send_tcp(server.ports.tcp, b"5 little\n10 green bottles\n");
+    let lines = wait_lines(&server.out(), 2, ARRIVE_TIMEOUT);
+    assert_eq!(
+        lines.iter().map(message).collect::<Vec<_>>(),
+        ["5 little", "10 green bottles"]
+    );
+    server.finish();
+}
+
+#[test]
+fn sigint_stops_cleanly_too() {
+    let mut server = Server::start(&syslog_config(""));
+    let mut wire = String::new();
+    for i in 0..1000 {
+        wire.push_str(&line3164(&format!("seq {i}")));
+    }
+    let mut s = connect(server.ports.tcp);
+    s.write_all(wire.as_bytes()).expect("write");
+    server.signal("INT");
+    let status = server
+        .wait_exit(STOP_TIMEOUT)
+        .expect("loghaul did not exit after SIGINT");
+    drop(s);
+    assert!(
+        status.success(),
+        "exit after SIGINT: {status}\n{}",
+        server.stderr()
+    );
+    let numbers: Vec<u64> = read_lines(&server.out())
+        .iter()
+        .map(|e| trailing_number(message(e)))
+        .collect();
+    assert_each_once(&numbers, 1000, "events after SIGINT");
+}
+
+/// Datagrams already in the socket's receive buffer at SIGTERM are read and written.
+#[test]
+fn shutdown_drains_the_udp_socket() {
+    let mut server = Server::start(&syslog_config(""));
+    let kernel_drops_before = udp_rcvbuf_errors();
+    for i in 0..100 {
+        send_udp(
+            server.ports.udp,
+            line3164(&format!("udp seq {i}")).as_bytes(),
+        );
+    }
+    server.stop();
+    let kernel_drops = udp_rcvbuf_errors().saturating_sub(kernel_drops_before);
+    let numbers: Vec<u64> = read_lines(&server.out())
+        .iter()
+        .map(|e| trailing_number(message(e)))
+        .collect();
+    // Loopback puts a datagram into the receiver's buffer before send_to returns, so every
+    // datagram was in loghaul's socket when SIGTERM came, unless the kernel dropped it for a
+    // full receive buffer (RcvbufErrors, machine-wide, reported for diagnosis).
+    assert_each_once(
+        &numbers,
+        100,
+        &format!(
+            "datagrams sent before SIGTERM (kernel UDP RcvbufErrors meanwhile: {kernel_drops})"
+        ),
+    );
+}
+
+#[test]
+fn run_with_a_busy_port_fails_clearly() {
+    let template = syslog_config("");
+    let mut server = Server::spawn(&template);
+    // Too late to take the port before the spawn; so take it now and start a second server on it.
+    let busy = server.ports;
+    assert!(
+        server.wait_healthy(START_TIMEOUT).is_ok(),
+        "first server: {}",
+        server.stderr()
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("second.yaml");
+    let second_api = free_tcp_port();
+    let text = render(
+        &template,
+        &Ports {
+            api: second_api,
+            ..busy
+        },
+        dir.path(),
+    );
+    std::fs::write(&path, text).expect("write config");
+    let out = run_bounded(
+        std::process::Command::new(BIN)
+            .args(["run", "-c", &path.display().to_string()])
+            .current_dir(dir.path()),
+        Duration::from_secs(30),
+    );
+    let text = output_text(&out);
+    assert!(
+        !out.status.success(),
+        "a second server on a busy port must fail:\n{text}"
+    );
+    assert!(
+        text.contains(&format!("127.0.0.1:{}", busy.tcp)),
+        "the error must name the busy address:\n{text}"
+    );
+    server.finish();
+}
+
+/// The machine-wide UDP `RcvbufErrors` counter (datagrams the kernel dropped for a full buffer).
+fn udp_rcvbuf_errors() -> u64 {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
+    let mut udp = snmp.lines().filter(|l| l.starts_with("Udp:"));
+    let (Some(names), Some(values)) = (udp.next(), udp.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == "RcvbufErrors")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}

@@ -77,3 +77,94 @@ fn shutdown_after_sigterm_keeps_all_200k_events_connections_open() {
 fn shutdown_after_sigterm_keeps_all_200k_events_connections_closed() {
     shutdown_keeps_every_event(true);
 }
+
+/// Clients whose connections the kernel completed but loghaul had not yet accepted when SIGTERM
+/// came: their writes returned, so their events must be written too. SIGSTOP holds loghaul
+/// still while the clients connect and write, so the connections are certainly in the listen
+/// backlog (not yet accepted) when SIGTERM and SIGCONT arrive together.
+///
+/// Whether a pending connection is lost is a race inside loghaul (accept vs. the shutdown
+/// signal), so the scenario runs [`ROUNDS`] times to make a regression all but certain to show.
+#[test]
+fn shutdown_serves_connections_still_in_the_accept_backlog() {
+    for round in 0..ROUNDS {
+        backlog_round(round);
+    }
+}
+
+const ROUNDS: usize = 8;
+
+fn backlog_round(round: usize) {
+    let mut server = Server::start(&syslog_config(""));
+    server.signal("STOP");
+    let mut streams = Vec::new();
+    for c in 0..4u64 {
+        let mut s = connect(server.ports.tcp);
+        let mut wire = String::new();
+        for i in 0..100 {
+            wire.push_str(&line3164(&format!("conn {c} seq {}", c * 100 + i)));
+        }
+        s.write_all(wire.as_bytes())
+            .expect("write into the kernel's buffers");
+        streams.push(s);
+    }
+    server.signal("TERM");
+    server.signal("CONT");
+    let status = server
+        .wait_exit(STOP_TIMEOUT)
+        .expect("loghaul did not exit after SIGTERM");
+    drop(streams);
+    assert!(
+        status.success(),
+        "exit status {status}\n{}",
+        server.stderr()
+    );
+    let numbers: Vec<u64> = read_lines(&server.out())
+        .iter()
+        .map(|e| trailing_number(message(e)))
+        .collect();
+    assert_each_once(
+        &numbers,
+        400,
+        &format!("round {round}: events of connections not yet accepted at SIGTERM"),
+    );
+}
+
+/// The UDP counterpart: datagrams that reached the socket while loghaul was stopped (so before
+/// SIGTERM) are in its receive buffer and must be drained.
+#[test]
+fn shutdown_drains_datagrams_received_just_before_sigterm() {
+    for round in 0..ROUNDS {
+        datagram_round(round);
+    }
+}
+
+fn datagram_round(round: usize) {
+    let mut server = Server::start(&syslog_config(""));
+    server.signal("STOP");
+    for i in 0..50 {
+        send_udp(
+            server.ports.udp,
+            line3164(&format!("udp seq {i}")).as_bytes(),
+        );
+    }
+    server.signal("TERM");
+    server.signal("CONT");
+    let status = server
+        .wait_exit(STOP_TIMEOUT)
+        .expect("loghaul did not exit after SIGTERM");
+    assert!(
+        status.success(),
+        "exit status {status}\n{}",
+        server.stderr()
+    );
+    let numbers: Vec<u64> = read_lines(&server.out())
+        .iter()
+        .map(|e| trailing_number(message(e)))
+        .collect();
+    assert_each_once(
+        &numbers,
+        50,
+        &format!("round {round}: datagrams in the socket buffer at SIGTERM"),
+    );
+}
