@@ -15,7 +15,7 @@
 use std::io::Write as _;
 use std::net::IpAddr;
 
-use loghaul_core::names::{facility_name, severity_name};
+use loghaul_core::names::{FACILITIES, SEVERITIES, facility_name, severity_name};
 use loghaul_core::{Event, EventBatch, Flags, SdElement, SdParam, Span, Timestamp, Value};
 
 const REPLACEMENT: &[u8] = "\u{FFFD}".as_bytes();
@@ -25,26 +25,58 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
     // One reservation covers the fixed parts and typical fields, so the many small appends
     // below rarely reallocate.
     out.reserve(256 + event.message.len());
-    out.extend_from_slice(b"{\"timestamp\":\"");
-    write_rfc3339(event.timestamp.unwrap_or(event.received), out);
-    out.push(b'"');
+    let ts = event.timestamp.unwrap_or(event.received);
+    match crate::time::rfc3339_text(ts) {
+        Some((text, len)) => {
+            // Key, value and closing quote as one fixed-size append (then cut to length).
+            const KEY: &[u8; 14] = b"{\"timestamp\":\"";
+            let mut buf = [0u8; 48];
+            buf[..14].copy_from_slice(KEY);
+            buf[14..44].copy_from_slice(&text);
+            buf[14 + len] = b'"';
+            let end = out.len() + 15 + len;
+            out.extend_from_slice(&buf);
+            out.truncate(end);
+        }
+        None => {
+            out.extend_from_slice(b"{\"timestamp\":\"");
+            write_rfc3339(ts, out);
+            out.push(b'"');
+        }
+    }
     str_field(batch, out, b",\"hostname\":\"", event.hostname);
     str_field(batch, out, b",\"appname\":\"", event.appname);
     str_field(batch, out, b",\"procid\":\"", event.procid);
     str_field(batch, out, b",\"msgid\":\"", event.msgid);
-    if let Some(name) = event.facility.and_then(facility_name) {
-        out.extend_from_slice(b",\"facility\":\"");
-        out.extend_from_slice(name.as_bytes());
-        out.push(b'"');
+    match (event.facility, event.severity) {
+        // Both are present on nearly every syslog event: one precomputed append.
+        (Some(f), Some(s)) if f < 24 && s < 8 => {
+            let (text, len) = &PRI_FIELDS[usize::from(f) << 3 | usize::from(s)];
+            // A fixed-size copy (inlined) and a cut beat a variable-size `memcpy` call.
+            let end = out.len() + usize::from(*len);
+            out.extend_from_slice(text);
+            out.truncate(end);
+        }
+        (facility, severity) => {
+            if let Some(name) = facility.and_then(facility_name) {
+                out.extend_from_slice(b",\"facility\":\"");
+                out.extend_from_slice(name.as_bytes());
+                out.push(b'"');
+            }
+            if let Some(name) = severity.and_then(severity_name) {
+                out.extend_from_slice(b",\"severity\":\"");
+                out.extend_from_slice(name.as_bytes());
+                out.push(b'"');
+            }
+        }
     }
-    if let Some(name) = event.severity.and_then(severity_name) {
-        out.extend_from_slice(b",\"severity\":\"");
-        out.extend_from_slice(name.as_bytes());
-        out.push(b'"');
-    }
-    if let Some(v) = event.version {
-        out.extend_from_slice(b",\"version\":");
-        write_u64(u64::from(v), out);
+    match event.version {
+        Some(1) => out.extend_from_slice(b",\"version\":1"),
+        Some(v) => {
+            out.extend_from_slice(b",\"version\":");
+            write_u64(u64::from(v), out);
+        }
+        None => {}
     }
     if event.structured_data.is_some() {
         out.extend_from_slice(b",\"structured_data\":");
@@ -53,14 +85,33 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
     out.extend_from_slice(b",\"message\":\"");
     escape_json(batch.str(event.message), out);
     out.push(b'"');
-    if let Some(ip) = event.source_ip {
-        out.extend_from_slice(b",\"source_ip\":\"");
-        write_ip(ip, out);
+    match event.source_ip {
+        Some(IpAddr::V4(v4)) => {
+            // Key, address and closing quote as one fixed-size append (then cut to length).
+            const KEY: &[u8; 14] = b",\"source_ip\":\"";
+            let mut buf = [0u8; 32];
+            buf[..14].copy_from_slice(KEY);
+            let n = 14 + write_ipv4(v4, &mut buf[14..]);
+            buf[n] = b'"';
+            let end = out.len() + n + 1;
+            out.extend_from_slice(&buf);
+            out.truncate(end);
+        }
+        Some(ip) => {
+            out.extend_from_slice(b",\"source_ip\":\"");
+            write_ip(ip, out);
+            out.push(b'"');
+        }
+        None => {}
+    }
+    if batch.source_type == "syslog" {
+        // The usual value, as one constant append.
+        out.extend_from_slice(b",\"source_type\":\"syslog\"");
+    } else {
+        out.extend_from_slice(b",\"source_type\":\"");
+        escape_json(batch.source_type.as_bytes(), out);
         out.push(b'"');
     }
-    out.extend_from_slice(b",\"source_type\":\"");
-    escape_json(batch.source_type.as_bytes(), out);
-    out.push(b'"');
     for field in batch.fields_of(event) {
         out.extend_from_slice(b",\"");
         escape_json(batch.str(field.name), out);
@@ -87,6 +138,36 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
     }
     out.extend_from_slice(b"}\n");
 }
+
+/// Room for the longest `,"facility":"solaris-cron","severity":"warning"`.
+const PRI_TEXT: usize = 48;
+
+/// `,"facility":"NAME","severity":"NAME"` for each PRI value 0..=191 (facility << 3 | severity),
+/// with its length.
+static PRI_FIELDS: [([u8; PRI_TEXT], u8); 192] = {
+    const fn put(buf: &mut [u8; PRI_TEXT], mut at: usize, s: &[u8]) -> usize {
+        let mut i = 0;
+        while i < s.len() {
+            buf[at] = s[i];
+            at += 1;
+            i += 1;
+        }
+        at
+    }
+    let mut table = [([0u8; PRI_TEXT], 0u8); 192];
+    let mut pri = 0;
+    while pri < 192 {
+        let buf = &mut table[pri].0;
+        let mut n = put(buf, 0, b",\"facility\":\"");
+        n = put(buf, n, FACILITIES[pri >> 3].as_bytes());
+        n = put(buf, n, b"\",\"severity\":\"");
+        n = put(buf, n, SEVERITIES[pri & 7].as_bytes());
+        n = put(buf, n, b"\"");
+        table[pri].1 = n as u8;
+        pri += 1;
+    }
+    table
+};
 
 #[inline]
 fn str_field(batch: &EventBatch, out: &mut Vec<u8>, key: &'static [u8], span: Option<Span>) {
@@ -155,58 +236,78 @@ fn special_bytes(x: u64) -> u64 {
         & HI
 }
 
-/// Append `s` as the inside of a JSON string (no quotes), replacing invalid UTF-8 with U+FFFD.
-pub fn escape_json(s: &[u8], out: &mut Vec<u8>) {
-    // ASCII fast path: most log text never leaves it. Eight bytes are checked at a time and
-    // runs of safe bytes are copied in one go.
-    let mut run = 0;
-    let mut i = 0;
-    while i < s.len() {
-        while let Some(chunk) = s[i..].first_chunk::<8>() {
-            let m = special_bytes(u64::from_le_bytes(*chunk));
-            if m != 0 {
-                i += (m.trailing_zeros() / 8) as usize;
-                break;
-            }
-            i += 8;
+/// The index of the first byte of `s` at or after `i` that is a control character, `"`, `\\` or
+/// non-ASCII; `None` if there is none.
+#[inline(always)]
+fn next_special(s: &[u8], i: usize) -> Option<usize> {
+    let mut rest = s.get(i..)?;
+    // Eight bytes at a time; `split_first_chunk` keeps the loop free of bounds checks.
+    while let Some((chunk, tail)) = rest.split_first_chunk::<8>() {
+        let m = special_bytes(u64::from_le_bytes(*chunk));
+        if m != 0 {
+            return Some(s.len() - rest.len() + (m.trailing_zeros() / 8) as usize);
         }
-        let rest = s.len() - i;
-        if rest == 0 {
-            break;
-        }
-        if rest < 8 && s.len() >= 8 {
-            // The tail gets the same word check: load the last eight bytes, shift out the ones
-            // already handled and fill with safe bytes. Short fields are mostly tail.
-            let w = u64::from_le_bytes(
-                s[s.len() - 8..]
-                    .first_chunk::<8>()
-                    .copied()
-                    .unwrap_or([0; 8]),
-            );
-            let sh = 8 * (8 - rest) as u32;
+        rest = tail;
+    }
+    if rest.is_empty() {
+        return None;
+    }
+    let at = s.len() - rest.len();
+    match s.last_chunk::<8>() {
+        // The tail gets the same word check: load the last eight bytes, shift out the ones
+        // already handled and fill with safe bytes. Short fields are mostly tail.
+        Some(last) => {
+            let sh = 8 * (8 - rest.len()) as u32;
+            let w = u64::from_le_bytes(*last);
             let m = special_bytes(w >> sh | (LO * u64::from(b'a')) << (64 - sh));
-            if m == 0 {
-                break;
-            }
-            i += (m.trailing_zeros() / 8) as usize;
+            (m != 0).then(|| at + (m.trailing_zeros() / 8) as usize)
         }
-        let Some(&b) = s.get(i) else { break };
-        match CLASS[b as usize] {
-            0 => i += 1,
-            1 => {
-                out.extend_from_slice(&s[run..i]);
-                escape_byte(b, out);
-                i += 1;
-                run = i;
+        // Shorter than a word: two overlapping halves cover four to seven bytes in one word
+        // check; only a string with a special byte (or of one to three bytes) is walked.
+        None => {
+            if let (Some(a), Some(b)) = (rest.first_chunk::<4>(), rest.last_chunk::<4>()) {
+                let w = u64::from(u32::from_le_bytes(*a)) | u64::from(u32::from_le_bytes(*b)) << 32;
+                if special_bytes(w) == 0 {
+                    return None;
+                }
             }
-            _ => {
-                out.extend_from_slice(&s[run..i]);
-                escape_non_ascii(&s[i..], out);
-                return;
-            }
+            rest.iter()
+                .position(|&b| CLASS[b as usize] != 0)
+                .map(|k| at + k)
         }
     }
-    out.extend_from_slice(&s[run..]);
+}
+
+/// Append `s` as the inside of a JSON string (no quotes), replacing invalid UTF-8 with U+FFFD.
+#[inline]
+pub fn escape_json(s: &[u8], out: &mut Vec<u8>) {
+    // ASCII fast path: most log text never leaves it. Eight bytes are checked at a time and a
+    // string without special bytes is copied in one go, without a call.
+    match next_special(s, 0) {
+        None => out.extend_from_slice(s),
+        Some(first) => escape_from(s, first, out),
+    }
+}
+
+/// `escape_json` from the first special byte at `first` on.
+#[inline(never)]
+fn escape_from(s: &[u8], first: usize, out: &mut Vec<u8>) {
+    let mut run = 0;
+    let mut next = Some(first);
+    while let Some(i) = next {
+        let (Some(done), Some(&b)) = (s.get(run..i), s.get(i)) else {
+            break;
+        };
+        out.extend_from_slice(done);
+        if b >= 0x80 {
+            escape_non_ascii(s.get(i..).unwrap_or_default(), out);
+            return;
+        }
+        escape_byte(b, out);
+        run = i + 1;
+        next = next_special(s, run);
+    }
+    out.extend_from_slice(s.get(run..).unwrap_or_default());
 }
 
 #[cold]
@@ -350,15 +451,14 @@ fn write_params(batch: &EventBatch, params: &[SdParam], out: &mut Vec<u8>) {
         first = false;
         out.push(b'"');
         escape_json(name, out);
-        out.extend_from_slice(b"\":");
         let later = &params[k + 1..];
         if !later.iter().any(|q| batch.str(q.name) == name) {
-            out.push(b'"');
+            out.extend_from_slice(b"\":\"");
             escape_sd_value(batch.str(p.value), p.escaped, out);
             out.push(b'"');
             continue;
         }
-        out.push(b'[');
+        out.extend_from_slice(b"\":[");
         for (n, q) in params[k..]
             .iter()
             .filter(|q| batch.str(q.name) == name)
@@ -416,27 +516,51 @@ fn write_u64(mut v: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(&buf[i..]);
 }
 
+/// The decimal digits of 0..=255 (padded to four bytes) and their count.
+static DECIMAL: [([u8; 4], u8); 256] = {
+    let mut table = [([0u8; 4], 0u8); 256];
+    let mut i = 0;
+    while i < 256 {
+        let v = i as u8;
+        table[i] = if v >= 100 {
+            ([b'0' + v / 100, b'0' + v / 10 % 10, b'0' + v % 10, 0], 3)
+        } else if v >= 10 {
+            ([b'0' + v / 10, b'0' + v % 10, 0, 0], 2)
+        } else {
+            ([b'0' + v, 0, 0, 0], 1)
+        };
+        i += 1;
+    }
+    table
+};
+
+/// The dotted quad of `v4` at the start of `buf` (which must hold 15 bytes, or 16: one byte past
+/// the text may be written); returns its length.
+#[inline]
+fn write_ipv4(v4: std::net::Ipv4Addr, buf: &mut [u8]) -> usize {
+    // Each octet's digits come from a table as one fixed-size store.
+    let mut n = 0;
+    for (k, octet) in v4.octets().into_iter().enumerate() {
+        if k > 0 {
+            if let Some(b) = buf.get_mut(n) {
+                *b = b'.';
+            }
+            n += 1;
+        }
+        let (digits, len) = DECIMAL[usize::from(octet)];
+        if let Some(dst) = buf.get_mut(n..n + 4) {
+            dst.copy_from_slice(&digits);
+        }
+        n += usize::from(len);
+    }
+    n
+}
+
 fn write_ip(ip: IpAddr, out: &mut Vec<u8>) {
     match ip {
         IpAddr::V4(v4) => {
-            let mut buf = [0u8; 15];
-            let mut n = 0;
-            for (k, octet) in v4.octets().into_iter().enumerate() {
-                if k > 0 {
-                    buf[n] = b'.';
-                    n += 1;
-                }
-                if octet >= 100 {
-                    buf[n] = b'0' + octet / 100;
-                    n += 1;
-                }
-                if octet >= 10 {
-                    buf[n] = b'0' + octet / 10 % 10;
-                    n += 1;
-                }
-                buf[n] = b'0' + octet % 10;
-                n += 1;
-            }
+            let mut buf = [0u8; 16];
+            let n = write_ipv4(v4, &mut buf);
             out.extend_from_slice(&buf[..n]);
         }
         // Rare on syslog ports; std's formatting (with `::` compression) is worth its cost.
@@ -481,6 +605,83 @@ mod tests {
         }
         assert_eq!(esc(b"0123456789abcde\x01"), "0123456789abcde\\u0001");
         assert_eq!(esc(b"01234567\"9abcdef"), "01234567\\\"9abcdef");
+    }
+
+    /// A plain reference: what every path of the fast escaper must agree with.
+    fn reference(s: &[u8]) -> String {
+        let mut out = String::new();
+        for c in String::from_utf8_lossy(s).chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c => out.push(c),
+            }
+        }
+        out
+    }
+
+    /// Every length around the word size, with a special byte (or two) at every position: the
+    /// word loop, the overlapping tail word, the two-half check and the byte walk all agree.
+    #[test]
+    fn every_position_of_every_short_length() {
+        let specials: [&[u8]; 7] = [
+            b"\"",
+            b"\\",
+            b"\n",
+            b"\x01",
+            b"\x1f",
+            "é".as_bytes(),
+            b"\xff",
+        ];
+        for len in 0..26 {
+            let base: Vec<u8> = (0..len).map(|k| b'a' + (k % 26) as u8).collect();
+            assert_eq!(esc(&base), reference(&base));
+            for at in 0..len {
+                for sp in specials {
+                    let mut s = base.clone();
+                    s.splice(at..at + 1, sp.iter().copied());
+                    assert_eq!(esc(&s), reference(&s), "{s:?}");
+                    if at + 3 < s.len() {
+                        s[at + 3] = b'"';
+                        assert_eq!(esc(&s), reference(&s), "{s:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn ipv4_matches_std() {
+        for ip in [
+            "0.0.0.0",
+            "1.2.3.4",
+            "10.0.0.255",
+            "192.0.2.1",
+            "255.255.255.255",
+            "9.99.100.0",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let mut out = Vec::new();
+            write_ip(ip, &mut out);
+            assert_eq!(String::from_utf8(out).unwrap(), ip.to_string());
+        }
+    }
+
+    #[test]
+    fn pri_table_matches_names() {
+        for pri in 0..192u8 {
+            let (text, len) = &PRI_FIELDS[usize::from(pri)];
+            let want = format!(
+                ",\"facility\":\"{}\",\"severity\":\"{}\"",
+                facility_name(pri >> 3).unwrap(),
+                severity_name(pri & 7).unwrap()
+            );
+            assert_eq!(&text[..usize::from(*len)], want.as_bytes());
+        }
     }
 
     #[test]

@@ -194,7 +194,11 @@ impl Framer {
             FramingMode::Auto => rest[0].is_ascii_digit(),
         };
         if octet {
-            match parse_count(rest) {
+            let count = parse_count(rest);
+            let counted_syslog = |msg_start: usize| rest.get(msg_start) == Some(&b'<');
+            match count {
+                Count::Len { len, msg_start }
+                    if self.mode == FramingMode::Auto && len > 0 && !counted_syslog(msg_start) => {}
                 Count::Len { len, msg_start } => {
                     // decode() left it, so fewer than `len` (<= max_length) bytes follow.
                     let start = pos + msg_start;
@@ -262,6 +266,15 @@ impl Framer {
             Count::Len { len: 0, msg_start } => {
                 stats.empty_frames += 1;
                 Some(pos + msg_start)
+            }
+            // Auto mode: a count is only a count when a syslog message (`<PRI>`) follows it.
+            // Otherwise it is the start of a line of text such as `200 OK` or `12 apples`, and
+            // reading it as a count would swallow the lines after it.
+            Count::Len { msg_start, .. } if fallback && rest.get(msg_start) != Some(&b'<') => {
+                if msg_start >= rest.len() {
+                    return None;
+                }
+                self.newline(buf, pos, frames, stats)
             }
             Count::Len { len, msg_start } => {
                 let start = pos + msg_start;
@@ -379,6 +392,16 @@ mod tests {
 
     fn texts(out: &Out) -> Vec<&[u8]> {
         out.0.iter().map(|(b, _)| b.as_slice()).collect()
+    }
+
+    #[test]
+    fn auto_reads_digits_as_a_count_only_before_a_syslog_message() {
+        // Regression: `200 OK ...` swallowed the next 200 bytes as one octet-counted frame.
+        let input = b"200 OK GET /index.html\n12 apples\n5 <1>x\nplain\n";
+        let out = whole(FramingMode::Auto, 1000, input);
+        let expected: Vec<&[u8]> =
+            vec![b"200 OK GET /index.html", b"12 apples", b"<1>x\n", b"plain"];
+        assert_eq!(texts(&out), expected);
     }
 
     #[test]
@@ -504,9 +527,10 @@ mod tests {
             100,
             b"12a <13>keep me\n2024-01-01 also\n3 abc",
         );
+        // `3 abc` is a line, not a count: no syslog message (`<PRI>`) follows the count.
         assert_eq!(
             texts(&out),
-            vec![&b"12a <13>keep me"[..], b"2024-01-01 also", b"abc"]
+            vec![&b"12a <13>keep me"[..], b"2024-01-01 also", b"3 abc"]
         );
         assert_eq!(out.1.invalid_octet_count, 2);
     }

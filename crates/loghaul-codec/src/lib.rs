@@ -15,6 +15,7 @@
 
 pub mod encode;
 pub mod framing;
+mod scan;
 pub mod syslog;
 mod time;
 

@@ -9,6 +9,8 @@
 //! (all indexing goes through `get`, all arithmetic that could overflow `i64` nanoseconds is
 //! checked, so a year like 9999 yields "unusable" rather than an overflow).
 
+use std::cell::Cell;
+
 use loghaul_core::Timestamp;
 
 pub(crate) const NANOS_PER_SEC: i64 = 1_000_000_000;
@@ -54,6 +56,35 @@ pub(crate) fn days_in_month(y: i64, m: u32) -> u32 {
     }
 }
 
+thread_local! {
+    /// The last date [`checked_days`] accepted, packed, and its day number: a stream's events
+    /// mostly share their date.
+    static LAST_DATE: Cell<(i64, i64)> = const { Cell::new((-1, 0)) };
+}
+
+/// The day number of a date, or `None` if the date does not exist.
+#[inline]
+fn checked_days(year: i64, month: u32, day: u32) -> Option<i64> {
+    // Packing is unambiguous for the years and two-digit fields parsers produce; anything else
+    // skips the cache (-1, the empty key, is never a packed date).
+    let cacheable = (0..=9999).contains(&year) && month < 256 && day < 256;
+    let key = year << 16 | i64::from(month) << 8 | i64::from(day);
+    if cacheable {
+        let (last, days) = LAST_DATE.with(Cell::get);
+        if last == key {
+            return Some(days);
+        }
+    }
+    if month == 0 || day == 0 || day > days_in_month(year, month) {
+        return None;
+    }
+    let days = days_from_civil(year, month, day);
+    if cacheable {
+        LAST_DATE.with(|last| last.set((key, days)));
+    }
+    Some(days)
+}
+
 /// A wall-clock reading before its zone is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Civil {
@@ -73,11 +104,9 @@ pub(crate) struct Civil {
 impl Civil {
     /// The instant, with `default_offset` for zone-less readings; `None` if the date does not
     /// exist or does not fit in `i64` nanoseconds.
+    #[inline]
     pub(crate) fn to_timestamp(self, year: i64, default_offset: i32) -> Option<Timestamp> {
-        if self.month == 0 || self.day == 0 || self.day > days_in_month(year, self.month) {
-            return None;
-        }
-        let days = days_from_civil(year, self.month, self.day);
+        let days = checked_days(year, self.month, self.day)?;
         let secs = days
             .checked_mul(SECS_PER_DAY)?
             .checked_add(i64::from(self.hour * 3600 + self.minute * 60 + self.second))?
@@ -90,21 +119,26 @@ impl Civil {
 }
 
 #[inline]
+fn digit_of(c: u8) -> Option<u32> {
+    let v = c.wrapping_sub(b'0');
+    (v < 10).then_some(u32::from(v))
+}
+
+#[inline]
 fn digit(b: &[u8], i: usize) -> Option<u32> {
-    match b.get(i) {
-        Some(c @ b'0'..=b'9') => Some(u32::from(c - b'0')),
-        _ => None,
-    }
+    digit_of(*b.get(i)?)
 }
 
 #[inline]
 fn num2(b: &[u8], i: usize) -> Option<u32> {
-    Some(digit(b, i)? * 10 + digit(b, i + 1)?)
+    let &[x, y] = b.get(i..)?.first_chunk::<2>()?;
+    Some(digit_of(x)? * 10 + digit_of(y)?)
 }
 
 #[inline]
 fn num4(b: &[u8], i: usize) -> Option<u32> {
-    Some(num2(b, i)? * 100 + num2(b, i + 2)?)
+    let &[w, x, y, z] = b.get(i..)?.first_chunk::<4>()?;
+    Some(((digit_of(w)? * 10 + digit_of(x)?) * 10 + digit_of(y)?) * 10 + digit_of(z)?)
 }
 
 #[inline]
@@ -114,11 +148,16 @@ fn byte_is(b: &[u8], i: usize, c: u8) -> bool {
 
 /// `hh:mm:ss` at `i`, range-checked. A leap second (60) is refused when strict, and read as 59
 /// otherwise: loghaul's timestamps cannot represent it and a one-second error beats a lost time.
+#[inline(always)]
 fn hms(b: &[u8], i: usize, strict: bool) -> Option<(u32, u32, u32)> {
-    let h = num2(b, i)?;
-    let m = num2(b, i + 3)?;
-    let s = num2(b, i + 6)?;
-    if !byte_is(b, i + 2, b':') || !byte_is(b, i + 5, b':') || h > 23 || m > 59 {
+    let &[h1, h2, c1, m1, m2, c2, s1, s2] = b.get(i..)?.first_chunk::<8>()?;
+    if c1 != b':' || c2 != b':' {
+        return None;
+    }
+    let h = digit_of(h1)? * 10 + digit_of(h2)?;
+    let m = digit_of(m1)? * 10 + digit_of(m2)?;
+    let s = digit_of(s1)? * 10 + digit_of(s2)?;
+    if h > 23 || m > 59 {
         return None;
     }
     match s {
@@ -130,13 +169,15 @@ fn hms(b: &[u8], i: usize, strict: bool) -> Option<(u32, u32, u32)> {
 
 /// `.digits` at `i`: (nanos, digit count kept, bytes consumed). At most `max_digits` are allowed;
 /// digits beyond the ninth are read and dropped (lenient input with picoseconds).
+#[inline(always)]
 fn fraction(b: &[u8], i: usize, max_digits: usize) -> Option<(u32, u8, usize)> {
-    if !byte_is(b, i, b'.') {
+    let Some((b'.', digits)) = b.get(i..).and_then(<[u8]>::split_first) else {
         return Some((0, 0, 0));
-    }
+    };
     let mut n = 0usize;
     let mut value = 0u32;
-    while let Some(d) = digit(b, i + 1 + n) {
+    for &c in digits {
+        let Some(d) = digit_of(c) else { break };
         if n < 9 {
             value = value * 10 + d;
         }
@@ -146,9 +187,23 @@ fn fraction(b: &[u8], i: usize, max_digits: usize) -> Option<(u32, u8, usize)> {
         return None;
     }
     let kept = n.min(9);
-    let nanos = value * 10u32.pow(9 - kept as u32);
+    let nanos = value * POW10[9 - kept];
     Some((nanos, kept as u8, n + 1))
 }
+
+/// 10^k for k in 0..=9.
+const POW10: [u32; 10] = [
+    1,
+    10,
+    100,
+    1_000,
+    10_000,
+    100_000,
+    1_000_000,
+    10_000_000,
+    100_000_000,
+    1_000_000_000,
+];
 
 /// Parse a whole RFC 3339 token (RFC 5424 TIMESTAMP, or an ISO timestamp inside RFC 3164).
 ///
@@ -156,17 +211,19 @@ fn fraction(b: &[u8], i: usize, max_digits: usize) -> Option<(u32, u8, usize)> {
 /// second. Lenient also takes lower case, up to 9 (or more, dropped) fraction digits, `+hhmm`,
 /// and no offset at all (the caller's zone applies).
 pub(crate) fn parse_rfc3339(b: &[u8], strict: bool) -> Option<Civil> {
-    let year = num4(b, 0)?;
-    let month = num2(b, 5)?;
-    let day = num2(b, 8)?;
-    if !byte_is(b, 4, b'-') || !byte_is(b, 7, b'-') {
+    // `YYYY-MM-DDT` read in one go.
+    let &[y1, y2, y3, y4, dash1, mo1, mo2, dash2, d1, d2, t] = b.first_chunk::<11>()?;
+    if dash1 != b'-' || dash2 != b'-' {
         return None;
     }
-    match b.get(10) {
-        Some(b'T') => {}
-        Some(b't') if !strict => {}
+    match t {
+        b'T' => {}
+        b't' if !strict => {}
         _ => return None,
     }
+    let year = ((digit_of(y1)? * 10 + digit_of(y2)?) * 10 + digit_of(y3)?) * 10 + digit_of(y4)?;
+    let month = digit_of(mo1)? * 10 + digit_of(mo2)?;
+    let day = digit_of(d1)? * 10 + digit_of(d2)?;
     let (hour, minute, second) = hms(b, 11, strict)?;
     let (nanos, frac_digits, flen) = fraction(b, 19, if strict { 6 } else { usize::MAX })?;
     let mut i = 19 + flen;
@@ -221,29 +278,29 @@ pub(crate) fn parse_rfc3339(b: &[u8], strict: bool) -> Option<Civil> {
 /// A month from its three-letter English name. Strict wants RFC 3164's `Jan` spelling; lenient
 /// takes any case (`AUG` is common from network gear).
 pub(crate) fn month_from_name(b: &[u8], strict: bool) -> Option<u32> {
-    let [a, b_, c] = *b.get(..3)?.first_chunk::<3>()?;
-    let key = if strict {
-        [a, b_, c]
-    } else {
-        [
-            a.to_ascii_uppercase(),
-            b_.to_ascii_lowercase(),
-            c.to_ascii_lowercase(),
-        ]
-    };
-    let m = match &key {
-        b"Jan" => 1,
-        b"Feb" => 2,
-        b"Mar" => 3,
-        b"Apr" => 4,
-        b"May" => 5,
-        b"Jun" => 6,
-        b"Jul" => 7,
-        b"Aug" => 8,
-        b"Sep" => 9,
-        b"Oct" => 10,
-        b"Nov" => 11,
-        b"Dec" => 12,
+    const fn key(name: &[u8; 3]) -> u32 {
+        u32::from_le_bytes([name[0], name[1], name[2], 0])
+    }
+    let &[a, b_, c] = b.first_chunk::<3>()?;
+    let exact = key(&[a, b_, c]);
+    // ASCII letters, and only they, become lower-case letters under `| 0x20`.
+    let folded = exact | 0x0020_2020;
+    if strict && exact != folded & !0x20 {
+        return None;
+    }
+    let m = match folded {
+        k if k == key(b"jan") => 1,
+        k if k == key(b"feb") => 2,
+        k if k == key(b"mar") => 3,
+        k if k == key(b"apr") => 4,
+        k if k == key(b"may") => 5,
+        k if k == key(b"jun") => 6,
+        k if k == key(b"jul") => 7,
+        k if k == key(b"aug") => 8,
+        k if k == key(b"sep") => 9,
+        k if k == key(b"oct") => 10,
+        k if k == key(b"nov") => 11,
+        k if k == key(b"dec") => 12,
         _ => return None,
     };
     Some(m)
@@ -256,6 +313,32 @@ pub(crate) fn month_from_name(b: &[u8], strict: bool) -> Option<u32> {
 /// fractional seconds (`00:00:32.123`).
 pub(crate) fn parse_bsd(b: &[u8], strict: bool) -> Option<(Civil, usize)> {
     let month = month_from_name(b, strict)?;
+    // The common shape, `Mmm dd hh:mm:ss` (day two digits or space-padded) without a fraction,
+    // read in one go; everything else takes the general path below.
+    if let Some(&[_, _, _, b' ', d1, d2, b' ', _, _, b':', _, _, b':', _, _]) =
+        b.first_chunk::<15>()
+        && b.get(15) != Some(&b'.')
+        && let Some(d2) = digit_of(d2)
+        && let Some(d1) = if d1 == b' ' { Some(0) } else { digit_of(d1) }
+        && let Some((hour, minute, second)) = hms(b, 7, strict)
+    {
+        let day = d1 * 10 + d2;
+        if day == 0 || day > 31 {
+            return None;
+        }
+        let civil = Civil {
+            year: None,
+            month,
+            day,
+            hour,
+            minute,
+            second,
+            nanos: 0,
+            frac_digits: 0,
+            offset: None,
+        };
+        return Some((civil, 15));
+    }
     if !byte_is(b, 3, b' ') {
         return None;
     }
@@ -310,40 +393,87 @@ fn put2(buf: &mut [u8], at: usize, v: u32) {
     buf[at + 1] = b'0' + (v % 10) as u8;
 }
 
-/// RFC 3339 in UTC with exactly `frac_digits` fraction digits: `2003-10-11T22:14:15.003Z`.
-pub(crate) fn write_rfc3339(ts: Timestamp, out: &mut Vec<u8>) {
-    let secs = ts.unix_seconds();
+/// `YYYY-MM-DDTHH:MM:SS` of a second since the epoch, and the year (the text holds its last four
+/// digits, so it is exact only for years 0..=9999).
+fn format_second(secs: i64) -> ([u8; 19], i64) {
     let (y, mo, d) = civil_from_days(secs.div_euclid(SECS_PER_DAY));
-    let year_fits = (0..=9999).contains(&y);
-    if !year_fits {
-        // Unreachable for i64 nanoseconds (years 1677..2262); kept total for safety.
-        out.extend_from_slice(y.to_string().as_bytes());
-    }
-    let y = y.clamp(0, 9999) as u32;
+    let y4 = y.rem_euclid(10_000) as u32;
     let sod = secs.rem_euclid(SECS_PER_DAY) as u32;
-    // Built on the stack and appended once: this runs for every event written.
-    let mut buf = *b"0000-00-00T00:00:00.000000000Z";
-    put2(&mut buf, 0, y / 100);
-    put2(&mut buf, 2, y % 100);
+    let mut buf = *b"0000-00-00T00:00:00";
+    put2(&mut buf, 0, y4 / 100);
+    put2(&mut buf, 2, y4 % 100);
     put2(&mut buf, 5, mo);
     put2(&mut buf, 8, d);
     put2(&mut buf, 11, sod / 3600);
     put2(&mut buf, 14, sod / 60 % 60);
     put2(&mut buf, 17, sod % 60);
+    (buf, y)
+}
+
+thread_local! {
+    /// The last second formatted on this thread and its text: events written together mostly
+    /// share their second, and the calendar arithmetic is most of the cost of a timestamp.
+    static LAST_SECOND: Cell<(i64, [u8; 19])> = const { Cell::new((i64::MIN, [0; 19])) };
+}
+
+/// `.ddd` with exactly `ts.frac_digits` digits (nothing when 0), then `Z`: the text (padded)
+/// and its length.
+#[inline]
+fn fraction_text(ts: Timestamp) -> ([u8; 11], usize) {
+    let mut buf = *b".000000000Z";
     let digits = usize::from(ts.frac_digits.min(9));
-    let len = if digits == 0 {
-        buf[19] = b'Z';
-        20
-    } else {
-        let mut n = ts.subsec_nanos() / 10u32.pow(9 - digits as u32);
-        for k in (20..20 + digits).rev() {
-            buf[k] = b'0' + (n % 10) as u8;
-            n /= 10;
+    if digits == 0 {
+        buf[0] = b'Z';
+        return (buf, 1);
+    }
+    let mut n = ts.subsec_nanos() / POW10[9 - digits];
+    for k in (1..1 + digits).rev() {
+        buf[k] = b'0' + (n % 10) as u8;
+        n /= 10;
+    }
+    buf[1 + digits] = b'Z';
+    (buf, 2 + digits)
+}
+
+/// The RFC 3339 text of `ts` (see [`write_rfc3339`]) in a fixed buffer, and its length; `None`
+/// for years outside 0..=9999 (unreachable for i64 nanoseconds).
+#[inline]
+pub(crate) fn rfc3339_text(ts: Timestamp) -> Option<([u8; 30], usize)> {
+    let secs = ts.unix_seconds();
+    let head = LAST_SECOND.with(|last| {
+        let (s, text) = last.get();
+        if s == secs {
+            return Some(text);
         }
-        buf[20 + digits] = b'Z';
-        21 + digits
+        let (text, year) = format_second(secs);
+        if !(0..=9999).contains(&year) {
+            return None;
+        }
+        last.set((secs, text));
+        Some(text)
+    })?;
+    let (frac, frac_len) = fraction_text(ts);
+    let mut buf = [0u8; 30];
+    buf[..19].copy_from_slice(&head);
+    buf[19..].copy_from_slice(&frac);
+    Some((buf, 19 + frac_len))
+}
+
+/// RFC 3339 in UTC with exactly `frac_digits` fraction digits: `2003-10-11T22:14:15.003Z`.
+pub(crate) fn write_rfc3339(ts: Timestamp, out: &mut Vec<u8>) {
+    let Some((text, len)) = rfc3339_text(ts) else {
+        // Unreachable for i64 nanoseconds (years 1677..2262); kept total for safety.
+        let (text, year) = format_second(ts.unix_seconds());
+        let (frac, frac_len) = fraction_text(ts);
+        out.extend_from_slice(year.to_string().as_bytes());
+        out.extend_from_slice(&text[4..]);
+        out.extend_from_slice(&frac[..frac_len]);
+        return;
     };
-    out.extend_from_slice(&buf[if year_fits { 0 } else { 4 }..len]);
+    // A fixed-size copy (inlined) and a cut beat a variable-size `memcpy` call.
+    let end = out.len() + len;
+    out.extend_from_slice(&text);
+    out.truncate(end);
 }
 
 #[cfg(test)]
@@ -400,6 +530,29 @@ mod tests {
             "overflows i64 nanos: unusable"
         );
         assert_eq!(ts("2016-12-31T23:59:60Z", true), None);
+    }
+
+    #[test]
+    fn hms_checks_every_byte() {
+        assert_eq!(hms(b"23:59:60", 0, false), Some((23, 59, 59)));
+        assert_eq!(hms(b"23:59:60", 0, true), None);
+        assert_eq!(hms(b"x00:00:00", 1, true), Some((0, 0, 0)));
+        assert_eq!(hms(b"00:00:0", 0, false), None);
+        let good = *b"12:34:56";
+        assert_eq!(hms(&good, 0, true), Some((12, 34, 56)));
+        for k in 0..8 {
+            for c in 0..=255u8 {
+                let mut t = good;
+                t[k] = c;
+                let valid = if k == 2 || k == 5 {
+                    c == b':'
+                } else {
+                    c.is_ascii_digit() && !(matches!(k, 3 | 6) && c > b'5') && !(k == 0 && c > b'2')
+                };
+                let got = hms(&t, 0, false);
+                assert_eq!(got.is_some(), valid, "{k} {c}");
+            }
+        }
     }
 
     #[test]

@@ -47,6 +47,9 @@ impl SourceContext {
 
     pub fn framing_mode(&self) -> FramingMode {
         match self.config.framing {
+            // Raw text is one event per line by definition: a line starting with digits (`200
+            // OK`) must never be read as an RFC 6587 octet count.
+            Framing::Auto if self.config.format == SyslogFormat::Raw => FramingMode::Newline,
             Framing::Auto => FramingMode::Auto,
             Framing::Newline => FramingMode::Newline,
             Framing::OctetCounting => FramingMode::OctetCounting,

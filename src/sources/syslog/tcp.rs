@@ -82,9 +82,39 @@ pub async fn run(listener: TcpListener, ctx: Arc<SourceContext>, mut shutdown: S
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
-    drop(listener);
+    // Connections the kernel completed but we had not accepted yet belong to clients whose
+    // writes already returned: serve them too (in drain mode) instead of resetting them.
+    for (stream, peer) in accept_backlog(listener) {
+        let ctx = ctx.clone();
+        let shutdown = shutdown.clone();
+        connections.spawn(async move { serve(stream, peer, &ctx, shutdown).await });
+    }
     while connections.join_next().await.is_some() {}
     ctx.metrics.set_health(Health::Stopped, None);
+}
+
+/// Accepts, with real non-blocking `accept(2)` calls (not the reactor's cached readiness), every
+/// connection still queued on the listener, then closes it.
+fn accept_backlog(listener: TcpListener) -> Vec<(TcpStream, SocketAddr)> {
+    let mut accepted = Vec::new();
+    let Ok(std_listener) = listener.into_std() else {
+        return accepted;
+    };
+    // Bounded: whatever arrives while this loop runs is the last we take.
+    for _ in 0..100_000 {
+        match std_listener.accept() {
+            Ok((stream, peer)) => {
+                if stream.set_nonblocking(true).is_ok()
+                    && let Ok(stream) = TcpStream::from_std(stream)
+                {
+                    accepted.push((stream, peer));
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    accepted
 }
 
 /// Serves one connection until EOF, an error, or the end of the shutdown drain.

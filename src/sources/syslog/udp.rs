@@ -22,6 +22,8 @@ use crate::topology::ShutdownSignal;
 const ARENA_SIZE: usize = 512 * 1024;
 /// Largest UDP payload: the arena must have this much room before each receive.
 const MAX_DATAGRAM: usize = 65_536;
+/// During shutdown, the socket is considered drained after this long without a datagram.
+const DRAIN_IDLE: std::time::Duration = std::time::Duration::from_millis(200);
 /// Batches smaller than this are copied out of the receive buffer so it can be reused.
 const SMALL_BATCH: usize = 64 * 1024;
 /// Most datagrams gathered into one batch.
@@ -94,7 +96,13 @@ pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: Shutd
         }
         if datagrams.is_empty() {
             if draining {
-                break;
+                // `try_recv` trusts the reactor's cached readiness, which may not yet reflect
+                // datagrams that arrived just before shutdown: only a quiet spell of real
+                // readiness waiting proves the socket is empty.
+                match tokio::time::timeout(DRAIN_IDLE, socket.readable()).await {
+                    Ok(Ok(())) => continue,
+                    _ => break,
+                }
             }
             continue;
         }

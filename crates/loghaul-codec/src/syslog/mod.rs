@@ -161,7 +161,13 @@ impl Decoder {
         let arena: &[u8] = arena;
         events.reserve(frames.len());
         for frame in frames {
-            let event = decode_frame(
+            // Decoded in place: an event is large, and moving it into the vector would cost a
+            // `memcpy` call per event.
+            events.push(Event::default());
+            let Some(event) = events.last_mut() else {
+                continue;
+            };
+            decode_frame(
                 arena,
                 *frame,
                 opts,
@@ -172,13 +178,15 @@ impl Decoder {
                     params: sd_params,
                 },
                 stats,
+                event,
             );
-            events.push(event);
         }
     }
 }
 
 /// Decode one frame; see the module docs for the invariants.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn decode_frame(
     arena: &[u8],
     frame: Frame,
@@ -187,7 +195,8 @@ fn decode_frame(
     source_ip: Option<IpAddr>,
     sd: &mut SdOut<'_>,
     stats: &mut DecodeStats,
-) -> Event {
+    event: &mut Event,
+) {
     // Clamp a bad range instead of trusting it: a framing bug must not become a panic.
     let end = (frame.end as usize).min(arena.len());
     let start = (frame.start as usize).min(end);
@@ -198,7 +207,7 @@ fn decode_frame(
         end -= 1;
     }
     let buf = &arena[..end];
-    let mut event = Event {
+    *event = Event {
         timestamp: None,
         received: clock.received,
         message: Span::new(start, end),
@@ -208,26 +217,29 @@ fn decode_frame(
     if frame.truncated {
         event.flags.insert(Flags::TRUNCATED);
     }
-    if std::str::from_utf8(&buf[start..]).is_err() {
+    // Most frames are ASCII, which is checked a word at a time; only the others need the full
+    // UTF-8 validation.
+    let text = &buf[start..];
+    if !crate::scan::is_ascii(text) && std::str::from_utf8(text).is_err() {
         event.flags.insert(Flags::INVALID_UTF8);
         stats.invalid_utf8 += 1;
     }
     let marks = (sd.elements.len(), sd.params.len());
     let result = match opts.format {
         Format::Raw => Ok(()),
-        Format::Rfc5424 => rfc5424::parse(buf, start, opts.strict, clock, sd, &mut event),
-        Format::Rfc3164 => rfc3164::parse(buf, start, opts.strict, clock, &mut event),
+        Format::Rfc5424 => rfc5424::parse(buf, start, opts.strict, clock, sd, event),
+        Format::Rfc3164 => rfc3164::parse(buf, start, opts.strict, clock, event),
         Format::Auto if rfc5424::looks_like(&buf[start..]) => {
-            rfc5424::parse(buf, start, opts.strict, clock, sd, &mut event)
+            rfc5424::parse(buf, start, opts.strict, clock, sd, event)
         }
-        Format::Auto => rfc3164::parse(buf, start, opts.strict, clock, &mut event),
+        Format::Auto => rfc3164::parse(buf, start, opts.strict, clock, event),
     };
     if let Err(fail) = result {
         stats.parse_errors += 1;
         sd.elements.truncate(marks.0);
         sd.params.truncate(marks.1);
         let flags = event.flags;
-        event = Event {
+        *event = Event {
             timestamp: None,
             received: clock.received,
             message: Span::new(start, end),
@@ -245,7 +257,6 @@ fn decode_frame(
     if event.timestamp.is_none() {
         event.timestamp = Some(clock.received);
     }
-    event
 }
 
 /// `<PRI>` at `pos`: Ok((prival, index after '>')), or why not.

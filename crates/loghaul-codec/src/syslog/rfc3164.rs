@@ -23,6 +23,7 @@
 use loghaul_core::{Event, Span, Timestamp};
 
 use super::{Clock, Fail, Pri, parse_pri, set_pri};
+use crate::scan::{eq, find, find_byte};
 use crate::time::{Civil, NANOS_PER_SEC, SECS_PER_DAY, parse_bsd, parse_rfc3339};
 
 /// A timestamp found in the frame: the instant (None when the reading is not a real date) and the
@@ -85,7 +86,7 @@ pub(crate) fn parse(
     } else if had_timestamp {
         let word_end = word_end(buf, pos);
         let word = &buf[pos..word_end];
-        if word.last() == Some(&b':') || word.contains(&b'[') {
+        if word.last() == Some(&b':') || find_byte(word, 0, b'[').is_some() {
             pos = tag(buf, pos, true, event);
         } else {
             if word_end > pos {
@@ -107,25 +108,23 @@ pub(crate) fn parse(
 
 #[inline]
 fn word_end(buf: &[u8], pos: usize) -> usize {
-    pos + buf[pos..]
-        .iter()
-        .position(|&c| c == b' ')
-        .unwrap_or(buf.len() - pos)
+    find_byte(buf, pos, b' ').unwrap_or(buf.len()).max(pos)
 }
 
 /// TAG at `pos` (`tag[pid]:`, `tag[pid]`, `tag:` and, when `bare`, a colon-less `tag`); sets
 /// appname/procid and returns where MSG starts (one SP after the tag dropped). Without a tag,
 /// returns `pos` so everything is message.
 fn tag(buf: &[u8], pos: usize, bare: bool, event: &mut Event) -> usize {
-    let rest = &buf[pos..];
-    let name_len = rest
-        .iter()
-        .position(|&c| matches!(c, b' ' | b'[' | b':'))
-        .unwrap_or(rest.len());
-    if name_len == 0 {
+    let name_end = find(
+        buf,
+        pos,
+        |w| eq(w, b' ') | eq(w, b'[') | eq(w, b':'),
+        |c| matches!(c, b' ' | b'[' | b':'),
+    )
+    .unwrap_or(buf.len());
+    if name_end <= pos {
         return pos;
     }
-    let name_end = pos + name_len;
     let mut msg = match buf.get(name_end) {
         Some(b':') => {
             // Without a timestamp, only `word: ` (or `word:` at the end) is clearly a tag;

@@ -15,19 +15,30 @@
 use loghaul_core::{Event, SdElement, SdParam, Span};
 
 use super::{Clock, Fail, Pri, SdOut, parse_pri, set_pri};
+use crate::scan::{eq, find, find_byte};
 use crate::time::parse_rfc3339;
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Whether a frame starts `<PRI>VERSION SP` (1..3 digits, then a space): the RFC 5424 marker.
 pub(crate) fn looks_like(b: &[u8]) -> bool {
-    if b.first() != Some(&b'<') {
-        return false;
-    }
-    let Some(gt) = b.iter().take(6).position(|&c| c == b'>') else {
+    let Some((&b'<', rest)) = b.split_first() else {
         return false;
     };
-    let rest = &b[gt + 1..];
+    // `>` within the next five bytes (PRI has at most three digits; more is not RFC 5424 anyway).
+    let mut gt = 0;
+    loop {
+        match rest.get(gt) {
+            Some(b'>') => break,
+            Some(_) if gt < 4 => gt += 1,
+            _ => return false,
+        }
+    }
+    let rest = rest.get(gt + 1..).unwrap_or_default();
+    // RFC 3164 lines fail here, on the first byte after the PRI.
+    if !rest.first().is_some_and(u8::is_ascii_digit) {
+        return false;
+    }
     let digits = rest
         .iter()
         .take(4)
@@ -39,16 +50,12 @@ pub(crate) fn looks_like(b: &[u8]) -> bool {
 /// The bytes from `pos` to the next SP (or the end): (start, end).
 #[inline]
 fn token(buf: &[u8], pos: usize) -> (usize, usize) {
-    let len = buf[pos..]
-        .iter()
-        .position(|&c| c == b' ')
-        .unwrap_or(buf.len() - pos);
-    (pos, pos + len)
+    (pos, find_byte(buf, pos, b' ').unwrap_or(buf.len()).max(pos))
 }
 
 /// A header field: NILVALUE or 1..max PRINTUSASCII, followed by SP. Returns the field and the
 /// position after the SP.
-#[inline]
+#[inline(always)]
 fn field(buf: &[u8], pos: usize, max: usize, strict: bool) -> Result<(Option<Span>, usize), Fail> {
     let (s, e) = token(buf, pos);
     if e == s || buf.get(e) != Some(&b' ') {
@@ -166,12 +173,21 @@ pub(crate) fn parse(
 /// Lenient mode takes any other byte and any length.
 #[inline]
 fn sd_name(buf: &[u8], pos: usize, strict: bool) -> Result<usize, Fail> {
-    let len = buf[pos..]
-        .iter()
-        .position(|&c| {
-            matches!(c, b'=' | b' ' | b']' | b'"') || (strict && !(33..=126).contains(&c))
+    let end = if strict {
+        buf.get(pos..).and_then(|rest| {
+            rest.iter()
+                .position(|&c| matches!(c, b'=' | b' ' | b']' | b'"') || !(33..=126).contains(&c))
+                .map(|k| pos + k)
         })
-        .unwrap_or(buf.len() - pos);
+    } else {
+        find(
+            buf,
+            pos,
+            |w| eq(w, b'=') | eq(w, b' ') | eq(w, b']') | eq(w, b'"'),
+            |c| matches!(c, b'=' | b' ' | b']' | b'"'),
+        )
+    };
+    let len = end.unwrap_or(buf.len()).saturating_sub(pos);
     if len == 0 || (strict && len > 32) {
         return Err(Fail::Other);
     }
@@ -231,6 +247,7 @@ fn structured_data(
 }
 
 /// PARAM-NAME "=" %d34 PARAM-VALUE %d34 at `pos`; returns the position after the closing quote.
+#[inline(always)]
 fn sd_param(buf: &[u8], pos: usize, strict: bool, sd: &mut SdOut<'_>) -> Result<usize, Fail> {
     let name_end = sd_name(buf, pos, strict)?;
     let name = Span::new(pos, name_end);
@@ -257,11 +274,14 @@ fn sd_param(buf: &[u8], pos: usize, strict: bool, sd: &mut SdOut<'_>) -> Result<
     let mut j = value_start;
     let mut escaped = false;
     loop {
-        // Values are short: a byte loop beats a memchr3 call here.
-        let k = j + buf[j..]
-            .iter()
-            .position(|&c| matches!(c, b'"' | b'\\' | b']'))
-            .ok_or(Fail::Other)?;
+        // Values are short: a word-at-a-time scan beats a memchr3 call here.
+        let k = find(
+            buf,
+            j,
+            |w| eq(w, b'"') | eq(w, b'\\') | eq(w, b']'),
+            |c| matches!(c, b'"' | b'\\' | b']'),
+        )
+        .ok_or(Fail::Other)?;
         match buf[k] {
             b'"' => {
                 j = k;
