@@ -167,12 +167,11 @@ impl FileSink {
     }
 
     /// Renders the path for `event` into `scratch`; returns whether it differs from the
-    /// current file's path.
+    /// current file's path. Time parts are formatted once per second of event time.
     fn render_path(&mut self, batch: &EventBatch, event: &Event) -> bool {
         let tmpl = &self.config.path;
         if tmpl.has_time {
-            let ts = event.timestamp.unwrap_or(event.received);
-            let second = ts.unix_seconds();
+            let second = event.timestamp.unwrap_or(event.received).unix_seconds();
             if self.time_cache_second != Some(second) {
                 self.time_cache_second = Some(second);
                 self.time_cache.clear();
@@ -182,21 +181,8 @@ impl FileSink {
                         self.time_cache.push(dt.format(fmt).to_string());
                     }
                 }
-                if !tmpl.has_fields {
-                    self.scratch.clear();
-                    let mut times = self.time_cache.iter();
-                    for part in &tmpl.parts {
-                        match part {
-                            TemplatePart::Literal(s) => self.scratch.push_str(s),
-                            TemplatePart::Strftime(_) => self
-                                .scratch
-                                .push_str(times.next().map_or("", |s| s.as_str())),
-                            TemplatePart::Field(_) => {}
-                        }
-                    }
-                    return self.scratch != self.current_path;
-                }
             } else if !tmpl.has_fields {
+                // Same second, nothing else varies: the path is the current one.
                 return false;
             }
         }

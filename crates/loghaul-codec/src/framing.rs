@@ -336,6 +336,65 @@ fn push_line(
     }
 }
 
+/// Frames as owned bytes with their `truncated` flag, and the stats, from [`frame_in_chunks`].
+#[doc(hidden)]
+pub type ChunkedFrames = (Vec<(Vec<u8>, bool)>, FramingStats);
+
+/// Test support (unit tests, proptests, the fuzz target): drives a [`Framer`] the way a connection
+/// task does, feeding `input` in chunks of the given sizes (cycled) and calling `finish` at the
+/// end. Panics when an invariant breaks: consumption past the buffer, a frame outside the consumed
+/// bytes, or a partial frame buffered beyond `max_length` plus a length prefix.
+#[doc(hidden)]
+pub fn frame_in_chunks(
+    mode: FramingMode,
+    max_length: usize,
+    input: &[u8],
+    chunks: &[usize],
+) -> ChunkedFrames {
+    let mut framer = Framer::new(mode, max_length);
+    let mut stats = FramingStats::default();
+    let mut out = Vec::new();
+    let mut buf: Vec<u8> = Vec::new();
+    let mut frames = Vec::new();
+    let mut at = 0;
+    let mut sizes = chunks.iter().copied().cycle();
+    while at < input.len() {
+        let n = sizes.next().unwrap_or(1).clamp(1, input.len() - at);
+        buf.extend_from_slice(&input[at..at + n]);
+        at += n;
+        frames.clear();
+        let consumed = framer.decode(&buf, &mut frames, &mut stats);
+        assert!(consumed <= buf.len(), "consumed past the buffer");
+        for f in &frames {
+            assert!(
+                f.start <= f.end && f.end as usize <= consumed,
+                "frame outside consumed bytes"
+            );
+            out.push((buf[f.start as usize..f.end as usize].to_vec(), f.truncated));
+        }
+        buf.drain(..consumed);
+        assert!(
+            buf.len() <= max_length.max(1) + MAX_LEN_DIGITS + 2,
+            "buffered {} bytes with max_length {max_length}",
+            buf.len()
+        );
+    }
+    frames.clear();
+    assert_eq!(
+        framer.finish(&buf, &mut frames, &mut stats),
+        buf.len(),
+        "finish must consume all"
+    );
+    for f in &frames {
+        assert!(
+            f.start <= f.end && f.end as usize <= buf.len(),
+            "frame outside the buffer"
+        );
+        out.push((buf[f.start as usize..f.end as usize].to_vec(), f.truncated));
+    }
+    (out, stats)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -347,38 +406,7 @@ mod tests {
     /// Drive a framer the way a connection task does: append each chunk, decode, split off the
     /// consumed bytes, and `finish` at EOF. Also checks the buffering bound.
     fn run(mode: FramingMode, max: usize, input: &[u8], chunks: &[usize]) -> Out {
-        let mut framer = Framer::new(mode, max);
-        let mut stats = FramingStats::default();
-        let mut out = Vec::new();
-        let mut buf: Vec<u8> = Vec::new();
-        let mut frames = Vec::new();
-        let mut at = 0;
-        let mut sizes = chunks.iter().copied().cycle();
-        while at < input.len() {
-            let n = sizes.next().unwrap_or(1).max(1).min(input.len() - at);
-            buf.extend_from_slice(&input[at..at + n]);
-            at += n;
-            frames.clear();
-            let consumed = framer.decode(&buf, &mut frames, &mut stats);
-            assert!(consumed <= buf.len());
-            for f in &frames {
-                assert!(f.start <= f.end && f.end as usize <= consumed);
-                out.push((buf[f.start as usize..f.end as usize].to_vec(), f.truncated));
-            }
-            buf.drain(..consumed);
-            assert!(
-                buf.len() <= max.max(1) + MAX_LEN_DIGITS + 2,
-                "buffered {} bytes with max_length {max}",
-                buf.len()
-            );
-        }
-        frames.clear();
-        let consumed = framer.finish(&buf, &mut frames, &mut stats);
-        assert_eq!(consumed, buf.len());
-        for f in &frames {
-            out.push((buf[f.start as usize..f.end as usize].to_vec(), f.truncated));
-        }
-        (out, stats)
+        frame_in_chunks(mode, max, input, chunks)
     }
 
     fn whole(mode: FramingMode, max: usize, input: &[u8]) -> Out {

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use bytes::Bytes;
+use loghaul_codec::framing::{ChunkedFrames, frame_in_chunks};
 use loghaul_codec::{
     DecodeOptions, DecodeStats, Decoder, Format, Frame, Framer, FramingMode, FramingStats,
     TimeZone, encode_json, encode_text,
@@ -62,43 +63,9 @@ fn formats() -> impl Strategy<Value = Format> {
     ]
 }
 
-type Framed = (Vec<(Vec<u8>, bool)>, FramingStats);
-
 /// Feed `input` in chunks the way a connection task does; returns frames as bytes.
-fn frame_chunked(mode: FramingMode, max: usize, input: &[u8], chunks: &[usize]) -> Framed {
-    let mut framer = Framer::new(mode, max);
-    let mut stats = FramingStats::default();
-    let mut out = Vec::new();
-    let mut buf = Vec::new();
-    let mut frames = Vec::new();
-    let mut at = 0;
-    let mut sizes = chunks.iter().copied().cycle();
-    while at < input.len() {
-        let n = sizes.next().unwrap_or(1).clamp(1, input.len() - at);
-        buf.extend_from_slice(&input[at..at + n]);
-        at += n;
-        frames.clear();
-        let consumed = framer.decode(&buf, &mut frames, &mut stats);
-        assert!(consumed <= buf.len());
-        for f in &frames {
-            assert!(f.start <= f.end && f.end as usize <= consumed);
-            out.push((buf[f.start as usize..f.end as usize].to_vec(), f.truncated));
-        }
-        buf.drain(..consumed);
-        // The partial frame kept is bounded by max_length plus the length prefix.
-        assert!(
-            buf.len() <= max.max(1) + 12,
-            "buffered {} with max {max}",
-            buf.len()
-        );
-    }
-    frames.clear();
-    assert_eq!(framer.finish(&buf, &mut frames, &mut stats), buf.len());
-    for f in &frames {
-        assert!(f.start <= f.end && f.end as usize <= buf.len());
-        out.push((buf[f.start as usize..f.end as usize].to_vec(), f.truncated));
-    }
-    (out, stats)
+fn frame_chunked(mode: FramingMode, max: usize, input: &[u8], chunks: &[usize]) -> ChunkedFrames {
+    frame_in_chunks(mode, max, input, chunks)
 }
 
 fn received() -> Timestamp {
