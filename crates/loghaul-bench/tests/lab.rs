@@ -314,13 +314,26 @@ fn scenario_smoke(scenario: &str) {
         &std::fs::read_to_string(out.path().join(format!("{scenario}.json"))).unwrap(),
     )
     .unwrap();
-    for r in json["records"].as_array().unwrap() {
+    let records = json["records"].as_array().unwrap();
+    assert_eq!(records.len(), 2, "one run of each subject: {json}");
+    for r in records {
         assert_eq!(r["status"], "complete", "{scenario}: {r}");
         assert_eq!(r["events_seen"], 20000, "{scenario}: {r}");
         assert_eq!(r["loss"], 0, "{scenario}: {r}");
-        assert_eq!(r["duplicates"], 0, "{scenario}: {r}");
         // CPU time has a 10ms resolution: a small run of a fast subject may read 0.
         assert!(r["cpu_secs"].as_f64().unwrap() >= 0.0, "{scenario}: {r}");
+        assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0, "{scenario}: {r}");
+        // In `basic`, loghaul counts lines in a blackhole sink (as EventMachine does): a count
+        // proves no loss but cannot tell duplicates, and has no per-second flow. Every other
+        // record comes from a file the meter read line by line.
+        if scenario == "basic" && r["subject"] == "loghaul" {
+            assert!(
+                r["duplicates"].is_null(),
+                "a count cannot prove duplicates: {r}"
+            );
+            continue;
+        }
+        assert_eq!(r["duplicates"], 0, "{scenario}: {r}");
         let flow: u64 = r["flow_per_sec"]
             .as_array()
             .unwrap()
@@ -328,7 +341,6 @@ fn scenario_smoke(scenario: &str) {
             .map(|v| v.as_u64().unwrap())
             .sum();
         assert!(flow.abs_diff(20000) <= 200, "{scenario}: flow {flow}: {r}");
-        assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0, "{scenario}: {r}");
     }
     assert!(
         Path::new(out.path())
