@@ -33,7 +33,8 @@ const MAX_DATAGRAMS: usize = 2048;
 pub fn bind(addr: SocketAddr, receive_buffer: Option<usize>) -> std::io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    socket.set_reuse_address(true)?;
+    // No SO_REUSEADDR: on Linux it lets a second UDP socket bind the same port, and the newest
+    // socket then silently takes the datagrams. A port in use must fail the start instead.
     if let Some(size) = receive_buffer {
         socket.set_recv_buffer_size(size)?;
     }
@@ -158,5 +159,21 @@ fn split_datagram(
     for f in &mut frames[first..] {
         f.start += base as u32;
         f.end += base as u32;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Regression: with SO_REUSEADDR a second socket could bind the same UDP port and silently
+    /// take the datagrams; a busy port must fail instead.
+    #[tokio::test]
+    async fn a_busy_udp_port_fails_the_bind() -> std::io::Result<()> {
+        let first = bind("127.0.0.1:0".parse().map_err(std::io::Error::other)?, None)?;
+        let addr = first.local_addr()?;
+        let second = bind(addr, None);
+        assert!(second.is_err(), "a second socket bound {addr}");
+        Ok(())
     }
 }
