@@ -335,36 +335,38 @@ impl Registry {
                 let _ = writeln!(out, "{name}{{{}}} {}", labels(c), get(c));
             }
         }
-        let name = "loghaul_component_errors_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Errors by kind (bad input, I/O).\n# TYPE {name} counter"
-        );
-        for c in &comps {
-            for kind in ErrorKind::ALL {
-                let _ = writeln!(
-                    out,
-                    "{name}{{{},kind=\"{}\"}} {}",
-                    labels(c),
-                    kind.as_str(),
-                    c.errors(kind)
-                );
-            }
-        }
-        let name = "loghaul_component_discarded_events_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Events dropped on purpose, by reason.\n# TYPE {name} counter"
-        );
-        for c in &comps {
-            for reason in DiscardReason::ALL {
-                let _ = writeln!(
-                    out,
-                    "{name}{{{},reason=\"{}\"}} {}",
-                    labels(c),
-                    reason.as_str(),
-                    c.discarded_count(reason)
-                );
+        // Counter families with one extra label, one series per (component, label value).
+        type Series = fn(&ComponentMetrics) -> Vec<(&'static str, u64)>;
+        let families: [(&str, &str, &str, Series); 2] = [
+            (
+                "loghaul_component_errors_total",
+                "Errors by kind (bad input, I/O).",
+                "kind",
+                |c| {
+                    ErrorKind::ALL
+                        .iter()
+                        .map(|&k| (k.as_str(), c.errors(k)))
+                        .collect()
+                },
+            ),
+            (
+                "loghaul_component_discarded_events_total",
+                "Events dropped on purpose, by reason.",
+                "reason",
+                |c| {
+                    DiscardReason::ALL
+                        .iter()
+                        .map(|&r| (r.as_str(), c.discarded_count(r)))
+                        .collect()
+                },
+            ),
+        ];
+        for (name, help, label, series) in families {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for c in &comps {
+                for (value, count) in series(c) {
+                    let _ = writeln!(out, "{name}{{{},{label}=\"{value}\"}} {count}", labels(c));
+                }
             }
         }
         let name = "loghaul_component_up";
