@@ -53,19 +53,31 @@ pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: Shutd
     let mut dstats = DecodeStats::default();
     let max_length = ctx.config.max_length;
     ctx.metrics.set_health(Health::Running, None);
-    let mut draining = false;
     let mut arena = BytesMut::new();
+    let mut socket = Receiver::Live(socket);
+    // Set once draining: when the socket was last seen empty with nothing received since.
+    let mut quiet_since: Option<std::time::Instant> = None;
+    let mut scratch = Vec::new();
     loop {
-        if !draining {
+        if let Receiver::Live(live) = &socket {
             tokio::select! {
-                ready = socket.readable() => {
+                ready = live.readable() => {
                     if let Err(error) = ready {
                         ctx.metrics.error(ErrorKind::Io, 1);
                         crate::warn_limited!(ctx.metrics, %error, "Failed to poll the UDP socket.");
                         continue;
                     }
                 }
-                _ = shutdown.wait() => draining = true,
+                _ = shutdown.wait() => {
+                    socket = match socket.into_draining() {
+                        Ok(draining) => draining,
+                        Err(error) => {
+                            crate::warn_limited!(ctx.metrics, %error, "Failed to drain the UDP socket.");
+                            break;
+                        }
+                    };
+                    scratch = vec![0; MAX_DATAGRAM];
+                }
             }
         }
         if arena.capacity() < ARENA_SIZE {
@@ -74,7 +86,7 @@ pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: Shutd
         // Gather what is ready without waiting.
         while datagrams.len() < MAX_DATAGRAMS && arena.capacity() - arena.len() >= MAX_DATAGRAM {
             let start = arena.len();
-            match socket.try_recv_buf_from(&mut arena) {
+            match socket.try_recv(&mut arena, &mut scratch) {
                 Ok((len, peer)) => {
                     let first = frames.len();
                     split_datagram(
@@ -96,17 +108,18 @@ pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: Shutd
             }
         }
         if datagrams.is_empty() {
-            if draining {
-                // `try_recv` trusts the reactor's cached readiness, which may not yet reflect
-                // datagrams that arrived just before shutdown: only a quiet spell of real
-                // readiness waiting proves the socket is empty.
-                match tokio::time::timeout(DRAIN_IDLE, socket.readable()).await {
-                    Ok(Ok(())) => continue,
-                    _ => break,
+            if let Receiver::Draining(_) = socket {
+                // Draining polls with real recv(2) calls: the socket is empty once it has stayed
+                // empty for DRAIN_IDLE.
+                let since = *quiet_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= DRAIN_IDLE {
+                    break;
                 }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             }
             continue;
         }
+        quiet_since = None;
         let bytes = arena.len();
         // A quiet socket yields a few small datagrams per wake-up: copy them out and keep the
         // large buffer, rather than pinning half a megabyte per batch in the sink's queue.
@@ -133,9 +146,47 @@ pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: Shutd
         datagrams.clear();
         ctx.metrics.received(batch.len(), bytes);
         ctx.account_errors(&mut fstats, &mut dstats, &"udp");
-        ctx.fanout.try_send(batch);
+        match socket {
+            Receiver::Live(_) => ctx.fanout.try_send(batch),
+            // Shutting down: nothing new arrives after the drain, so waiting for queue space
+            // costs nothing and drops nothing.
+            Receiver::Draining(_) => ctx.fanout.send(batch).await,
+        }
     }
     ctx.metrics.set_health(Health::Stopped, None);
+}
+
+/// The socket, first served by the reactor, then (once shutdown starts) drained with plain
+/// non-blocking `recv(2)` calls. The reactor's cached readiness can say "nothing to read" while
+/// datagrams that arrived around the shutdown signal are still queued; a real syscall cannot.
+enum Receiver {
+    Live(UdpSocket),
+    Draining(std::net::UdpSocket),
+}
+
+impl Receiver {
+    fn into_draining(self) -> std::io::Result<Receiver> {
+        match self {
+            Receiver::Live(socket) => Ok(Receiver::Draining(socket.into_std()?)),
+            draining => Ok(draining),
+        }
+    }
+
+    /// One datagram appended to `arena` (via `scratch` when draining), without waiting.
+    fn try_recv(
+        &self,
+        arena: &mut BytesMut,
+        scratch: &mut [u8],
+    ) -> std::io::Result<(usize, SocketAddr)> {
+        match self {
+            Receiver::Live(socket) => socket.try_recv_buf_from(arena),
+            Receiver::Draining(socket) => {
+                let (len, peer) = socket.recv_from(scratch)?;
+                arena.extend_from_slice(&scratch[..len]);
+                Ok((len, peer))
+            }
+        }
+    }
 }
 
 /// Frames of one datagram (newline-separated messages), rebased to the datagram's arena offset.
