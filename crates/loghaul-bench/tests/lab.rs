@@ -199,7 +199,18 @@ fn field<'a>(line: &'a str, key: &str) -> &'a str {
 /// The UDP target sends one message per datagram, unframed; a rate keeps loopback from dropping.
 #[test]
 fn udp_target_one_message_per_datagram() {
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    // A large receive buffer: the default holds only ~32 loopback datagrams, and a receiver
+    // thread on a loaded 2-core machine can stall longer than that takes to fill.
+    let raw = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    raw.set_recv_buffer_size(8 << 20).unwrap();
+    raw.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    let socket: std::net::UdpSocket = raw.into();
     let addr = socket.local_addr().unwrap();
     socket
         .set_read_timeout(Some(std::time::Duration::from_secs(2)))
@@ -224,7 +235,7 @@ fn udp_target_one_message_per_datagram() {
             "--format",
             "rfc5424",
         ])
-        .args(["--count", "3000", "--rate", "20000", "--connections", "2"])
+        .args(["--count", "3000", "--rate", "5000", "--connections", "2"])
         .output()
         .unwrap());
     assert_eq!(receiver.join().unwrap(), 3000);

@@ -168,7 +168,8 @@ pub struct RawSyslogSource {
     /// Most concurrent TCP connections. Default `10000`; TCP only.
     #[serde(default)]
     pub max_connections: Option<usize>,
-    /// Socket receive buffer (`SO_RCVBUF`). Default: the OS default.
+    /// Socket receive buffer (`SO_RCVBUF`). Default: 4MiB requested for UDP (the kernel caps it
+    /// at `net.core.rmem_max`), the OS default for TCP.
     #[serde(default)]
     pub receive_buffer: Option<RawSize>,
     /// Parse exactly as the RFCs say instead of leniently; messages that fail are still kept, as raw

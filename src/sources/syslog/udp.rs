@@ -18,6 +18,8 @@ use super::SourceContext;
 use crate::metrics::{ErrorKind, Health};
 use crate::topology::ShutdownSignal;
 
+/// SO_RCVBUF requested when `receive_buffer` is not configured.
+const DEFAULT_RECEIVE_BUFFER: usize = 4 * 1024 * 1024;
 /// Arena size per batch.
 const ARENA_SIZE: usize = 512 * 1024;
 /// Largest UDP payload: the arena must have this much room before each receive.
@@ -35,9 +37,10 @@ pub fn bind(addr: SocketAddr, receive_buffer: Option<usize>) -> std::io::Result<
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     // No SO_REUSEADDR: on Linux it lets a second UDP socket bind the same port, and the newest
     // socket then silently takes the datagrams. A port in use must fail the start instead.
-    if let Some(size) = receive_buffer {
-        socket.set_recv_buffer_size(size)?;
-    }
+    // The OS default (208KiB on Linux) holds only about 32 small loopback datagrams, so a
+    // short stall sheds a burst. Ask for more unless configured; the kernel caps the request at
+    // net.core.rmem_max, so this never fails where the default would have worked.
+    socket.set_recv_buffer_size(receive_buffer.unwrap_or(DEFAULT_RECEIVE_BUFFER))?;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     UdpSocket::from_std(socket.into())
