@@ -846,6 +846,14 @@ pub fn assert_each_once(numbers: &[u64], n: u64, what: &str) {
 }
 
 /// The number after the last space of `msg` (`"... seq 123"` -> 123).
+/// The trailing sequence number of every event's message in the JSON-lines file at `path`.
+pub fn sequence_numbers(path: &Path) -> Vec<u64> {
+    read_lines(path)
+        .iter()
+        .map(|e| trailing_number(message(e)))
+        .collect()
+}
+
 pub fn trailing_number(msg: &str) -> u64 {
     msg.rsplit(' ')
         .next()

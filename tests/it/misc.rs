@@ -193,14 +193,8 @@ fn rotation_keeps_order_and_loses_nothing(
     let deadline = Instant::now() + ARRIVE_TIMEOUT;
     let (mut a, mut b) = (Vec::new(), Vec::new());
     for _ in 0..1000 {
-        a = read_lines(old)
-            .iter()
-            .map(|e| trailing_number(message(e)))
-            .collect::<Vec<u64>>();
-        b = read_lines(&new)
-            .iter()
-            .map(|e| trailing_number(message(e)))
-            .collect::<Vec<u64>>();
+        a = sequence_numbers(old);
+        b = sequence_numbers(&new);
         if (a.len() + b.len()) as u64 >= next || Instant::now() >= deadline {
             break;
         }
@@ -671,10 +665,7 @@ fn sigint_stops_cleanly_too() {
         "exit after SIGINT: {status}\n{}",
         server.stderr()
     );
-    let numbers: Vec<u64> = read_lines(&server.out())
-        .iter()
-        .map(|e| trailing_number(message(e)))
-        .collect();
+    let numbers: Vec<u64> = sequence_numbers(&server.out());
     assert_each_once(&numbers, 1000, "events after SIGINT");
 }
 
@@ -691,10 +682,7 @@ fn shutdown_drains_the_udp_socket() {
     }
     server.stop();
     let kernel_drops = udp_rcvbuf_errors().saturating_sub(kernel_drops_before);
-    let numbers: Vec<u64> = read_lines(&server.out())
-        .iter()
-        .map(|e| trailing_number(message(e)))
-        .collect();
+    let numbers: Vec<u64> = sequence_numbers(&server.out());
     // Loopback puts a datagram into the receiver's buffer before send_to returns, so every
     // datagram was in loghaul's socket when SIGTERM came, unless the kernel dropped it for a
     // full receive buffer (RcvbufErrors, machine-wide, reported for diagnosis).

@@ -119,10 +119,7 @@ fn backlog_round(round: usize) {
         "exit status {status}\n{}",
         server.stderr()
     );
-    let numbers: Vec<u64> = read_lines(&server.out())
-        .iter()
-        .map(|e| trailing_number(message(e)))
-        .collect();
+    let numbers: Vec<u64> = sequence_numbers(&server.out());
     assert_each_once(
         &numbers,
         400,
@@ -162,10 +159,7 @@ fn datagram_round(round: usize) {
         "exit status {status}\n{}",
         server.stderr()
     );
-    let numbers: Vec<u64> = read_lines(&server.out())
-        .iter()
-        .map(|e| trailing_number(message(e)))
-        .collect();
+    let numbers: Vec<u64> = sequence_numbers(&server.out());
     assert_each_once(
         &numbers,
         50,
