@@ -5,7 +5,13 @@
 //! to N sinks costs N channel sends, not N copies. Queues are bounded in batches (and batches
 //! are bounded in bytes by the sources' read sizes), so memory is bounded: when a sink falls
 //! behind, `send` waits, the source stops reading, and TCP pushes back on the sender.
+//!
+//! A sink may hand its input queue a [`Prepare`] step (the file sink's encoder): the fan-out runs
+//! it on the sending task, so encoding happens on the runtime's worker threads, in parallel across
+//! connections and while the freshly decoded batch is still in that core's cache. The sink's own
+//! thread is left with the writes.
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -17,21 +23,54 @@ use crate::metrics::{ComponentMetrics, DiscardReason};
 /// Capacity of every component's input queue, in batches.
 pub const QUEUE_BATCHES: usize = 32;
 
+/// A sink's per-batch work that runs on the sender's task instead of the sink's thread.
+pub trait Prepare: Send + Sync {
+    fn prepare(&self, batch: &EventBatch) -> Prepared;
+}
+
+/// What a [`Prepare`] step made of one batch: the batch's encoded bytes, and, when the sink
+/// asked for them, where each event's bytes end (`ends[i]` is the end offset of event `i`).
+#[derive(Debug, Default)]
+pub struct Prepared {
+    pub bytes: Vec<u8>,
+    pub ends: Vec<u32>,
+}
+
+/// One batch as one downstream receives it: the shared batch plus what that downstream's
+/// [`Prepare`] step made of it.
+pub struct Delivery {
+    pub batch: Arc<EventBatch>,
+    pub prepared: Option<Prepared>,
+}
+
+impl Deref for Delivery {
+    type Target = EventBatch;
+
+    fn deref(&self) -> &EventBatch {
+        &self.batch
+    }
+}
+
 /// The sending half a fan-out holds for one downstream component.
 #[derive(Clone)]
 struct Output {
-    tx: mpsc::Sender<Arc<EventBatch>>,
+    tx: mpsc::Sender<Delivery>,
     downstream: Arc<ComponentMetrics>,
+    prepare: Option<Arc<dyn Prepare>>,
 }
 
 /// The receiving end of a component's input queue; keeps its queue gauges honest.
 pub struct Input {
-    rx: mpsc::Receiver<Arc<EventBatch>>,
+    rx: mpsc::Receiver<Delivery>,
     metrics: Arc<ComponentMetrics>,
 }
 
 /// A new input queue for the component whose metrics are given, and the sender to hand out.
-pub fn input_queue(metrics: Arc<ComponentMetrics>) -> (InputSender, Input) {
+/// Senders run `prepare`, if given, on every batch before queueing it.
+pub fn input_queue(
+    metrics: Arc<ComponentMetrics>,
+    prepare: Option<Arc<dyn Prepare>>,
+) -> (InputSender, Input) {
     let (tx, rx) = mpsc::channel(QUEUE_BATCHES);
     metrics
         .buffer_max_batches
@@ -40,6 +79,7 @@ pub fn input_queue(metrics: Arc<ComponentMetrics>) -> (InputSender, Input) {
         InputSender(Output {
             tx,
             downstream: metrics.clone(),
+            prepare,
         }),
         Input { rx, metrics },
     )
@@ -51,14 +91,14 @@ pub struct InputSender(Output);
 
 impl Input {
     /// The next batch, or `None` once every upstream is gone (shutdown).
-    pub async fn recv(&mut self) -> Option<Arc<EventBatch>> {
+    pub async fn recv(&mut self) -> Option<Delivery> {
         let batch = self.rx.recv().await?;
         self.account(&batch);
         Some(batch)
     }
 
     /// A batch if one is queued right now.
-    pub fn try_recv(&mut self) -> Option<Arc<EventBatch>> {
+    pub fn try_recv(&mut self) -> Option<Delivery> {
         let batch = self.rx.try_recv().ok()?;
         self.account(&batch);
         Some(batch)
@@ -98,12 +138,16 @@ impl Fanout {
         let batch = Arc::new(batch);
         let mut delivered = false;
         for out in &self.outputs {
+            let prepared = out.prepare.as_ref().map(|p| p.prepare(&batch));
             // Reserve first, count second: if this future is cancelled while waiting for space,
             // nothing was counted, so the queue gauges stay exact.
             match out.tx.reserve().await {
                 Ok(permit) => {
                     out.enqueued(n);
-                    permit.send(batch.clone());
+                    permit.send(Delivery {
+                        batch: batch.clone(),
+                        prepared,
+                    });
                     delivered = true;
                 }
                 Err(_) => self
@@ -130,7 +174,12 @@ impl Fanout {
             match out.tx.try_reserve() {
                 Ok(permit) => {
                     out.enqueued(n);
-                    permit.send(batch.clone());
+                    // Prepared only once there is room: a batch dropped here costs no encoding.
+                    let prepared = out.prepare.as_ref().map(|p| p.prepare(&batch));
+                    permit.send(Delivery {
+                        batch: batch.clone(),
+                        prepared,
+                    });
                     delivered = true;
                 }
                 Err(mpsc::error::TrySendError::Full(())) => {
@@ -181,15 +230,15 @@ mod tests {
     #[tokio::test]
     async fn fans_out_one_allocation_to_every_sink() {
         let reg = Registry::default();
-        let (a_tx, mut a) = input_queue(reg.register("a", "sink", "file"));
-        let (b_tx, mut b) = input_queue(reg.register("b", "sink", "file"));
+        let (a_tx, mut a) = input_queue(reg.register("a", "sink", "file"), None);
+        let (b_tx, mut b) = input_queue(reg.register("b", "sink", "file"), None);
         let src = reg.register("s", "source", "syslog");
         let fan = Fanout::new(vec![a_tx, b_tx], src.clone());
         fan.send(batch(3)).await;
         let (Some(x), Some(y)) = (a.recv().await, b.recv().await) else {
             panic!("both sinks get the batch");
         };
-        assert!(Arc::ptr_eq(&x, &y));
+        assert!(Arc::ptr_eq(&x.batch, &y.batch));
         assert_eq!(src.sent_events.load(Ordering::Relaxed), 3);
         assert_eq!(a.metrics.buffer_events.load(Ordering::Relaxed), 0);
         assert_eq!(a.metrics.received_events.load(Ordering::Relaxed), 3);
@@ -198,7 +247,7 @@ mod tests {
     #[tokio::test]
     async fn send_waits_while_a_sink_is_full() {
         let reg = Registry::default();
-        let (tx, mut rx) = input_queue(reg.register("a", "sink", "file"));
+        let (tx, mut rx) = input_queue(reg.register("a", "sink", "file"), None);
         let fan = Fanout::new(vec![tx], reg.register("s", "source", "syslog"));
         for _ in 0..QUEUE_BATCHES {
             fan.send(batch(1)).await;
@@ -225,7 +274,7 @@ mod tests {
     #[tokio::test]
     async fn try_send_counts_drops_when_full() {
         let reg = Registry::default();
-        let (tx, _rx) = input_queue(reg.register("a", "sink", "file"));
+        let (tx, _rx) = input_queue(reg.register("a", "sink", "file"), None);
         let src = reg.register("s", "source", "syslog");
         let fan = Fanout::new(vec![tx], src.clone());
         for _ in 0..QUEUE_BATCHES + 5 {

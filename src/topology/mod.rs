@@ -35,6 +35,13 @@ pub struct Topology {
     sinks: Vec<(String, tokio::sync::oneshot::Receiver<()>)>,
 }
 
+/// A sink built before its thread starts (a file sink's encoder must be handed to its queue).
+enum SinkPlan {
+    File(Box<crate::sinks::file::FileSink>),
+    Console(loghaul_config::ConsoleSinkConfig),
+    Blackhole,
+}
+
 enum Bound {
     Tcp(tokio::net::TcpListener),
     Udp(tokio::net::UdpSocket),
@@ -54,7 +61,7 @@ pub async fn start(
     for (id, t) in &config.transforms {
         let TransformConfig::Filter(_) = t;
         let metrics = registry.register(id, "transform", "filter");
-        let (tx, rx) = fanout::input_queue(metrics.clone());
+        let (tx, rx) = fanout::input_queue(metrics.clone(), None);
         senders.insert(id.clone(), tx);
         transform_inputs.push((id.clone(), t.clone(), metrics, rx));
     }
@@ -66,9 +73,21 @@ pub async fn start(
             SinkConfig::Blackhole(_) => "blackhole",
         };
         let metrics = registry.register(id, "sink", ty);
-        let (tx, rx) = fanout::input_queue(metrics.clone());
+        let plan =
+            match s {
+                SinkConfig::File(cfg) => SinkPlan::File(Box::new(
+                    crate::sinks::file::FileSink::new(cfg.clone(), metrics.clone(), reopen.clone()),
+                )),
+                SinkConfig::Console(cfg) => SinkPlan::Console(cfg.clone()),
+                SinkConfig::Blackhole(_) => SinkPlan::Blackhole,
+            };
+        let prepare: Option<Arc<dyn fanout::Prepare>> = match &plan {
+            SinkPlan::File(sink) => Some(sink.encoder()),
+            _ => None,
+        };
+        let (tx, rx) = fanout::input_queue(metrics.clone(), prepare);
         senders.insert(id.clone(), tx);
-        sink_inputs.push((id.clone(), s.clone(), metrics, rx));
+        sink_inputs.push((id.clone(), plan, metrics, rx));
     }
     // Who reads from whom.
     let mut downstream: HashMap<&str, Vec<InputSender>> = HashMap::new();
@@ -111,9 +130,8 @@ pub async fn start(
     }
 
     let mut sinks = Vec::new();
-    for (id, cfg, metrics, input) in sink_inputs {
+    for (id, plan, metrics, input) in sink_inputs {
         let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-        let reopen = reopen.clone();
         let name = id.clone();
         std::thread::Builder::new()
             .name(format!("sink-{id}"))
@@ -129,16 +147,12 @@ pub async fn start(
                     }
                 };
                 rt.block_on(async move {
-                    match cfg {
-                        SinkConfig::File(cfg) => {
-                            crate::sinks::file::FileSink::new(cfg, metrics, reopen)
-                                .run(input)
-                                .await
-                        }
-                        SinkConfig::Console(cfg) => {
+                    match plan {
+                        SinkPlan::File(sink) => sink.run(input).await,
+                        SinkPlan::Console(cfg) => {
                             crate::sinks::console::run(cfg, metrics, input).await
                         }
-                        SinkConfig::Blackhole(_) => crate::sinks::blackhole::run(metrics, input).await,
+                        SinkPlan::Blackhole => crate::sinks::blackhole::run(metrics, input).await,
                     }
                 });
                 let _ = done_tx.send(());
