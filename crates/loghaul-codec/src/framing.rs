@@ -158,7 +158,13 @@ impl Framer {
                         return pos;
                     };
                     let step = match self.mode {
-                        FramingMode::Newline => self.newline(buf, pos, frames, stats),
+                        FramingMode::Newline => {
+                            pos = self.newline_run(buf, pos, frames, stats);
+                            if pos >= buf.len() {
+                                return pos;
+                            }
+                            self.newline(buf, pos, frames, stats)
+                        }
                         FramingMode::OctetCounting => self.octet(buf, pos, false, frames, stats),
                         FramingMode::Auto if first.is_ascii_digit() => {
                             self.octet(buf, pos, true, frames, stats)
@@ -222,6 +228,29 @@ impl Framer {
         // decode() would have cut a line longer than max_length, so this one fits.
         push_line(buf, pos, buf.len(), frames, stats);
         buf.len()
+    }
+
+    /// Newline mode's fast path: every complete line from `pos` on, found with one memchr
+    /// iterator instead of a search per line. Returns where it stopped: at the start of a partial
+    /// line, or of a line too long for `max_length`, which [`Framer::newline`] then handles.
+    fn newline_run(
+        &mut self,
+        buf: &[u8],
+        pos: usize,
+        frames: &mut Vec<Frame>,
+        stats: &mut FramingStats,
+    ) -> usize {
+        let rest = &buf[pos..];
+        let mut start = pos;
+        for i in memchr::memchr_iter(b'\n', rest) {
+            let end = pos + i;
+            if end - start > self.max_length {
+                break;
+            }
+            push_line(buf, start, end, frames, stats);
+            start = end + 1;
+        }
+        start
     }
 
     /// A newline-terminated frame at `pos`; returns where the next frame starts, or `None` when

@@ -114,6 +114,43 @@ fn json_of(batch: &EventBatch, i: usize) -> J {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
+    /// A batch decoded at once (which takes the raw fast path when every framed byte is ASCII)
+    /// gives each frame exactly the event that frame gets when decoded alone, whatever the other
+    /// frames hold; and a raw event is its frame's text with the receive time.
+    #[test]
+    fn batch_decoding_matches_frame_by_frame(
+        input in syslogish(),
+        format in formats(),
+        max in 1usize..200,
+    ) {
+        let mut frames = Vec::new();
+        let mut stats = FramingStats::default();
+        let mut framer = Framer::new(FramingMode::Newline, max);
+        let used = framer.decode(&input, &mut frames, &mut stats);
+        framer.finish(&input[used..], &mut Vec::new(), &mut stats);
+        let batch = decode(&input, &frames, format, false);
+        prop_assert_eq!(batch.events.len(), frames.len());
+        for (i, frame) in frames.iter().enumerate() {
+            let alone = decode(&input, std::slice::from_ref(frame), format, false);
+            prop_assert_eq!(json_of(&batch, i), json_of(&alone, 0));
+            let (got, want) = (batch.events[i], alone.events[0]);
+            prop_assert_eq!(got.flags, want.flags);
+            if format == Format::Raw {
+                let mut text = &input[frame.start as usize..frame.end as usize];
+                while let [rest @ .., b'\n' | b'\r' | b'\0'] = text {
+                    text = rest;
+                }
+                prop_assert_eq!(batch.str(got.message), text);
+                prop_assert_eq!(got.timestamp, Some(received()));
+                prop_assert_eq!(got.flags.contains(loghaul_core::Flags::TRUNCATED), frame.truncated);
+                prop_assert_eq!(
+                    got.flags.contains(loghaul_core::Flags::INVALID_UTF8),
+                    std::str::from_utf8(text).is_err()
+                );
+            }
+        }
+    }
+
     #[test]
     fn framer_chunking_is_invisible(
         input in syslogish(),

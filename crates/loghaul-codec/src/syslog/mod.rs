@@ -159,6 +159,25 @@ impl Decoder {
             ..
         } = batch;
         let arena: &[u8] = arena;
+        // One vectorised pass over every framed byte (frames are in order) usually proves the
+        // whole batch ASCII, and then no frame needs its own UTF-8 check.
+        let all_ascii = match (frames.first(), frames.last()) {
+            (Some(first), Some(last)) => arena
+                .get(first.start as usize..last.end as usize)
+                .is_some_and(crate::scan::is_ascii),
+            _ => true,
+        };
+        if opts.format == Format::Raw && all_ascii {
+            // Nothing to parse: every event is the same but for its message span and flags.
+            let template = Event {
+                timestamp: Some(clock.received),
+                received: clock.received,
+                source_ip,
+                ..Event::default()
+            };
+            events.extend(frames.iter().map(|frame| raw_event(arena, *frame, template)));
+            return;
+        }
         events.reserve(frames.len());
         for frame in frames {
             // Decoded in place: an event is large, and moving it into the vector would cost a
@@ -173,6 +192,7 @@ impl Decoder {
                 opts,
                 clock,
                 source_ip,
+                all_ascii,
                 &mut SdOut {
                     elements: sd_elements,
                     params: sd_params,
@@ -184,6 +204,32 @@ impl Decoder {
     }
 }
 
+/// The frame's bytes without a trailing LF/CRLF/NUL, clamped to the arena: a trailer some
+/// senders add even with octet counting is never part of the message, and a framing bug must
+/// not become a panic.
+#[inline(always)]
+fn frame_bounds(arena: &[u8], frame: Frame) -> (usize, usize) {
+    let end = (frame.end as usize).min(arena.len());
+    let start = (frame.start as usize).min(end);
+    let mut end = end;
+    while end > start && matches!(arena[end - 1], b'\n' | b'\r' | b'\0') {
+        end -= 1;
+    }
+    (start, end)
+}
+
+/// A raw-format event of a frame already known to be ASCII.
+#[inline(always)]
+fn raw_event(arena: &[u8], frame: Frame, template: Event) -> Event {
+    let (start, end) = frame_bounds(arena, frame);
+    let mut event = template;
+    event.message = Span::new(start, end);
+    if frame.truncated {
+        event.flags.insert(Flags::TRUNCATED);
+    }
+    event
+}
+
 /// Decode one frame; see the module docs for the invariants.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -193,19 +239,12 @@ fn decode_frame(
     opts: DecodeOptions,
     clock: Clock,
     source_ip: Option<IpAddr>,
+    ascii: bool,
     sd: &mut SdOut<'_>,
     stats: &mut DecodeStats,
     event: &mut Event,
 ) {
-    // Clamp a bad range instead of trusting it: a framing bug must not become a panic.
-    let end = (frame.end as usize).min(arena.len());
-    let start = (frame.start as usize).min(end);
-    // A trailing LF/CRLF/NUL is a trailer some senders add even with octet counting; it is never
-    // part of the message.
-    let mut end = end;
-    while end > start && matches!(arena[end - 1], b'\n' | b'\r' | b'\0') {
-        end -= 1;
-    }
+    let (start, end) = frame_bounds(arena, frame);
     let buf = &arena[..end];
     *event = Event {
         timestamp: None,
@@ -217,10 +256,10 @@ fn decode_frame(
     if frame.truncated {
         event.flags.insert(Flags::TRUNCATED);
     }
-    // Most frames are ASCII, which is checked a word at a time; only the others need the full
-    // UTF-8 validation.
+    // Most frames are ASCII (`ascii`: the whole batch was, else checked a word at a time here);
+    // only the others need the full UTF-8 validation.
     let text = &buf[start..];
-    if !crate::scan::is_ascii(text) && std::str::from_utf8(text).is_err() {
+    if !ascii && !crate::scan::is_ascii(text) && std::str::from_utf8(text).is_err() {
         event.flags.insert(Flags::INVALID_UTF8);
         stats.invalid_utf8 += 1;
     }
