@@ -74,6 +74,26 @@ fn validate(path: &std::path::Path) -> ExitCode {
     }
 }
 
+/// Keeps glibc malloc from handing freed batch memory back to the kernel.
+///
+/// Batches allocate 100-300 KiB buffers on the worker threads and free them on the sink threads,
+/// thousands of times a second. With the default settings glibc trims a worker arena's heap as
+/// soon as those frees leave its top free (`madvise(MADV_DONTNEED)` from the sink thread), so the
+/// next batch takes page faults and zeroes fresh pages: about 9% of the `basic` benchmark's CPU.
+/// Peak RSS is set by the memory in flight (bounded queues), so keeping freed memory costs none.
+#[allow(unsafe_code)]
+fn tune_malloc() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallopt only changes allocator parameters; it is called once, before the runtime
+        // starts any thread, and the values are in the ranges glibc documents.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 4 * 1024 * 1024);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 64 * 1024 * 1024);
+        }
+    }
+}
+
 fn run(path: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     let config = match &path {
         Some(p) => Config::load(p).map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))?,
@@ -83,6 +103,7 @@ fn run(path: Option<std::path::PathBuf>) -> anyhow::Result<()> {
         tracing::warn!("{warning}");
     }
     raise_fd_limit();
+    tune_malloc();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("loghaul-worker")

@@ -175,7 +175,11 @@ impl Decoder {
                 source_ip,
                 ..Event::default()
             };
-            events.extend(frames.iter().map(|frame| raw_event(arena, *frame, template)));
+            events.extend(
+                frames
+                    .iter()
+                    .map(|frame| raw_event(arena, *frame, template)),
+            );
             return;
         }
         events.reserve(frames.len());
