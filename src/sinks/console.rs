@@ -1,28 +1,34 @@
 //! The `console` sink: events to stdout as JSON lines or message text.
+//!
+//! Like the file sink it gets batches already encoded by their senders ([`LineEncoder`]), and
+//! writes each batch's buffer in one call.
 
 use std::io::Write;
 use std::sync::Arc;
 
-use loghaul_codec::encode::{encode_json, encode_text};
-use loghaul_config::{ConsoleSinkConfig, Encoding};
+use loghaul_config::ConsoleSinkConfig;
 use loghaul_core::BatchStatus;
 
+use super::encoder::LineEncoder;
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::topology::Input;
+use crate::topology::fanout::Prepare;
 
-pub async fn run(config: ConsoleSinkConfig, metrics: Arc<ComponentMetrics>, mut input: Input) {
+/// The encoder to give the console sink's input queue.
+pub fn encoder(config: &ConsoleSinkConfig) -> Arc<LineEncoder> {
+    Arc::new(LineEncoder::new(config.encoding, false))
+}
+
+pub async fn run(encoder: Arc<LineEncoder>, metrics: Arc<ComponentMetrics>, mut input: Input) {
     metrics.set_health(Health::Running, None);
-    let mut buf = Vec::with_capacity(64 * 1024);
-    while let Some(batch) = input.recv().await {
-        let ack = batch.finalizer.ack();
-        for event in &batch.events {
-            match config.encoding {
-                Encoding::Json => encode_json(&batch, event, &mut buf),
-                Encoding::Text => encode_text(&batch, event, &mut buf),
-            }
-        }
-        let events = batch.len();
-        drop(batch);
+    while let Some(delivery) = input.recv().await {
+        let ack = delivery.finalizer.ack();
+        let events = delivery.len();
+        let buf = match delivery.prepared {
+            Some(prepared) => prepared.bytes,
+            None => encoder.prepare(&delivery.batch).bytes,
+        };
+        drop(delivery.batch);
         let mut out = std::io::stdout().lock();
         match out.write_all(&buf).and_then(|()| out.flush()) {
             Ok(()) => {
@@ -36,7 +42,7 @@ pub async fn run(config: ConsoleSinkConfig, metrics: Arc<ComponentMetrics>, mut 
                 ack.commit(BatchStatus::Errored);
             }
         }
-        buf.clear();
+        encoder.pool.put(buf);
     }
     metrics.set_health(Health::Stopped, None);
 }

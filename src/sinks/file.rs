@@ -6,7 +6,7 @@
 //!        sanitised to [A-Za-z0-9._-] so a sender cannot climb out of the directory.
 //! ```
 //!
-//! Encoding is not done here: the sink gives its input queue a [`FileEncoder`], which senders run
+//! Encoding is not done here: the sink gives its input queue a [`LineEncoder`], which senders run
 //! on the runtime's worker threads (see [`Prepare`]). This thread routes the encoded bytes to
 //! files and writes them: a whole batch's buffer goes to a single-file sink as is, and reaches the
 //! kernel through `writev` without another copy.
@@ -23,100 +23,28 @@ use std::fs::{File, OpenOptions};
 use std::io::{IoSlice, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use loghaul_codec::encode::{encode_json, encode_text};
-use loghaul_config::{Encoding, FileSinkConfig, TemplatePart, push_path_component};
+use loghaul_config::{FileSinkConfig, TemplatePart, push_path_component};
 use loghaul_core::finalizer::Ack;
 use loghaul_core::names::{facility_name, severity_name};
 use loghaul_core::{BatchStatus, Event, EventBatch, Span, Value};
 
 use super::ReopenGeneration;
+use super::encoder::{BufferPool, LineEncoder};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::topology::Input;
-use crate::topology::fanout::{Delivery, Prepare, Prepared, QUEUE_BATCHES};
+use crate::topology::fanout::{Delivery, Prepare, Prepared};
 
 /// A file's buffer is written out once it holds this much.
 const WRITE_THRESHOLD: usize = 256 * 1024;
 /// Pending acknowledgements that force a flush even before the tick (bounds ack latency under
 /// a steady trickle of tracked batches).
 const MAX_PENDING_ACKS: usize = 256;
-/// Buffers kept for reuse: enough for a full input queue plus the ones being written.
-const POOL_BUFFERS: usize = QUEUE_BATCHES + 16;
-/// A buffer grown beyond this (one huge batch) is freed rather than kept in the pool.
-const POOL_MAX_CAPACITY: usize = 4 * 1024 * 1024;
 /// `writev` takes at most this many buffers per call (Linux `IOV_MAX`).
 const IOV_MAX: usize = 1024;
-
-/// Output buffers handed from the sink back to the encoders. Reusing them keeps their pages
-/// mapped and warm: a fresh multi-hundred-KiB allocation per batch costs page faults and zeroing.
-#[derive(Default)]
-struct BufferPool(Mutex<Vec<Vec<u8>>>);
-
-impl BufferPool {
-    fn take(&self) -> Vec<u8> {
-        self.0
-            .lock()
-            .ok()
-            .and_then(|mut pool| pool.pop())
-            .unwrap_or_default()
-    }
-
-    fn put(&self, mut buf: Vec<u8>) {
-        if buf.capacity() == 0 || buf.capacity() > POOL_MAX_CAPACITY {
-            return;
-        }
-        buf.clear();
-        if let Ok(mut pool) = self.0.lock()
-            && pool.len() < POOL_BUFFERS
-        {
-            pool.push(buf);
-        }
-    }
-}
-
-/// The file sink's encoder: one batch into one buffer of JSON lines or text lines.
-pub struct FileEncoder {
-    encoding: Encoding,
-    /// Templated paths route each event on its own, so they need each event's end offset.
-    per_event: bool,
-    pool: BufferPool,
-}
-
-impl FileEncoder {
-    fn new(config: &FileSinkConfig) -> FileEncoder {
-        FileEncoder {
-            encoding: config.encoding,
-            per_event: config.path.has_time || config.path.has_fields,
-            pool: BufferPool::default(),
-        }
-    }
-}
-
-impl Prepare for FileEncoder {
-    fn prepare(&self, batch: &EventBatch) -> Prepared {
-        let mut bytes = self.pool.take();
-        // JSON is about twice the raw text plus the fixed keys; one reservation up front keeps
-        // the per-event reservations from reallocating.
-        bytes.reserve(batch.arena.len() * 2 + 160 * batch.len());
-        let mut ends = Vec::new();
-        if self.per_event {
-            ends.reserve_exact(batch.len());
-        }
-        for event in &batch.events {
-            match self.encoding {
-                Encoding::Json => encode_json(batch, event, &mut bytes),
-                Encoding::Text => encode_text(batch, event, &mut bytes),
-            }
-            if self.per_event {
-                ends.push(u32::try_from(bytes.len()).unwrap_or(u32::MAX));
-            }
-        }
-        Prepared { bytes, ends }
-    }
-}
 
 struct OpenFile {
     path: PathBuf,
@@ -178,7 +106,7 @@ fn write_all_vectored(file: &mut File, chunks: &[Vec<u8>]) -> std::io::Result<()
 
 pub struct FileSink {
     config: FileSinkConfig,
-    encoder: Arc<FileEncoder>,
+    encoder: Arc<LineEncoder>,
     metrics: Arc<ComponentMetrics>,
     reopen: ReopenGeneration,
     seen_generation: u64,
@@ -206,7 +134,10 @@ impl FileSink {
     ) -> FileSink {
         let seen_generation = reopen.load(Ordering::Acquire);
         FileSink {
-            encoder: Arc::new(FileEncoder::new(&config)),
+            encoder: Arc::new(LineEncoder::new(
+                config.encoding,
+                config.path.has_time || config.path.has_fields,
+            )),
             config,
             metrics,
             reopen,
@@ -224,7 +155,7 @@ impl FileSink {
     }
 
     /// The encoder senders run for this sink (give it to the sink's input queue).
-    pub fn encoder(&self) -> Arc<FileEncoder> {
+    pub fn encoder(&self) -> Arc<LineEncoder> {
         self.encoder.clone()
     }
 
@@ -603,7 +534,7 @@ mod tests {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use loghaul_config::PathTemplate;
+    use loghaul_config::{Encoding, PathTemplate};
     use loghaul_core::{BatchNotifier, BatchStatusReceiver, Span};
 
     use super::*;

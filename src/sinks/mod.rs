@@ -4,6 +4,7 @@
 
 pub mod blackhole;
 pub mod console;
+pub mod encoder;
 pub mod file;
 
 use std::sync::Arc;

@@ -38,7 +38,7 @@ pub struct Topology {
 /// A sink built before its thread starts (a file sink's encoder must be handed to its queue).
 enum SinkPlan {
     File(Box<crate::sinks::file::FileSink>),
-    Console(loghaul_config::ConsoleSinkConfig),
+    Console(Arc<crate::sinks::encoder::LineEncoder>),
     Blackhole,
 }
 
@@ -78,12 +78,13 @@ pub async fn start(
                 SinkConfig::File(cfg) => SinkPlan::File(Box::new(
                     crate::sinks::file::FileSink::new(cfg.clone(), metrics.clone(), reopen.clone()),
                 )),
-                SinkConfig::Console(cfg) => SinkPlan::Console(cfg.clone()),
+                SinkConfig::Console(cfg) => SinkPlan::Console(crate::sinks::console::encoder(cfg)),
                 SinkConfig::Blackhole(_) => SinkPlan::Blackhole,
             };
         let prepare: Option<Arc<dyn fanout::Prepare>> = match &plan {
             SinkPlan::File(sink) => Some(sink.encoder()),
-            _ => None,
+            SinkPlan::Console(encoder) => Some(encoder.clone()),
+            SinkPlan::Blackhole => None,
         };
         let (tx, rx) = fanout::input_queue(metrics.clone(), prepare);
         senders.insert(id.clone(), tx);
@@ -149,8 +150,8 @@ pub async fn start(
                 rt.block_on(async move {
                     match plan {
                         SinkPlan::File(sink) => sink.run(input).await,
-                        SinkPlan::Console(cfg) => {
-                            crate::sinks::console::run(cfg, metrics, input).await
+                        SinkPlan::Console(encoder) => {
+                            crate::sinks::console::run(encoder, metrics, input).await
                         }
                         SinkPlan::Blackhole => crate::sinks::blackhole::run(metrics, input).await,
                     }
