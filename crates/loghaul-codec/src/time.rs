@@ -119,7 +119,7 @@ impl Civil {
 }
 
 #[inline]
-fn digit_of(c: u8) -> Option<u32> {
+pub(crate) fn digit_of(c: u8) -> Option<u32> {
     let v = c.wrapping_sub(b'0');
     (v < 10).then_some(u32::from(v))
 }
@@ -273,6 +273,90 @@ pub(crate) fn parse_rfc3339(b: &[u8], strict: bool) -> Option<Civil> {
         frac_digits,
         offset,
     })
+}
+
+thread_local! {
+    /// The `YYYY-MM-DDTHH:MM` the last [`rfc3339_utc_prefix`] timestamp started with, as a
+    /// little-endian number, and the seconds from the epoch to that minute: a stream's timestamps
+    /// mostly share their minute, so its date and time of day are checked and converted once. It
+    /// starts out holding a true pair, so a hit is right whatever the input.
+    static LAST_MINUTE: Cell<(u128, i64)> =
+        const { Cell::new((u128::from_le_bytes(*b"1970-01-01T00:00"), 0)) };
+}
+
+/// The seconds from the epoch to the minute `YYYY-MM-DDTHH:MM` (upper-case `T`) names, or `None`
+/// if the text is not a real minute.
+fn minute_secs(m: &[u8; 16]) -> Option<i64> {
+    let &[
+        y1,
+        y2,
+        y3,
+        y4,
+        dash1,
+        mo1,
+        mo2,
+        dash2,
+        d1,
+        d2,
+        t,
+        h1,
+        h2,
+        colon,
+        mi1,
+        mi2,
+    ] = m;
+    if dash1 != b'-' || dash2 != b'-' || t != b'T' || colon != b':' {
+        return None;
+    }
+    let year = ((digit_of(y1)? * 10 + digit_of(y2)?) * 10 + digit_of(y3)?) * 10 + digit_of(y4)?;
+    let month = digit_of(mo1)? * 10 + digit_of(mo2)?;
+    let day = digit_of(d1)? * 10 + digit_of(d2)?;
+    let hour = digit_of(h1)? * 10 + digit_of(h2)?;
+    let minute = digit_of(mi1)? * 10 + digit_of(mi2)?;
+    let year = i64::from(year);
+    if month == 0 || month > 12 || day == 0 || day > days_in_month(year, month) {
+        return None;
+    }
+    if hour > 23 || minute > 59 {
+        return None;
+    }
+    Some(days_from_civil(year, month, day) * SECS_PER_DAY + i64::from(hour * 3600 + minute * 60))
+}
+
+/// The usual RFC 5424 TIMESTAMP, `YYYY-MM-DDTHH:MM:SS[.fraction]Z`, at the start of `b`: its
+/// instant (`None` if that does not fit in `i64` nanoseconds, as [`Civil::to_timestamp`] says) and
+/// the length of the text. Every other shape (offsets, lower case, a leap second, a bad date)
+/// gives `None`, and callers take [`parse_rfc3339`], the reference, which reads whatever this
+/// accepts the same way.
+#[inline]
+pub(crate) fn rfc3339_utc_prefix(b: &[u8], strict: bool) -> Option<(Option<Timestamp>, usize)> {
+    let (minute, rest) = b.split_first_chunk::<16>()?;
+    let key = u128::from_le_bytes(*minute);
+    let (last, cached) = LAST_MINUTE.with(Cell::get);
+    let minute_secs = if key == last {
+        cached
+    } else {
+        let secs = minute_secs(minute)?;
+        LAST_MINUTE.with(|c| c.set((key, secs)));
+        secs
+    };
+    let &[b':', s1, s2] = rest.first_chunk::<3>()? else {
+        return None;
+    };
+    let second = digit_of(s1)? * 10 + digit_of(s2)?;
+    if second > 59 {
+        return None;
+    }
+    let (nanos, frac_digits, flen) = fraction(b, 19, if strict { 6 } else { usize::MAX })?;
+    let end = 19 + flen;
+    if b.get(end) != Some(&b'Z') {
+        return None;
+    }
+    let ts = (minute_secs + i64::from(second))
+        .checked_mul(NANOS_PER_SEC)
+        .and_then(|n| n.checked_add(i64::from(nanos)))
+        .map(|n| Timestamp::from_nanos(n, frac_digits));
+    Some((ts, end + 1))
 }
 
 /// A month from its three-letter English name. Strict wants RFC 3164's `Jan` spelling; lenient

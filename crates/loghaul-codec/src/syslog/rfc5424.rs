@@ -15,36 +15,33 @@
 use loghaul_core::{Event, SdElement, SdParam, Span};
 
 use super::{Clock, Fail, Pri, SdOut, parse_pri, set_pri};
-use crate::scan::{eq, find, find_byte};
-use crate::time::parse_rfc3339;
+use crate::scan::{class, find_byte, find_class};
+use crate::time::{digit_of, parse_rfc3339, rfc3339_utc_prefix};
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Whether a frame starts `<PRI>VERSION SP` (1..3 digits, then a space): the RFC 5424 marker.
+#[inline]
 pub(crate) fn looks_like(b: &[u8]) -> bool {
-    let Some((&b'<', rest)) = b.split_first() else {
-        return false;
-    };
     // `>` within the next five bytes (PRI has at most three digits; more is not RFC 5424 anyway).
-    let mut gt = 0;
-    loop {
-        match rest.get(gt) {
-            Some(b'>') => break,
-            Some(_) if gt < 4 => gt += 1,
-            _ => return false,
-        }
+    // Fixed-length patterns: no loop and one length test each.
+    let rest = match b {
+        [b'<', b'>', rest @ ..]
+        | [b'<', _, b'>', rest @ ..]
+        | [b'<', _, _, b'>', rest @ ..]
+        | [b'<', _, _, _, b'>', rest @ ..]
+        | [b'<', _, _, _, _, b'>', rest @ ..] => rest,
+        _ => return false,
+    };
+    // RFC 3164 lines fail here, on the first byte after the PRI. The first pattern with its SP
+    // in place decides: an earlier SP would have been a non-digit in a later one.
+    let d = u8::is_ascii_digit;
+    match rest {
+        [v, b' ', ..] => d(v),
+        [v, w, b' ', ..] => d(v) && d(w),
+        [v, w, x, b' ', ..] => d(v) && d(w) && d(x),
+        _ => false,
     }
-    let rest = rest.get(gt + 1..).unwrap_or_default();
-    // RFC 3164 lines fail here, on the first byte after the PRI.
-    if !rest.first().is_some_and(u8::is_ascii_digit) {
-        return false;
-    }
-    let digits = rest
-        .iter()
-        .take(4)
-        .take_while(|c| c.is_ascii_digit())
-        .count();
-    (1..=3).contains(&digits) && rest.get(digits) == Some(&b' ')
 }
 
 /// The bytes from `pos` to the next SP (or the end): (start, end).
@@ -57,30 +54,53 @@ fn token(buf: &[u8], pos: usize) -> (usize, usize) {
 /// position after the SP.
 #[inline(always)]
 fn field(buf: &[u8], pos: usize, max: usize, strict: bool) -> Result<(Option<Span>, usize), Fail> {
-    let (s, e) = token(buf, pos);
-    if e == s || buf.get(e) != Some(&b' ') {
-        return Err(Fail::Other);
+    // NILVALUE, the usual PROCID and MSGID, needs no scan.
+    if let Some([b'-', b' ', ..]) = buf.get(pos..) {
+        return Ok((None, pos + 2));
     }
-    if strict && (e - s > max || !buf[s..e].iter().all(|c| (33..=126).contains(c))) {
-        return Err(Fail::Other);
-    }
-    let value = if e - s == 1 && buf[s] == b'-' {
-        None
-    } else {
-        Some(Span::new(s, e))
+    // No SP at all, like an empty field, is an error: the header is cut short.
+    let end = find_byte(buf, pos, b' ').ok_or(Fail::Other)?;
+    let value = match buf.get(pos..end) {
+        None | Some([]) => return Err(Fail::Other),
+        Some(text)
+            if strict && (text.len() > max || !text.iter().all(|c| (33..=126).contains(c))) =>
+        {
+            return Err(Fail::Other);
+        }
+        Some(b"-") => None,
+        Some(_) => Some(Span::new(pos, end)),
     };
-    Ok((value, e + 1))
+    Ok((value, end + 1))
 }
 
-pub(crate) fn parse(
-    buf: &[u8],
-    start: usize,
-    strict: bool,
-    clock: Clock,
-    sd: &mut SdOut<'_>,
-    event: &mut Event,
-) -> Result<(), Fail> {
-    let mut pos = match parse_pri(buf, start, strict) {
+/// `<PRI>VERSION SP` in the shape nearly every sender uses, a one-digit VERSION and a PRI both
+/// modes accept (no leading zero, at most 191), read in one go: (PRIVAL, VERSION, position after
+/// the SP). `None` leaves the frame to [`pri_version`], which has the last word.
+#[inline(always)]
+fn pri_version_fast(buf: &[u8], start: usize) -> Option<(u8, u8, usize)> {
+    let &[b'<', p1, p2, p3, p4, p5, p6] = buf.get(start..)?.first_chunk::<7>()? else {
+        return None;
+    };
+    let first = digit_of(p1)?;
+    let (prival, version, sp, len) = if p2 == b'>' {
+        (first, p3, p4, 5)
+    } else if p3 == b'>' {
+        (first * 10 + digit_of(p2)?, p4, p5, 6)
+    } else if p4 == b'>' {
+        ((first * 10 + digit_of(p2)?) * 10 + digit_of(p3)?, p5, p6, 7)
+    } else {
+        return None;
+    };
+    if (first == 0 && len > 5) || prival > 191 || sp != b' ' || !(b'1'..=b'9').contains(&version) {
+        return None;
+    }
+    Some((prival as u8, version - b'0', start + len))
+}
+
+/// `<PRI>VERSION SP` in full generality: sets PRI and VERSION and returns the position after the
+/// SP.
+fn pri_version(buf: &[u8], start: usize, strict: bool, event: &mut Event) -> Result<usize, Fail> {
+    let pos = match parse_pri(buf, start, strict) {
         Pri::Ok(prival, next) => {
             set_pri(event, prival);
             next
@@ -106,22 +126,51 @@ pub(crate) fn parse(
             .fold(0u32, |v, c| v * 10 + u32::from(c - b'0'))
             .min(255) as u8,
     );
-    pos = ve + 1;
+    Ok(ve + 1)
+}
 
-    let (ts, next) = field(buf, pos, usize::MAX, false)?;
-    if let Some(span) = ts {
-        match parse_rfc3339(&buf[span.start as usize..span.end as usize], strict) {
-            Some(civil) => {
-                // Lenient readings may lack an offset; they are in the configured zone.
-                let year = civil.year.unwrap_or(clock.year);
-                event.timestamp = civil.to_timestamp(year, clock.offset);
+pub(crate) fn parse(
+    buf: &[u8],
+    start: usize,
+    strict: bool,
+    clock: Clock,
+    sd: &mut SdOut<'_>,
+    event: &mut Event,
+) -> Result<(), Fail> {
+    let mut pos = match pri_version_fast(buf, start) {
+        Some((prival, version, next)) => {
+            set_pri(event, prival);
+            event.version = Some(version);
+            next
+        }
+        None => pri_version(buf, start, strict, event)?,
+    };
+
+    // A `...Z` timestamp is read where it stands; its end must then be the field's end. Anything
+    // else is cut out as a field first and goes to the general parser.
+    match rfc3339_utc_prefix(buf.get(pos..).unwrap_or_default(), strict) {
+        Some((ts, len)) if buf.get(pos + len) == Some(&b' ') => {
+            event.timestamp = ts;
+            pos += len + 1;
+        }
+        _ => {
+            let (ts, next) = field(buf, pos, usize::MAX, false)?;
+            if let Some(span) = ts {
+                match parse_rfc3339(&buf[span.start as usize..span.end as usize], strict) {
+                    Some(civil) => {
+                        // Lenient readings may lack an offset; they are in the configured zone.
+                        let year = civil.year.unwrap_or(clock.year);
+                        event.timestamp = civil.to_timestamp(year, clock.offset);
+                    }
+                    None if strict => return Err(Fail::Other),
+                    // An unusable timestamp costs only the timestamp: the decoder uses the
+                    // receive time.
+                    None => {}
+                }
             }
-            None if strict => return Err(Fail::Other),
-            // An unusable timestamp costs only the timestamp: the decoder uses the receive time.
-            None => {}
+            pos = next;
         }
     }
-    pos = next;
     (event.hostname, pos) = field(buf, pos, 255, strict)?;
     (event.appname, pos) = field(buf, pos, 48, strict)?;
     (event.procid, pos) = field(buf, pos, 128, strict)?;
@@ -132,7 +181,12 @@ pub(crate) fn parse(
         Some(b'[') => {
             let first = sd.elements.len();
             let marks = (sd.elements.len(), sd.params.len());
-            match structured_data(buf, pos, strict, sd) {
+            let parsed = if strict {
+                structured_data::<true>(buf, pos, sd)
+            } else {
+                structured_data::<false>(buf, pos, sd)
+            };
+            match parsed {
                 Ok(next) => {
                     pos = next;
                     event.structured_data = Some((first as u32, sd.elements.len() as u32));
@@ -170,42 +224,36 @@ pub(crate) fn parse(
 }
 
 /// An SD-NAME (SD-ID or PARAM-NAME) at `pos`: 1..32 PRINTUSASCII except `=`, SP, `]`, `"`.
-/// Lenient mode takes any other byte and any length.
-#[inline]
-fn sd_name(buf: &[u8], pos: usize, strict: bool) -> Result<usize, Fail> {
-    let end = if strict {
-        buf.get(pos..).and_then(|rest| {
-            rest.iter()
-                .position(|&c| matches!(c, b'=' | b' ' | b']' | b'"') || !(33..=126).contains(&c))
-                .map(|k| pos + k)
-        })
+/// Lenient mode takes any other byte and any length. Returns where the name ends.
+#[inline(always)]
+fn sd_name<const STRICT: bool>(buf: &[u8], pos: usize) -> Result<usize, Fail> {
+    let mask = if STRICT {
+        class::STRICT_NAME_END
     } else {
-        find(
-            buf,
-            pos,
-            |w| eq(w, b'=') | eq(w, b' ') | eq(w, b']') | eq(w, b'"'),
-            |c| matches!(c, b'=' | b' ' | b']' | b'"'),
-        )
+        class::NAME_END
     };
-    let len = end.unwrap_or(buf.len()).saturating_sub(pos);
-    if len == 0 || (strict && len > 32) {
+    let end = find_class(buf, pos, mask).unwrap_or(buf.len());
+    // `end <= pos` is an empty name, or `pos` past the end.
+    if end <= pos || (STRICT && end - pos > 32) {
         return Err(Fail::Other);
     }
-    Ok(pos + len)
+    Ok(end)
 }
 
 /// One or more SD-ELEMENTs starting at the `[` at `pos`; returns the position after the last `]`.
-fn structured_data(
+///
+/// The mode is a const parameter so that each mode gets its own copy of the scanning loops,
+/// with no tests of the other mode's rules in them.
+fn structured_data<const STRICT: bool>(
     buf: &[u8],
     mut pos: usize,
-    strict: bool,
     sd: &mut SdOut<'_>,
 ) -> Result<usize, Fail> {
     let first = sd.elements.len();
     while buf.get(pos) == Some(&b'[') {
-        let id_end = sd_name(buf, pos + 1, strict)?;
+        let id_end = sd_name::<STRICT>(buf, pos + 1)?;
         let id = Span::new(pos + 1, id_end);
-        if strict {
+        if STRICT {
             let name = &buf[pos + 1..id_end];
             let seen = sd.elements[first..]
                 .iter()
@@ -225,7 +273,7 @@ fn structured_data(
                 }
                 Some(b' ') => {
                     pos += 1;
-                    if !strict {
+                    if !STRICT && matches!(buf.get(pos), Some(b' ' | b']')) {
                         while buf.get(pos) == Some(&b' ') {
                             pos += 1;
                         }
@@ -233,7 +281,7 @@ fn structured_data(
                             continue;
                         }
                     }
-                    pos = sd_param(buf, pos, strict, sd)?;
+                    pos = sd_param::<STRICT>(buf, pos, sd)?;
                 }
                 _ => return Err(Fail::Other),
             }
@@ -248,46 +296,49 @@ fn structured_data(
 
 /// PARAM-NAME "=" %d34 PARAM-VALUE %d34 at `pos`; returns the position after the closing quote.
 #[inline(always)]
-fn sd_param(buf: &[u8], pos: usize, strict: bool, sd: &mut SdOut<'_>) -> Result<usize, Fail> {
-    let name_end = sd_name(buf, pos, strict)?;
+fn sd_param<const STRICT: bool>(buf: &[u8], pos: usize, sd: &mut SdOut<'_>) -> Result<usize, Fail> {
+    let name_end = sd_name::<STRICT>(buf, pos)?;
     let name = Span::new(pos, name_end);
-    let mut i = name_end;
-    if !strict {
-        // syslog_loose and rsyslog accept `name = "value"`.
-        while buf.get(i) == Some(&b' ') {
-            i += 1;
+    let value_start = if let Some([b'=', b'"', ..]) = buf.get(name_end..) {
+        name_end + 2
+    } else {
+        let mut i = name_end;
+        if !STRICT {
+            // syslog_loose and rsyslog accept `name = "value"`.
+            while buf.get(i) == Some(&b' ') {
+                i += 1;
+            }
         }
-    }
-    if buf.get(i) != Some(&b'=') {
-        return Err(Fail::Other);
-    }
-    i += 1;
-    if !strict {
-        while buf.get(i) == Some(&b' ') {
-            i += 1;
+        if buf.get(i) != Some(&b'=') {
+            return Err(Fail::Other);
         }
-    }
-    if buf.get(i) != Some(&b'"') {
-        return Err(Fail::Other);
-    }
-    let value_start = i + 1;
+        i += 1;
+        if !STRICT {
+            while buf.get(i) == Some(&b' ') {
+                i += 1;
+            }
+        }
+        if buf.get(i) != Some(&b'"') {
+            return Err(Fail::Other);
+        }
+        i + 1
+    };
+    // Lenient mode reads `]` in a value as text, so only strict mode stops at it.
+    let mask = if STRICT {
+        class::STRICT_VALUE_STOP
+    } else {
+        class::VALUE_STOP
+    };
     let mut j = value_start;
     let mut escaped = false;
     loop {
-        // Values are short: a word-at-a-time scan beats a memchr3 call here.
-        let k = find(
-            buf,
-            j,
-            |w| eq(w, b'"') | eq(w, b'\\') | eq(w, b']'),
-            |c| matches!(c, b'"' | b'\\' | b']'),
-        )
-        .ok_or(Fail::Other)?;
-        match buf[k] {
-            b'"' => {
+        let k = find_class(buf, j, mask).ok_or(Fail::Other)?;
+        match buf.get(k) {
+            Some(b'"') => {
                 j = k;
                 break;
             }
-            b'\\' => {
+            Some(b'\\') => {
                 // `\"`, `\\`, `\]` are escapes; any other pair is kept as written (§6.3.3).
                 escaped = true;
                 j = k + 2;
@@ -295,9 +346,9 @@ fn sd_param(buf: &[u8], pos: usize, strict: bool, sd: &mut SdOut<'_>) -> Result<
                     return Err(Fail::Other);
                 }
             }
-            // An unescaped `]` inside a value: §6.3.3 says it MUST be escaped.
-            _ if strict => return Err(Fail::Other),
-            _ => j = k + 1,
+            // An unescaped `]` inside a value (only strict mode stops at one): §6.3.3 says it
+            // MUST be escaped. Or no closing quote at all.
+            _ => return Err(Fail::Other),
         }
     }
     sd.params.push(SdParam {
@@ -307,3 +358,8 @@ fn sd_param(buf: &[u8], pos: usize, strict: bool, sd: &mut SdOut<'_>) -> Result<
     });
     Ok(j + 1)
 }
+
+#[cfg(test)]
+mod reference;
+#[cfg(test)]
+mod tests;
