@@ -54,23 +54,23 @@ fn token(buf: &[u8], pos: usize) -> (usize, usize) {
 /// position after the SP.
 #[inline(always)]
 fn field(buf: &[u8], pos: usize, max: usize, strict: bool) -> Result<(Option<Span>, usize), Fail> {
-    // NILVALUE, the usual PROCID and MSGID, needs no scan.
+    // NILVALUE (the usual PROCID and MSGID) needs no scan, and is then the only way to have one.
     if let Some([b'-', b' ', ..]) = buf.get(pos..) {
         return Ok((None, pos + 2));
     }
     // No SP at all, like an empty field, is an error: the header is cut short.
     let end = find_byte(buf, pos, b' ').ok_or(Fail::Other)?;
-    let value = match buf.get(pos..end) {
-        None | Some([]) => return Err(Fail::Other),
-        Some(text)
-            if strict && (text.len() > max || !text.iter().all(|c| (33..=126).contains(c))) =>
-        {
-            return Err(Fail::Other);
-        }
-        Some(b"-") => None,
-        Some(_) => Some(Span::new(pos, end)),
-    };
-    Ok((value, end + 1))
+    if end == pos {
+        return Err(Fail::Other);
+    }
+    if strict
+        && !buf
+            .get(pos..end)
+            .is_some_and(|text| text.len() <= max && text.iter().all(|c| (33..=126).contains(c)))
+    {
+        return Err(Fail::Other);
+    }
+    Ok((Some(Span::new(pos, end)), end + 1))
 }
 
 /// `<PRI>VERSION SP` in the shape nearly every sender uses, a one-digit VERSION and a PRI both
@@ -98,7 +98,9 @@ fn pri_version_fast(buf: &[u8], start: usize) -> Option<(u8, u8, usize)> {
 }
 
 /// `<PRI>VERSION SP` in full generality: sets PRI and VERSION and returns the position after the
-/// SP.
+/// SP. Out of line, like the other general paths, so that the fast ones keep the registers.
+#[cold]
+#[inline(never)]
 fn pri_version(buf: &[u8], start: usize, strict: bool, event: &mut Event) -> Result<usize, Fail> {
     let pos = match parse_pri(buf, start, strict) {
         Pri::Ok(prival, next) => {
@@ -153,23 +155,7 @@ pub(crate) fn parse(
             event.timestamp = ts;
             pos += len + 1;
         }
-        _ => {
-            let (ts, next) = field(buf, pos, usize::MAX, false)?;
-            if let Some(span) = ts {
-                match parse_rfc3339(&buf[span.start as usize..span.end as usize], strict) {
-                    Some(civil) => {
-                        // Lenient readings may lack an offset; they are in the configured zone.
-                        let year = civil.year.unwrap_or(clock.year);
-                        event.timestamp = civil.to_timestamp(year, clock.offset);
-                    }
-                    None if strict => return Err(Fail::Other),
-                    // An unusable timestamp costs only the timestamp: the decoder uses the
-                    // receive time.
-                    None => {}
-                }
-            }
-            pos = next;
-        }
+        _ => pos = timestamp(buf, pos, strict, clock, event)?,
     }
     (event.hostname, pos) = field(buf, pos, 255, strict)?;
     (event.appname, pos) = field(buf, pos, 48, strict)?;
@@ -221,6 +207,33 @@ pub(crate) fn parse(
     }
     event.message = Span::new(msg, buf.len());
     Ok(())
+}
+
+/// The TIMESTAMP field at `pos` in full generality: sets the timestamp and returns the position
+/// after the SP.
+#[cold]
+#[inline(never)]
+fn timestamp(
+    buf: &[u8],
+    pos: usize,
+    strict: bool,
+    clock: Clock,
+    event: &mut Event,
+) -> Result<usize, Fail> {
+    let (ts, next) = field(buf, pos, usize::MAX, false)?;
+    if let Some(span) = ts {
+        match parse_rfc3339(&buf[span.start as usize..span.end as usize], strict) {
+            Some(civil) => {
+                // Lenient readings may lack an offset; they are in the configured zone.
+                let year = civil.year.unwrap_or(clock.year);
+                event.timestamp = civil.to_timestamp(year, clock.offset);
+            }
+            None if strict => return Err(Fail::Other),
+            // An unusable timestamp costs only the timestamp: the decoder uses the receive time.
+            None => {}
+        }
+    }
+    Ok(next)
 }
 
 /// An SD-NAME (SD-ID or PARAM-NAME) at `pos`: 1..32 PRINTUSASCII except `=`, SP, `]`, `"`.
