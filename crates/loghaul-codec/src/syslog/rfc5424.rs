@@ -15,7 +15,7 @@
 use loghaul_core::{Event, SdElement, SdParam, Span};
 
 use super::{Clock, Fail, Pri, SdOut, parse_pri, set_pri};
-use crate::scan::{class, find_byte, find_class};
+use crate::scan::{class, eq, find, find_byte, find_class};
 use crate::time::{digit_of, parse_rfc3339, rfc3339_utc_prefix};
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -33,13 +33,16 @@ pub(crate) fn looks_like(b: &[u8]) -> bool {
         | [b'<', _, _, _, _, b'>', rest @ ..] => rest,
         _ => return false,
     };
-    // RFC 3164 lines fail here, on the first byte after the PRI. The first pattern with its SP
-    // in place decides: an earlier SP would have been a non-digit in a later one.
+    // RFC 3164 lines fail here, on the first byte after the PRI. Then the first pattern with
+    // its SP in place decides: an earlier SP would have been a non-digit in a later one.
     let d = u8::is_ascii_digit;
     match rest {
-        [v, b' ', ..] => d(v),
-        [v, w, b' ', ..] => d(v) && d(w),
-        [v, w, x, b' ', ..] => d(v) && d(w) && d(x),
+        [v, tail @ ..] if d(v) => match tail {
+            [b' ', ..] => true,
+            [w, b' ', ..] => d(w),
+            [w, x, b' ', ..] => d(w) && d(x),
+            _ => false,
+        },
         _ => false,
     }
 }
@@ -257,6 +260,7 @@ fn sd_name<const STRICT: bool>(buf: &[u8], pos: usize) -> Result<usize, Fail> {
 ///
 /// The mode is a const parameter so that each mode gets its own copy of the scanning loops,
 /// with no tests of the other mode's rules in them.
+#[inline(always)]
 fn structured_data<const STRICT: bool>(
     buf: &[u8],
     mut pos: usize,
@@ -286,15 +290,21 @@ fn structured_data<const STRICT: bool>(
                 }
                 Some(b' ') => {
                     pos += 1;
-                    if !STRICT && matches!(buf.get(pos), Some(b' ' | b']')) {
-                        while buf.get(pos) == Some(&b' ') {
-                            pos += 1;
+                    pos = match sd_param::<STRICT>(buf, pos, sd) {
+                        Ok(next) => next,
+                        // Lenient mode takes more spaces, and one before the `]`. There the
+                        // param had an empty name, so it failed without leaving anything.
+                        Err(_) if !STRICT && matches!(buf.get(pos), Some(b' ' | b']')) => {
+                            while buf.get(pos) == Some(&b' ') {
+                                pos += 1;
+                            }
+                            if buf.get(pos) == Some(&b']') {
+                                continue;
+                            }
+                            sd_param::<STRICT>(buf, pos, sd)?
                         }
-                        if buf.get(pos) == Some(&b']') {
-                            continue;
-                        }
-                    }
-                    pos = sd_param::<STRICT>(buf, pos, sd)?;
+                        Err(fail) => return Err(fail),
+                    };
                 }
                 _ => return Err(Fail::Other),
             }
@@ -312,7 +322,7 @@ fn structured_data<const STRICT: bool>(
 fn sd_param<const STRICT: bool>(buf: &[u8], pos: usize, sd: &mut SdOut<'_>) -> Result<usize, Fail> {
     let name_end = sd_name::<STRICT>(buf, pos)?;
     let name = Span::new(pos, name_end);
-    let value_start = if let Some([b'=', b'"', ..]) = buf.get(name_end..) {
+    let value_start = if buf.get(name_end..name_end + 2) == Some(b"=\"") {
         name_end + 2
     } else {
         let mut i = name_end;
@@ -336,16 +346,27 @@ fn sd_param<const STRICT: bool>(buf: &[u8], pos: usize, sd: &mut SdOut<'_>) -> R
         }
         i + 1
     };
-    // Lenient mode reads `]` in a value as text, so only strict mode stops at it.
-    let mask = if STRICT {
-        class::STRICT_VALUE_STOP
-    } else {
-        class::VALUE_STOP
-    };
     let mut j = value_start;
     let mut escaped = false;
     loop {
-        let k = find_class(buf, j, mask).ok_or(Fail::Other)?;
+        // Two or three target bytes: the word search beats the class table here. Lenient mode
+        // reads `]` in a value as text, so only strict mode stops at it.
+        let k = if STRICT {
+            find(
+                buf,
+                j,
+                |w| eq(w, b'"') | eq(w, b'\\') | eq(w, b']'),
+                |c| matches!(c, b'"' | b'\\' | b']'),
+            )
+        } else {
+            find(
+                buf,
+                j,
+                |w| eq(w, b'"') | eq(w, b'\\'),
+                |c| matches!(c, b'"' | b'\\'),
+            )
+        }
+        .ok_or(Fail::Other)?;
         match buf.get(k) {
             Some(b'"') => {
                 j = k;
