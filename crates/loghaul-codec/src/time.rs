@@ -352,7 +352,7 @@ fn short_fraction(w: &[u8; 8]) -> Option<(u32, usize)> {
 /// case, a leap second, a bad date, 8+ digits, a frame that ends within 28 bytes) gives `None`,
 /// and callers take [`parse_rfc3339`], the reference, which reads whatever this accepts the same
 /// way.
-#[inline]
+#[inline(always)]
 pub(crate) fn rfc3339_utc_prefix(b: &[u8], strict: bool) -> Option<(Option<Timestamp>, usize)> {
     // A fixed window, so no test below depends on the length: the longest text read here is
     // 28 bytes, and a frame always has more than that after a timestamp (at least the fields).

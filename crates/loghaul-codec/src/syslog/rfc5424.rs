@@ -171,7 +171,7 @@ pub(crate) fn parse(
             let first = sd.elements.len();
             let marks = (sd.elements.len(), sd.params.len());
             let parsed = if strict {
-                structured_data::<true>(buf, pos, sd)
+                strict_structured_data(buf, pos, sd)
             } else {
                 structured_data::<false>(buf, pos, sd)
             };
@@ -301,7 +301,7 @@ fn structured_data<const STRICT: bool>(
                             if buf.get(pos) == Some(&b']') {
                                 continue;
                             }
-                            sd_param::<STRICT>(buf, pos, sd)?
+                            cold_sd_param(buf, pos, sd)?
                         }
                         Err(fail) => return Err(fail),
                     };
@@ -317,6 +317,46 @@ fn structured_data<const STRICT: bool>(
     Ok(pos)
 }
 
+/// After a PARAM-NAME ending at `i`, `"="` and the opening quote, with the spaces lenient mode
+/// allows around `=` (syslog_loose and rsyslog accept `name = "value"`): the position after the
+/// quote. Out of line: senders nearly always write `name="value"`.
+#[cold]
+#[inline(never)]
+fn spaced_value_start<const STRICT: bool>(buf: &[u8], mut i: usize) -> Result<usize, Fail> {
+    if !STRICT {
+        while buf.get(i) == Some(&b' ') {
+            i += 1;
+        }
+    }
+    if buf.get(i) != Some(&b'=') {
+        return Err(Fail::Other);
+    }
+    i += 1;
+    if !STRICT {
+        while buf.get(i) == Some(&b' ') {
+            i += 1;
+        }
+    }
+    if buf.get(i) != Some(&b'"') {
+        return Err(Fail::Other);
+    }
+    Ok(i + 1)
+}
+
+/// A lenient param after extra spaces, out of line for the same reason.
+#[cold]
+#[inline(never)]
+fn cold_sd_param(buf: &[u8], pos: usize, sd: &mut SdOut<'_>) -> Result<usize, Fail> {
+    sd_param::<false>(buf, pos, sd)
+}
+
+/// Strict mode's [`structured_data`], out of line: only the default (lenient) mode's copy is
+/// inlined into [`parse`], which keeps it small enough to hold its values in registers.
+#[inline(never)]
+fn strict_structured_data(buf: &[u8], pos: usize, sd: &mut SdOut<'_>) -> Result<usize, Fail> {
+    structured_data::<true>(buf, pos, sd)
+}
+
 /// PARAM-NAME "=" %d34 PARAM-VALUE %d34 at `pos`; returns the position after the closing quote.
 #[inline(always)]
 fn sd_param<const STRICT: bool>(buf: &[u8], pos: usize, sd: &mut SdOut<'_>) -> Result<usize, Fail> {
@@ -325,26 +365,7 @@ fn sd_param<const STRICT: bool>(buf: &[u8], pos: usize, sd: &mut SdOut<'_>) -> R
     let value_start = if buf.get(name_end..name_end + 2) == Some(b"=\"") {
         name_end + 2
     } else {
-        let mut i = name_end;
-        if !STRICT {
-            // syslog_loose and rsyslog accept `name = "value"`.
-            while buf.get(i) == Some(&b' ') {
-                i += 1;
-            }
-        }
-        if buf.get(i) != Some(&b'=') {
-            return Err(Fail::Other);
-        }
-        i += 1;
-        if !STRICT {
-            while buf.get(i) == Some(&b' ') {
-                i += 1;
-            }
-        }
-        if buf.get(i) != Some(&b'"') {
-            return Err(Fail::Other);
-        }
-        i + 1
+        spaced_value_start::<STRICT>(buf, name_end)?
     };
     let mut j = value_start;
     let mut escaped = false;
