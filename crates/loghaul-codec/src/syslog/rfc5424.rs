@@ -11,6 +11,13 @@
 //! Lenient mode keeps what real senders do: an unparseable TIMESTAMP falls back to the receive
 //! time, spaces around `=` in SD, over-long fields, and SD that does not parse is kept as message
 //! text rather than lost. Values keep their escapes (`SdParam::escaped` says so).
+//!
+//! The shapes nearly every sender writes take fast paths: `<PRI>1 ` read in one go, a `...Z`
+//! timestamp read where it stands (its date converted once per minute), `- ` fields without a
+//! scan, and `name="value"` params. Anything else goes the general way (`#[cold]`, out of line,
+//! so the fast paths keep the registers), which has the last word. The parser as it was before
+//! the fast paths is kept as a test oracle (`rfc5424/reference.rs`), and generated frames must
+//! get the same result, event and SD rows from both, in both modes.
 
 use loghaul_core::{Event, SdElement, SdParam, Span};
 
