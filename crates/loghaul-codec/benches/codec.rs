@@ -15,6 +15,8 @@ use loghaul_core::{EventBatch, Timestamp};
 const RFC3164: &[u8] =
     b"<34>Oct 11 22:14:15 mymachine su[123]: 'su root' failed for lonvick on /dev/pts/8";
 const RFC5424: &[u8] = b"<165>1 2003-10-11T22:14:15.003Z mymachine.example.com evntslog - ID47 [exampleSDID@32473 iut=\"3\" eventSource=\"Application\" eventID=\"1011\"] An application event log entry...";
+/// The shape loghaul-bench sends: two SD elements, microsecond timestamp, message after SD.
+const RFC5424_LOADGEN: &[u8] = b"<89>1 2026-11-22T05:53:39.439475Z build7 sshd 10690 ID45 [exampleSDID@32473 iut=\"3\" eventSource=\"Application\" eventID=\"3048\"][meta@32473 sequenceId=\"60533\"] gen=0 seq=0000000000 t=1795326819448902199";
 const BATCH: usize = 1000;
 
 /// `BATCH` copies of `line`, newline-separated, and their frames.
@@ -39,7 +41,11 @@ fn parse_encode(c: &mut Criterion) {
     let ip = "192.0.2.1".parse().ok();
     let mut group = c.benchmark_group("codec");
     group.throughput(Throughput::Elements(BATCH as u64));
-    for (name, line) in [("rfc3164", RFC3164), ("rfc5424_sd", RFC5424)] {
+    for (name, line) in [
+        ("rfc3164", RFC3164),
+        ("rfc5424_sd", RFC5424),
+        ("rfc5424_loadgen", RFC5424_LOADGEN),
+    ] {
         let (arena, frames) = batch_of(line);
         let mut decoder = Decoder::new(DecodeOptions::default());
         let mut out = Vec::with_capacity(BATCH * 512);

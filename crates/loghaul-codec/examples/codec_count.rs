@@ -4,9 +4,13 @@
 //! ```text
 //! cargo build --release -p loghaul-codec --example codec_count
 //! valgrind --tool=callgrind --callgrind-out-file=/tmp/cg.out \
-//!     $CARGO_TARGET_DIR/release/examples/codec_count 3164     # or 5424
+//!     $CARGO_TARGET_DIR/release/examples/codec_count 3164     # or 5424, 5424b
 //! callgrind_annotate /tmp/cg.out | head -40
 //! ```
+//!
+//! `3164` and `5424` repeat one RFC example line; `5424b` is 1000 distinct lines shaped like the
+//! load generator's (two SD elements, microsecond timestamps that advance, varying header fields),
+//! so per-batch caches see what they would on a real stream.
 //!
 //! Instructions per event = total Ir / N (setup is a small fraction of it).
 
@@ -26,18 +30,15 @@ const BATCH: usize = 1000;
 const N: usize = 200_000;
 
 fn main() -> ExitCode {
-    let line = match std::env::args().nth(1).as_deref() {
-        Some("3164") | None => RFC3164,
-        Some("5424") => RFC5424,
+    let mut buf = Vec::new();
+    match std::env::args().nth(1).as_deref() {
+        Some("3164") | None => repeat(&mut buf, RFC3164),
+        Some("5424") => repeat(&mut buf, RFC5424),
+        Some("5424b") => loadgen_5424(&mut buf),
         Some(other) => {
-            eprintln!("usage: codec_count [3164|5424] (got {other})");
+            eprintln!("usage: codec_count [3164|5424|5424b] (got {other})");
             return ExitCode::FAILURE;
         }
-    };
-    let mut buf = Vec::new();
-    for _ in 0..BATCH {
-        buf.extend_from_slice(line);
-        buf.push(b'\n');
     }
     let mut frames: Vec<Frame> = Vec::new();
     Framer::new(FramingMode::Auto, 64 * 1024).decode(
@@ -64,4 +65,49 @@ fn main() -> ExitCode {
     }
     println!("{N} events, {total} bytes of JSON");
     ExitCode::SUCCESS
+}
+
+/// `BATCH` copies of `line`, newline-terminated.
+fn repeat(buf: &mut Vec<u8>, line: &[u8]) {
+    for _ in 0..BATCH {
+        buf.extend_from_slice(line);
+        buf.push(b'\n');
+    }
+}
+
+/// `BATCH` lines like loghaul-bench's RFC 5424 payload, from a fixed seed:
+/// `<89>1 2026-11-22T05:53:39.439475Z build7 sshd 10690 ID45 [exampleSDID@32473 iut="3"
+/// eventSource="Application" eventID="3048"][meta@32473 sequenceId="60533"] gen=0 seq=.. t=..`
+fn loadgen_5424(buf: &mut Vec<u8>) {
+    const HOSTS: [&str; 4] = ["build7", "web01", "db-primary", "edge3.example.net"];
+    const APPS: [&str; 4] = ["sshd", "nginx", "postgres", "cron"];
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut below = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    // 2026-11-22T05:53:39.439475Z, advancing ~1 ms per line: one batch spans about a second.
+    let base_micros = 39_439_475u64;
+    for k in 0..BATCH as u64 {
+        let micros = base_micros + k * 997;
+        let line = format!(
+            "<{pri}>1 2026-11-22T05:53:{sec:02}.{frac:06}Z {host} {app} {pid} ID{id} \
+             [exampleSDID@32473 iut=\"3\" eventSource=\"Application\" eventID=\"{event}\"]\
+             [meta@32473 sequenceId=\"{sequence}\"] gen=0 seq={k:010} t={t}",
+            pri = below(24) * 8 + below(8),
+            sec = micros / 1_000_000,
+            frac = micros % 1_000_000,
+            host = HOSTS[below(4) as usize],
+            app = APPS[below(4) as usize],
+            pid = 100 + below(30_000),
+            id = below(100),
+            event = 1000 + below(9000),
+            sequence = below(1_000_000),
+            t = 1_795_326_819_448_902_199u64 + k * 997_000,
+        );
+        buf.extend_from_slice(line.as_bytes());
+        buf.push(b'\n');
+    }
 }

@@ -119,7 +119,7 @@ impl Civil {
 }
 
 #[inline]
-fn digit_of(c: u8) -> Option<u32> {
+pub(crate) fn digit_of(c: u8) -> Option<u32> {
     let v = c.wrapping_sub(b'0');
     (v < 10).then_some(u32::from(v))
 }
@@ -273,6 +273,122 @@ pub(crate) fn parse_rfc3339(b: &[u8], strict: bool) -> Option<Civil> {
         frac_digits,
         offset,
     })
+}
+
+thread_local! {
+    /// The `YYYY-MM-DDTHH:MM` the last [`rfc3339_utc_prefix`] timestamp started with, as a
+    /// little-endian number, and the seconds from the epoch to that minute: a stream's timestamps
+    /// mostly share their minute, so its date and time of day are checked and converted once. It
+    /// starts out holding a true pair, so a hit is right whatever the input.
+    static LAST_MINUTE: Cell<(u128, i64)> =
+        const { Cell::new((u128::from_le_bytes(*b"1970-01-01T00:00"), 0)) };
+}
+
+/// The seconds from the epoch to the minute `YYYY-MM-DDTHH:MM` (upper-case `T`) names, or `None`
+/// if the text is not a real minute.
+fn minute_secs(m: &[u8; 16]) -> Option<i64> {
+    let &[
+        y1,
+        y2,
+        y3,
+        y4,
+        dash1,
+        mo1,
+        mo2,
+        dash2,
+        d1,
+        d2,
+        t,
+        h1,
+        h2,
+        colon,
+        mi1,
+        mi2,
+    ] = m;
+    if dash1 != b'-' || dash2 != b'-' || t != b'T' || colon != b':' {
+        return None;
+    }
+    let year = ((digit_of(y1)? * 10 + digit_of(y2)?) * 10 + digit_of(y3)?) * 10 + digit_of(y4)?;
+    let month = digit_of(mo1)? * 10 + digit_of(mo2)?;
+    let day = digit_of(d1)? * 10 + digit_of(d2)?;
+    let hour = digit_of(h1)? * 10 + digit_of(h2)?;
+    let minute = digit_of(mi1)? * 10 + digit_of(mi2)?;
+    let year = i64::from(year);
+    if month == 0 || month > 12 || day == 0 || day > days_in_month(year, month) {
+        return None;
+    }
+    if hour > 23 || minute > 59 {
+        return None;
+    }
+    Some(days_from_civil(year, month, day) * SECS_PER_DAY + i64::from(hour * 3600 + minute * 60))
+}
+
+/// 1..=7 fraction digits at the start of `w`, read without a loop: (nanoseconds, digit count).
+/// `None` when the first byte is not a digit or all eight are (a longer fraction).
+#[inline(always)]
+fn short_fraction(w: &[u8; 8]) -> Option<(u32, usize)> {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    // Digits become 0..=9; the first byte above 9 ends the digits. `t + 0x76` sets a byte's top
+    // bit from 10 on, `| t` covers bytes that are 0x80 and up; carries only ever go up from a
+    // flagged byte, so the lowest flag is exact.
+    let t = u64::from_le_bytes(*w) ^ (LO * 0x30);
+    let stop = (t.wrapping_add(LO * 0x76) | t) & (LO * 0x80);
+    let n = (stop.trailing_zeros() / 8) as usize;
+    if n == 0 || n == 8 {
+        return None;
+    }
+    // The digits moved to the top bytes (zeros below read as leading zeros), then summed in
+    // pairs, fours and eights.
+    let v = t << (8 * (8 - n));
+    let v = (v.wrapping_mul(10 << 8 | 1) >> 8) & 0x00ff_00ff_00ff_00ff;
+    let v = (v.wrapping_mul(100 << 16 | 1) >> 16) & 0x0000_ffff_0000_ffff;
+    let v = v.wrapping_mul(10_000 << 32 | 1) >> 32;
+    Some((v as u32 * POW10[9 - n], n))
+}
+
+/// The usual RFC 5424 TIMESTAMP, `YYYY-MM-DDTHH:MM:SS[.fraction]Z` with up to 7 fraction
+/// digits, at the start of `b`: its instant (`None` if that does not fit in `i64` nanoseconds, as
+/// [`Civil::to_timestamp`] says) and the length of the text. Every other shape (offsets, lower
+/// case, a leap second, a bad date, 8+ digits, a frame that ends within 28 bytes) gives `None`,
+/// and callers take [`parse_rfc3339`], the reference, which reads whatever this accepts the same
+/// way.
+#[inline(always)]
+pub(crate) fn rfc3339_utc_prefix(b: &[u8], strict: bool) -> Option<(Option<Timestamp>, usize)> {
+    // A fixed window, so no test below depends on the length: the longest text read here is
+    // 28 bytes, and a frame always has more than that after a timestamp (at least the fields).
+    let w: &[u8; 28] = b.first_chunk()?;
+    let (minute, rest) = w.split_first_chunk::<16>()?;
+    let key = u128::from_le_bytes(*minute);
+    let (last, cached) = LAST_MINUTE.with(Cell::get);
+    let minute_secs = if key == last {
+        cached
+    } else {
+        let secs = minute_secs(minute)?;
+        LAST_MINUTE.with(|c| c.set((key, secs)));
+        secs
+    };
+    let [b':', s1, s2, sep, digits @ ..] = rest else {
+        return None;
+    };
+    let second = digit_of(*s1)? * 10 + digit_of(*s2)?;
+    if second > 59 {
+        return None;
+    }
+    let (nanos, n) = match sep {
+        b'Z' => (0, 0),
+        b'.' => short_fraction(digits.first_chunk::<8>()?)?,
+        _ => return None,
+    };
+    // `Z` ends the text: at 19 without a fraction, else after the `.` and the digits.
+    let end = if n == 0 { 19 } else { 20 + n };
+    if (strict && n > 6) || w.get(end) != Some(&b'Z') {
+        return None;
+    }
+    let ts = (minute_secs + i64::from(second))
+        .checked_mul(NANOS_PER_SEC)
+        .and_then(|ns| ns.checked_add(i64::from(nanos)))
+        .map(|ns| Timestamp::from_nanos(ns, n as u8));
+    Some((ts, end + 1))
 }
 
 /// A month from its three-letter English name. Strict wants RFC 3164's `Jan` spelling; lenient
@@ -530,6 +646,124 @@ mod tests {
             "overflows i64 nanos: unusable"
         );
         assert_eq!(ts("2016-12-31T23:59:60Z", true), None);
+    }
+
+    /// What the RFC 5424 parser's general path makes of a TIMESTAMP token.
+    fn general(token: &[u8], strict: bool) -> Option<Option<Timestamp>> {
+        let c = parse_rfc3339(token, strict)?;
+        Some(c.to_timestamp(c.year.unwrap_or(2024), 0))
+    }
+
+    /// Checks [`rfc3339_utc_prefix`] on `text` followed by the rest of a frame, and at the very
+    /// end of one, against the general path; returns whether it answered.
+    fn fast_agrees(text: &[u8], strict: bool) -> bool {
+        let mut answered = false;
+        for tail in [&b" host app - - - msg"[..], b""] {
+            let framed = [text, tail].concat();
+            let Some((ts, len)) = rfc3339_utc_prefix(&framed, strict) else {
+                continue;
+            };
+            // The caller uses the answer only when a SP ends the text there.
+            if framed.get(len) == Some(&b' ') || len == framed.len() {
+                assert_eq!(
+                    Some(ts),
+                    general(&framed[..len], strict),
+                    "{:?} strict={strict}",
+                    String::from_utf8_lossy(text)
+                );
+                answered |= len == text.len();
+            }
+        }
+        answered
+    }
+
+    #[test]
+    fn utc_prefix_reads_fractions_of_any_length_like_the_general_parser() {
+        for strict in [false, true] {
+            assert!(fast_agrees(b"2003-10-11T22:14:15Z", strict));
+            for n in 0..=12 {
+                let text = format!("2003-10-11T22:14:15.{}Z", &"908070605040"[..n]);
+                let answered = fast_agrees(text.as_bytes(), strict);
+                // The usual shapes must take the fast path, or it is not one.
+                assert_eq!(
+                    answered,
+                    (1..=7).contains(&n) && (n <= 6 || !strict),
+                    "{text} {strict}"
+                );
+            }
+            for digits in [
+                "0", "000000", "999999", "000001", "1000000", "0000000", "9999999",
+            ] {
+                fast_agrees(format!("2026-11-22T05:53:39.{digits}Z").as_bytes(), strict);
+            }
+        }
+        let read = rfc3339_utc_prefix(b"2026-11-22T05:53:39.4394751Z x", false);
+        let ts = Timestamp::from_nanos(1_795_326_819_439_475_100, 7);
+        assert_eq!(read, Some((Some(ts), 28)));
+    }
+
+    #[test]
+    fn utc_prefix_leaves_every_other_shape_to_the_general_parser() {
+        for strict in [false, true] {
+            for text in [
+                "2003-10-11T22:14:15.003+05:30",
+                "2003-10-11T22:14:15-07:00",
+                "2003-10-11T22:14:15.003z",
+                "2003-10-11t22:14:15.003Z",
+                "2003-10-11T22:14:15.003",
+                "2003-10-11T22:14:15.Z",
+                "2016-12-31T23:59:60Z",
+                "2016-12-31T23:59:60.5Z",
+                "2003-02-29T00:00:00Z",
+                "2003-13-01T00:00:00Z",
+                "2003-00-01T00:00:00Z",
+                "2003-04-31T00:00:00Z",
+                "2003-10-00T00:00:00Z",
+                "2003-10-11T24:00:00Z",
+                "2003-10-11T23:60:00Z",
+                "2003-10-11T23:59:61Z",
+                "2003-10-11T22:14:15ZZ",
+                "2003-10-11T22:14:1",
+                "2003-10-11T22:14",
+            ] {
+                assert!(!fast_agrees(text.as_bytes(), strict), "{text}");
+            }
+            for text in [
+                "2004-02-29T00:00:00Z",
+                "2000-02-29T12:00:00.5Z",
+                "0000-01-01T00:00:00Z",
+                "9999-12-31T23:59:59.999999Z",
+                "1677-09-21T00:12:44Z",
+                "1677-09-21T00:12:43.145224191Z",
+                "2262-04-11T23:47:16.854775807Z",
+                "2262-04-11T23:47:16.854775808Z",
+                "1970-01-01T00:00:00Z",
+            ] {
+                // Strict mode allows at most 6 fraction digits (and takes the general path to
+                // say no).
+                let digits = text.split_once('.').map_or(0, |(_, f)| f.len() - 1);
+                let fast = digits <= 7 && (!strict || digits <= 6);
+                assert_eq!(fast_agrees(text.as_bytes(), strict), fast, "{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn utc_prefix_checks_every_byte() {
+        // Every byte value at every position, with the cache holding the unchanged minute, then
+        // holding whatever the last change left there.
+        let good = *b"2003-10-11T22:14:15.123456Z";
+        for strict in [false, true] {
+            for k in 0..good.len() {
+                for c in 0..=255u8 {
+                    assert!(fast_agrees(&good, strict));
+                    let mut t = good;
+                    t[k] = c;
+                    fast_agrees(&t, strict);
+                    fast_agrees(&t, strict);
+                }
+            }
+        }
     }
 
     #[test]

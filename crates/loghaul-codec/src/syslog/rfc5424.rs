@@ -11,40 +11,47 @@
 //! Lenient mode keeps what real senders do: an unparseable TIMESTAMP falls back to the receive
 //! time, spaces around `=` in SD, over-long fields, and SD that does not parse is kept as message
 //! text rather than lost. Values keep their escapes (`SdParam::escaped` says so).
+//!
+//! The shapes nearly every sender writes take fast paths: `<PRI>1 ` read in one go, a `...Z`
+//! timestamp read where it stands (its date converted once per minute), `- ` fields without a
+//! scan, and `name="value"` params. Anything else goes the general way (`#[cold]`, out of line,
+//! so the fast paths keep the registers), which has the last word. The parser as it was before
+//! the fast paths is kept as a test oracle (`rfc5424/reference.rs`), and generated frames must
+//! get the same result, event and SD rows from both, in both modes.
 
 use loghaul_core::{Event, SdElement, SdParam, Span};
 
 use super::{Clock, Fail, Pri, SdOut, parse_pri, set_pri};
-use crate::scan::{eq, find, find_byte};
-use crate::time::parse_rfc3339;
+use crate::scan::{class, eq, find, find_byte, find_class};
+use crate::time::{digit_of, parse_rfc3339, rfc3339_utc_prefix};
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// Whether a frame starts `<PRI>VERSION SP` (1..3 digits, then a space): the RFC 5424 marker.
+#[inline]
 pub(crate) fn looks_like(b: &[u8]) -> bool {
-    let Some((&b'<', rest)) = b.split_first() else {
-        return false;
-    };
     // `>` within the next five bytes (PRI has at most three digits; more is not RFC 5424 anyway).
-    let mut gt = 0;
-    loop {
-        match rest.get(gt) {
-            Some(b'>') => break,
-            Some(_) if gt < 4 => gt += 1,
-            _ => return false,
-        }
+    // Fixed-length patterns: no loop and one length test each.
+    let rest = match b {
+        [b'<', b'>', rest @ ..]
+        | [b'<', _, b'>', rest @ ..]
+        | [b'<', _, _, b'>', rest @ ..]
+        | [b'<', _, _, _, b'>', rest @ ..]
+        | [b'<', _, _, _, _, b'>', rest @ ..] => rest,
+        _ => return false,
+    };
+    // RFC 3164 lines fail here, on the first byte after the PRI. Then the first pattern with
+    // its SP in place decides: an earlier SP would have been a non-digit in a later one.
+    let d = u8::is_ascii_digit;
+    match rest {
+        [v, tail @ ..] if d(v) => match tail {
+            [b' ', ..] => true,
+            [w, b' ', ..] => d(w),
+            [w, x, b' ', ..] => d(w) && d(x),
+            _ => false,
+        },
+        _ => false,
     }
-    let rest = rest.get(gt + 1..).unwrap_or_default();
-    // RFC 3164 lines fail here, on the first byte after the PRI.
-    if !rest.first().is_some_and(u8::is_ascii_digit) {
-        return false;
-    }
-    let digits = rest
-        .iter()
-        .take(4)
-        .take_while(|c| c.is_ascii_digit())
-        .count();
-    (1..=3).contains(&digits) && rest.get(digits) == Some(&b' ')
 }
 
 /// The bytes from `pos` to the next SP (or the end): (start, end).
@@ -57,30 +64,55 @@ fn token(buf: &[u8], pos: usize) -> (usize, usize) {
 /// position after the SP.
 #[inline(always)]
 fn field(buf: &[u8], pos: usize, max: usize, strict: bool) -> Result<(Option<Span>, usize), Fail> {
-    let (s, e) = token(buf, pos);
-    if e == s || buf.get(e) != Some(&b' ') {
+    // NILVALUE (the usual PROCID and MSGID) needs no scan, and is then the only way to have one.
+    if let Some([b'-', b' ', ..]) = buf.get(pos..) {
+        return Ok((None, pos + 2));
+    }
+    // No SP at all, like an empty field, is an error: the header is cut short.
+    let end = find_byte(buf, pos, b' ').ok_or(Fail::Other)?;
+    if end == pos {
         return Err(Fail::Other);
     }
-    if strict && (e - s > max || !buf[s..e].iter().all(|c| (33..=126).contains(c))) {
+    if strict
+        && !buf
+            .get(pos..end)
+            .is_some_and(|text| text.len() <= max && text.iter().all(|c| (33..=126).contains(c)))
+    {
         return Err(Fail::Other);
     }
-    let value = if e - s == 1 && buf[s] == b'-' {
-        None
-    } else {
-        Some(Span::new(s, e))
-    };
-    Ok((value, e + 1))
+    Ok((Some(Span::new(pos, end)), end + 1))
 }
 
-pub(crate) fn parse(
-    buf: &[u8],
-    start: usize,
-    strict: bool,
-    clock: Clock,
-    sd: &mut SdOut<'_>,
-    event: &mut Event,
-) -> Result<(), Fail> {
-    let mut pos = match parse_pri(buf, start, strict) {
+/// `<PRI>VERSION SP` in the shape nearly every sender uses, a one-digit VERSION and a PRI both
+/// modes accept (no leading zero, at most 191), read in one go: (PRIVAL, VERSION, position after
+/// the SP). `None` leaves the frame to [`pri_version`], which has the last word.
+#[inline(always)]
+fn pri_version_fast(buf: &[u8], start: usize) -> Option<(u8, u8, usize)> {
+    let &[b'<', p1, p2, p3, p4, p5, p6] = buf.get(start..)?.first_chunk::<7>()? else {
+        return None;
+    };
+    let first = digit_of(p1)?;
+    let (prival, version, sp, len) = if p2 == b'>' {
+        (first, p3, p4, 5)
+    } else if p3 == b'>' {
+        (first * 10 + digit_of(p2)?, p4, p5, 6)
+    } else if p4 == b'>' {
+        ((first * 10 + digit_of(p2)?) * 10 + digit_of(p3)?, p5, p6, 7)
+    } else {
+        return None;
+    };
+    if (first == 0 && len > 5) || prival > 191 || sp != b' ' || !(b'1'..=b'9').contains(&version) {
+        return None;
+    }
+    Some((prival as u8, version - b'0', start + len))
+}
+
+/// `<PRI>VERSION SP` in full generality: sets PRI and VERSION and returns the position after the
+/// SP. Out of line, like the other general paths, so that the fast ones keep the registers.
+#[cold]
+#[inline(never)]
+fn pri_version(buf: &[u8], start: usize, strict: bool, event: &mut Event) -> Result<usize, Fail> {
+    let pos = match parse_pri(buf, start, strict) {
         Pri::Ok(prival, next) => {
             set_pri(event, prival);
             next
@@ -106,22 +138,35 @@ pub(crate) fn parse(
             .fold(0u32, |v, c| v * 10 + u32::from(c - b'0'))
             .min(255) as u8,
     );
-    pos = ve + 1;
+    Ok(ve + 1)
+}
 
-    let (ts, next) = field(buf, pos, usize::MAX, false)?;
-    if let Some(span) = ts {
-        match parse_rfc3339(&buf[span.start as usize..span.end as usize], strict) {
-            Some(civil) => {
-                // Lenient readings may lack an offset; they are in the configured zone.
-                let year = civil.year.unwrap_or(clock.year);
-                event.timestamp = civil.to_timestamp(year, clock.offset);
-            }
-            None if strict => return Err(Fail::Other),
-            // An unusable timestamp costs only the timestamp: the decoder uses the receive time.
-            None => {}
+pub(crate) fn parse(
+    buf: &[u8],
+    start: usize,
+    strict: bool,
+    clock: Clock,
+    sd: &mut SdOut<'_>,
+    event: &mut Event,
+) -> Result<(), Fail> {
+    let mut pos = match pri_version_fast(buf, start) {
+        Some((prival, version, next)) => {
+            set_pri(event, prival);
+            event.version = Some(version);
+            next
         }
+        None => pri_version(buf, start, strict, event)?,
+    };
+
+    // A `...Z` timestamp is read where it stands; its end must then be the field's end. Anything
+    // else is cut out as a field first and goes to the general parser.
+    match rfc3339_utc_prefix(buf.get(pos..).unwrap_or_default(), strict) {
+        Some((ts, len)) if buf.get(pos + len) == Some(&b' ') => {
+            event.timestamp = ts;
+            pos += len + 1;
+        }
+        _ => pos = timestamp(buf, pos, strict, clock, event)?,
     }
-    pos = next;
     (event.hostname, pos) = field(buf, pos, 255, strict)?;
     (event.appname, pos) = field(buf, pos, 48, strict)?;
     (event.procid, pos) = field(buf, pos, 128, strict)?;
@@ -132,7 +177,12 @@ pub(crate) fn parse(
         Some(b'[') => {
             let first = sd.elements.len();
             let marks = (sd.elements.len(), sd.params.len());
-            match structured_data(buf, pos, strict, sd) {
+            let parsed = if strict {
+                strict_structured_data(buf, pos, sd)
+            } else {
+                structured_data::<false>(buf, pos, sd)
+            };
+            match parsed {
                 Ok(next) => {
                     pos = next;
                     event.structured_data = Some((first as u32, sd.elements.len() as u32));
@@ -169,43 +219,65 @@ pub(crate) fn parse(
     Ok(())
 }
 
+/// The TIMESTAMP field at `pos` in full generality: sets the timestamp and returns the position
+/// after the SP.
+#[cold]
+#[inline(never)]
+fn timestamp(
+    buf: &[u8],
+    pos: usize,
+    strict: bool,
+    clock: Clock,
+    event: &mut Event,
+) -> Result<usize, Fail> {
+    let (ts, next) = field(buf, pos, usize::MAX, false)?;
+    if let Some(span) = ts {
+        match parse_rfc3339(&buf[span.start as usize..span.end as usize], strict) {
+            Some(civil) => {
+                // Lenient readings may lack an offset; they are in the configured zone.
+                let year = civil.year.unwrap_or(clock.year);
+                event.timestamp = civil.to_timestamp(year, clock.offset);
+            }
+            None if strict => return Err(Fail::Other),
+            // An unusable timestamp costs only the timestamp: the decoder uses the receive time.
+            None => {}
+        }
+    }
+    Ok(next)
+}
+
 /// An SD-NAME (SD-ID or PARAM-NAME) at `pos`: 1..32 PRINTUSASCII except `=`, SP, `]`, `"`.
-/// Lenient mode takes any other byte and any length.
-#[inline]
-fn sd_name(buf: &[u8], pos: usize, strict: bool) -> Result<usize, Fail> {
-    let end = if strict {
-        buf.get(pos..).and_then(|rest| {
-            rest.iter()
-                .position(|&c| matches!(c, b'=' | b' ' | b']' | b'"') || !(33..=126).contains(&c))
-                .map(|k| pos + k)
-        })
+/// Lenient mode takes any other byte and any length. Returns where the name ends.
+#[inline(always)]
+fn sd_name<const STRICT: bool>(buf: &[u8], pos: usize) -> Result<usize, Fail> {
+    let mask = if STRICT {
+        class::STRICT_NAME_END
     } else {
-        find(
-            buf,
-            pos,
-            |w| eq(w, b'=') | eq(w, b' ') | eq(w, b']') | eq(w, b'"'),
-            |c| matches!(c, b'=' | b' ' | b']' | b'"'),
-        )
+        class::NAME_END
     };
-    let len = end.unwrap_or(buf.len()).saturating_sub(pos);
-    if len == 0 || (strict && len > 32) {
+    let end = find_class(buf, pos, mask).unwrap_or(buf.len());
+    // `end <= pos` is an empty name, or `pos` past the end.
+    if end <= pos || (STRICT && end - pos > 32) {
         return Err(Fail::Other);
     }
-    Ok(pos + len)
+    Ok(end)
 }
 
 /// One or more SD-ELEMENTs starting at the `[` at `pos`; returns the position after the last `]`.
-fn structured_data(
+///
+/// The mode is a const parameter so that each mode gets its own copy of the scanning loops,
+/// with no tests of the other mode's rules in them.
+#[inline(always)]
+fn structured_data<const STRICT: bool>(
     buf: &[u8],
     mut pos: usize,
-    strict: bool,
     sd: &mut SdOut<'_>,
 ) -> Result<usize, Fail> {
     let first = sd.elements.len();
     while buf.get(pos) == Some(&b'[') {
-        let id_end = sd_name(buf, pos + 1, strict)?;
+        let id_end = sd_name::<STRICT>(buf, pos + 1)?;
         let id = Span::new(pos + 1, id_end);
-        if strict {
+        if STRICT {
             let name = &buf[pos + 1..id_end];
             let seen = sd.elements[first..]
                 .iter()
@@ -225,15 +297,21 @@ fn structured_data(
                 }
                 Some(b' ') => {
                     pos += 1;
-                    if !strict {
-                        while buf.get(pos) == Some(&b' ') {
-                            pos += 1;
+                    pos = match sd_param::<STRICT>(buf, pos, sd) {
+                        Ok(next) => next,
+                        // Lenient mode takes more spaces, and one before the `]`. There the
+                        // param had an empty name, so it failed without leaving anything.
+                        Err(_) if !STRICT && matches!(buf.get(pos), Some(b' ' | b']')) => {
+                            while buf.get(pos) == Some(&b' ') {
+                                pos += 1;
+                            }
+                            if buf.get(pos) == Some(&b']') {
+                                continue;
+                            }
+                            cold_sd_param(buf, pos, sd)?
                         }
-                        if buf.get(pos) == Some(&b']') {
-                            continue;
-                        }
-                    }
-                    pos = sd_param(buf, pos, strict, sd)?;
+                        Err(fail) => return Err(fail),
+                    };
                 }
                 _ => return Err(Fail::Other),
             }
@@ -246,14 +324,13 @@ fn structured_data(
     Ok(pos)
 }
 
-/// PARAM-NAME "=" %d34 PARAM-VALUE %d34 at `pos`; returns the position after the closing quote.
-#[inline(always)]
-fn sd_param(buf: &[u8], pos: usize, strict: bool, sd: &mut SdOut<'_>) -> Result<usize, Fail> {
-    let name_end = sd_name(buf, pos, strict)?;
-    let name = Span::new(pos, name_end);
-    let mut i = name_end;
-    if !strict {
-        // syslog_loose and rsyslog accept `name = "value"`.
+/// After a PARAM-NAME ending at `i`, `"="` and the opening quote, with the spaces lenient mode
+/// allows around `=` (syslog_loose and rsyslog accept `name = "value"`): the position after the
+/// quote. Out of line: senders nearly always write `name="value"`.
+#[cold]
+#[inline(never)]
+fn spaced_value_start<const STRICT: bool>(buf: &[u8], mut i: usize) -> Result<usize, Fail> {
+    if !STRICT {
         while buf.get(i) == Some(&b' ') {
             i += 1;
         }
@@ -262,7 +339,7 @@ fn sd_param(buf: &[u8], pos: usize, strict: bool, sd: &mut SdOut<'_>) -> Result<
         return Err(Fail::Other);
     }
     i += 1;
-    if !strict {
+    if !STRICT {
         while buf.get(i) == Some(&b' ') {
             i += 1;
         }
@@ -270,24 +347,60 @@ fn sd_param(buf: &[u8], pos: usize, strict: bool, sd: &mut SdOut<'_>) -> Result<
     if buf.get(i) != Some(&b'"') {
         return Err(Fail::Other);
     }
-    let value_start = i + 1;
+    Ok(i + 1)
+}
+
+/// A lenient param after extra spaces, out of line for the same reason.
+#[cold]
+#[inline(never)]
+fn cold_sd_param(buf: &[u8], pos: usize, sd: &mut SdOut<'_>) -> Result<usize, Fail> {
+    sd_param::<false>(buf, pos, sd)
+}
+
+/// Strict mode's [`structured_data`], out of line: only the default (lenient) mode's copy is
+/// inlined into [`parse`], which keeps it small enough to hold its values in registers.
+#[inline(never)]
+fn strict_structured_data(buf: &[u8], pos: usize, sd: &mut SdOut<'_>) -> Result<usize, Fail> {
+    structured_data::<true>(buf, pos, sd)
+}
+
+/// PARAM-NAME "=" %d34 PARAM-VALUE %d34 at `pos`; returns the position after the closing quote.
+#[inline(always)]
+fn sd_param<const STRICT: bool>(buf: &[u8], pos: usize, sd: &mut SdOut<'_>) -> Result<usize, Fail> {
+    let name_end = sd_name::<STRICT>(buf, pos)?;
+    let name = Span::new(pos, name_end);
+    let value_start = if buf.get(name_end..name_end + 2) == Some(b"=\"") {
+        name_end + 2
+    } else {
+        spaced_value_start::<STRICT>(buf, name_end)?
+    };
     let mut j = value_start;
     let mut escaped = false;
     loop {
-        // Values are short: a word-at-a-time scan beats a memchr3 call here.
-        let k = find(
-            buf,
-            j,
-            |w| eq(w, b'"') | eq(w, b'\\') | eq(w, b']'),
-            |c| matches!(c, b'"' | b'\\' | b']'),
-        )
+        // Two or three target bytes: the word search beats the class table here. Lenient mode
+        // reads `]` in a value as text, so only strict mode stops at it.
+        let k = if STRICT {
+            find(
+                buf,
+                j,
+                |w| eq(w, b'"') | eq(w, b'\\') | eq(w, b']'),
+                |c| matches!(c, b'"' | b'\\' | b']'),
+            )
+        } else {
+            find(
+                buf,
+                j,
+                |w| eq(w, b'"') | eq(w, b'\\'),
+                |c| matches!(c, b'"' | b'\\'),
+            )
+        }
         .ok_or(Fail::Other)?;
-        match buf[k] {
-            b'"' => {
+        match buf.get(k) {
+            Some(b'"') => {
                 j = k;
                 break;
             }
-            b'\\' => {
+            Some(b'\\') => {
                 // `\"`, `\\`, `\]` are escapes; any other pair is kept as written (§6.3.3).
                 escaped = true;
                 j = k + 2;
@@ -295,9 +408,9 @@ fn sd_param(buf: &[u8], pos: usize, strict: bool, sd: &mut SdOut<'_>) -> Result<
                     return Err(Fail::Other);
                 }
             }
-            // An unescaped `]` inside a value: §6.3.3 says it MUST be escaped.
-            _ if strict => return Err(Fail::Other),
-            _ => j = k + 1,
+            // An unescaped `]` inside a value (only strict mode stops at one): §6.3.3 says it
+            // MUST be escaped. Or no closing quote at all.
+            _ => return Err(Fail::Other),
         }
     }
     sd.params.push(SdParam {
@@ -307,3 +420,8 @@ fn sd_param(buf: &[u8], pos: usize, strict: bool, sd: &mut SdOut<'_>) -> Result<
     });
     Ok(j + 1)
 }
+
+#[cfg(test)]
+mod reference;
+#[cfg(test)]
+mod tests;
