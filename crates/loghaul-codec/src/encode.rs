@@ -8,9 +8,15 @@
 //! ```
 //!
 //! Fields come in a fixed order; absent ones are omitted, never written as `null`. Strings are
-//! escaped per RFC 8259 by hand (runs of safe bytes are copied in one go), and bytes that are not
-//! UTF-8 become U+FFFD, so the output is always valid UTF-8 JSON whatever the input was. SD-PARAM
-//! escapes (`\"`, `\\`, `\]`) are resolved here, on output, because decoders keep bytes as sent.
+//! escaped per RFC 8259 by hand, and bytes that are not UTF-8 become U+FFFD, so the output is
+//! always valid UTF-8 JSON whatever the input was. SD-PARAM escapes (`\"`, `\\`, `\]`) are
+//! resolved here, on output, because decoders keep bytes as sent.
+//!
+//! The JSON encoder writes through a [`Writer`]: the buffer is zero-extended past the event
+//! first, so every piece is a fixed-size copy into room that is already there (no capacity check
+//! or `memcpy` call per piece), and the room left over is cut off at the end. Strings are checked
+//! and copied 16 bytes at a time; a string inside the batch arena may read (never emit) the
+//! arena bytes after it, so a short field is a single step.
 
 use std::io::Write as _;
 use std::net::IpAddr;
@@ -18,108 +24,96 @@ use std::net::IpAddr;
 use loghaul_core::names::{FACILITIES, SEVERITIES, facility_name, severity_name};
 use loghaul_core::{Event, EventBatch, Flags, SdElement, SdParam, Span, Timestamp, Value};
 
-const REPLACEMENT: &[u8] = "\u{FFFD}".as_bytes();
+const REPLACEMENT: &[u8; 3] = b"\xEF\xBF\xBD";
+
+/// Room made for an event before anything is written (on top of its message): enough for the
+/// fixed parts and the usual fields, so the writer rarely grows mid-event.
+const ROOM: usize = 384;
 
 /// Append one JSON object and `\n` for `event` of `batch` to `out`.
 pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
-    // One reservation covers the fixed parts and typical fields, so the many small appends
-    // below rarely reallocate.
-    out.reserve(256 + event.message.len());
-    let ts = event.timestamp.unwrap_or(event.received);
-    match crate::time::rfc3339_text(ts) {
-        Some((text, len)) => {
-            // Key, value and closing quote as one fixed-size append (then cut to length).
-            const KEY: &[u8; 14] = b"{\"timestamp\":\"";
-            let mut buf = [0u8; 48];
-            buf[..14].copy_from_slice(KEY);
-            buf[14..44].copy_from_slice(&text);
-            buf[14 + len] = b'"';
-            let end = out.len() + 15 + len;
-            out.extend_from_slice(&buf);
-            out.truncate(end);
-        }
-        None => {
-            out.extend_from_slice(b"{\"timestamp\":\"");
-            write_rfc3339(ts, out);
-            out.push(b'"');
-        }
-    }
-    str_field(batch, out, b",\"hostname\":\"", event.hostname);
-    str_field(batch, out, b",\"appname\":\"", event.appname);
-    str_field(batch, out, b",\"procid\":\"", event.procid);
-    str_field(batch, out, b",\"msgid\":\"", event.msgid);
+    let src = Src::of(batch);
+    let (message, message_len) = src.padded(event.message);
+    let mut w = Writer::new(out, ROOM + message_len);
+    // A string value's closing quote goes out with the next key (which starts `",`), saving a
+    // piece per field; `open` tracks whether one is pending where it can vary.
+    w.timestamp(event.timestamp.unwrap_or(event.received));
+    w.str_field(src, b"\",\"hostname\":\"", event.hostname);
+    w.str_field(src, b"\",\"appname\":\"", event.appname);
+    w.str_field(src, b"\",\"procid\":\"", event.procid);
+    w.str_field(src, b"\",\"msgid\":\"", event.msgid);
     match (event.facility, event.severity) {
-        // Both are present on nearly every syslog event: one precomputed append.
+        // Both are present on nearly every syslog event: one precomputed piece.
         (Some(f), Some(s)) if f < 24 && s < 8 => {
             let (text, len) = &PRI_FIELDS[usize::from(f) << 3 | usize::from(s)];
-            // A fixed-size copy (inlined) and a cut beat a variable-size `memcpy` call.
-            let end = out.len() + usize::from(*len);
-            out.extend_from_slice(text);
-            out.truncate(end);
+            w.put(text, usize::from(*len));
         }
         (facility, severity) => {
             if let Some(name) = facility.and_then(facility_name) {
-                out.extend_from_slice(b",\"facility\":\"");
-                out.extend_from_slice(name.as_bytes());
-                out.push(b'"');
+                w.put_all(b"\",\"facility\":\"");
+                w.copy(name.as_bytes());
             }
             if let Some(name) = severity.and_then(severity_name) {
-                out.extend_from_slice(b",\"severity\":\"");
-                out.extend_from_slice(name.as_bytes());
-                out.push(b'"');
+                w.put_all(b"\",\"severity\":\"");
+                w.copy(name.as_bytes());
             }
         }
     }
+    let mut open = true;
     match event.version {
-        Some(1) => out.extend_from_slice(b",\"version\":1"),
+        Some(1) => {
+            w.put_all(b"\",\"version\":1");
+            open = false;
+        }
         Some(v) => {
-            out.extend_from_slice(b",\"version\":");
-            write_u64(u64::from(v), out);
+            w.put_all(b"\",\"version\":");
+            w.write_u64(u64::from(v));
+            open = false;
         }
         None => {}
     }
     if event.structured_data.is_some() {
-        out.extend_from_slice(b",\"structured_data\":");
-        write_structured_data(batch, batch.sd_elements_of(event), out);
+        w.key(open, b"\",\"structured_data\":", b",\"structured_data\":");
+        w.pos = structured_data(w.out, w.pos, src, batch.sd_elements_of(event));
+        open = false;
     }
-    out.extend_from_slice(b",\"message\":\"");
-    escape_json(batch.str(event.message), out);
-    out.push(b'"');
+    w.key(open, b"\",\"message\":\"", b",\"message\":\"");
+    w.escape(message, message_len);
     match event.source_ip {
         Some(IpAddr::V4(v4)) => {
-            // Key, address and closing quote as one fixed-size append (then cut to length).
-            const KEY: &[u8; 14] = b",\"source_ip\":\"";
-            let mut buf = [0u8; 32];
-            buf[..14].copy_from_slice(KEY);
-            let n = 14 + write_ipv4(v4, &mut buf[14..]);
-            buf[n] = b'"';
-            let end = out.len() + n + 1;
-            out.extend_from_slice(&buf);
-            out.truncate(end);
+            w.put_all(b"\",\"source_ip\":\"");
+            w.ipv4(v4);
         }
         Some(ip) => {
-            out.extend_from_slice(b",\"source_ip\":\"");
-            write_ip(ip, out);
-            out.push(b'"');
+            w.put_all(b"\",\"source_ip\":\"");
+            w.pos = with_vec(w.out, w.pos, |out| write_ip(ip, out));
         }
         None => {}
     }
+    let fields = batch.fields_of(event);
     if batch.source_type == "syslog" {
-        // The usual value, as one constant append.
-        out.extend_from_slice(b",\"source_type\":\"syslog\"");
+        if fields.is_empty() && event.flags.is_empty() {
+            // The usual ending, as one constant piece.
+            w.put_all(b"\",\"source_type\":\"syslog\"}\n");
+            w.finish();
+            return;
+        }
+        w.put_all(b"\",\"source_type\":\"syslog\"");
     } else {
-        out.extend_from_slice(b",\"source_type\":\"");
-        escape_json(batch.source_type.as_bytes(), out);
-        out.push(b'"');
+        w.put_all(b"\",\"source_type\":\"");
+        let source_type = batch.source_type.as_bytes();
+        w.escape(source_type, source_type.len());
+        w.put_all(b"\"");
     }
-    for field in batch.fields_of(event) {
-        out.extend_from_slice(b",\"");
-        escape_json(batch.str(field.name), out);
-        out.extend_from_slice(b"\":");
-        write_value(batch, field.value, out);
+    for field in fields {
+        w.put_all(b",\"");
+        let (name, len) = src.padded(field.name);
+        w.escape(name, len);
+        w.put_all(b"\":");
+        w.pos = value(w.out, w.pos, src, field.value);
     }
     if !event.flags.is_empty() {
-        out.extend_from_slice(b",\"flags\":[");
+        w.put_all(b",\"flags\":[");
         let mut sep = false;
         for (flag, name) in [
             (Flags::PARSE_ERROR, &b"\"parse_error\""[..]),
@@ -128,22 +122,69 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
         ] {
             if event.flags.contains(flag) {
                 if sep {
-                    out.push(b',');
+                    w.put_all(b",");
                 }
-                out.extend_from_slice(name);
+                w.copy(name);
                 sep = true;
             }
         }
-        out.push(b']');
+        w.put_all(b"]");
     }
-    out.extend_from_slice(b"}\n");
+    w.put_all(b"}\n");
+    w.finish();
 }
 
-/// Room for the longest `,"facility":"solaris-cron","severity":"warning"`.
+/// What the encoder reads from a batch, as plain slices: loads from them can be kept in
+/// registers (the batch itself has interior mutability, so every read of it is a fresh load).
+#[derive(Clone, Copy)]
+struct Src<'b> {
+    arena: &'b [u8],
+    sd_params: &'b [SdParam],
+}
+
+impl<'b> Src<'b> {
+    #[inline(always)]
+    fn of(batch: &'b EventBatch) -> Src<'b> {
+        Src {
+            arena: &batch.arena,
+            sd_params: &batch.sd_params,
+        }
+    }
+
+    /// The bytes of `span`, as [`EventBatch::str`].
+    #[inline(always)]
+    fn str(self, span: Span) -> &'b [u8] {
+        self.arena
+            .get(span.start as usize..span.end as usize)
+            .unwrap_or_default()
+    }
+
+    /// The bytes of `span` as the start of the rest of the arena and the string's length: like
+    /// [`Src::str`] (empty when out of range), but the escaper may read on past the string.
+    #[inline(always)]
+    fn padded(self, span: Span) -> (&'b [u8], usize) {
+        let (start, end) = (span.start as usize, span.end as usize);
+        match self.arena.get(start..) {
+            Some(rest) if start <= end && end - start <= rest.len() => (rest, end - start),
+            _ => (&[], 0),
+        }
+    }
+
+    /// The params of one element, as [`EventBatch::params_of`].
+    #[inline(always)]
+    fn params_of(self, element: &SdElement) -> &'b [SdParam] {
+        let (start, end) = element.params;
+        self.sd_params
+            .get(start as usize..end as usize)
+            .unwrap_or_default()
+    }
+}
+
+/// Room for the longest `","facility":"solaris-cron","severity":"warning`.
 const PRI_TEXT: usize = 48;
 
-/// `,"facility":"NAME","severity":"NAME"` for each PRI value 0..=191 (facility << 3 | severity),
-/// with its length.
+/// `","facility":"NAME","severity":"NAME` for each PRI value 0..=191 (facility << 3 | severity),
+/// with its length: it closes the string before it and leaves its own open, like every key.
 static PRI_FIELDS: [([u8; PRI_TEXT], u8); 192] = {
     const fn put(buf: &mut [u8; PRI_TEXT], mut at: usize, s: &[u8]) -> usize {
         let mut i = 0;
@@ -158,25 +199,15 @@ static PRI_FIELDS: [([u8; PRI_TEXT], u8); 192] = {
     let mut pri = 0;
     while pri < 192 {
         let buf = &mut table[pri].0;
-        let mut n = put(buf, 0, b",\"facility\":\"");
+        let mut n = put(buf, 0, b"\",\"facility\":\"");
         n = put(buf, n, FACILITIES[pri >> 3].as_bytes());
         n = put(buf, n, b"\",\"severity\":\"");
         n = put(buf, n, SEVERITIES[pri & 7].as_bytes());
-        n = put(buf, n, b"\"");
         table[pri].1 = n as u8;
         pri += 1;
     }
     table
 };
-
-#[inline]
-fn str_field(batch: &EventBatch, out: &mut Vec<u8>, key: &'static [u8], span: Option<Span>) {
-    if let Some(span) = span {
-        out.extend_from_slice(key);
-        escape_json(batch.str(span), out);
-        out.push(b'"');
-    }
-}
 
 /// Append the message only and `\n`; bytes that are not UTF-8 become U+FFFD, as in JSON.
 pub fn encode_text(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
@@ -200,321 +231,705 @@ pub fn write_rfc3339(ts: Timestamp, out: &mut Vec<u8>) {
     crate::time::write_rfc3339(ts, out);
 }
 
-/// What each byte needs in a JSON string: 0 copy as is, 1 escape, 2 start of a non-ASCII
-/// sequence (validate before copying).
-static CLASS: [u8; 256] = {
-    let mut t = [0u8; 256];
-    let mut i = 0;
-    while i < 256 {
-        t[i] = if i < 0x20 || i == b'"' as usize || i == b'\\' as usize {
-            1
-        } else if i >= 0x80 {
-            2
-        } else {
-            0
-        };
-        i += 1;
-    }
-    t
-};
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
-const LO: u64 = 0x0101_0101_0101_0101;
-const HI: u64 = 0x8080_8080_8080_8080;
-
-/// High bit set in each byte of `x` that is a control character, `"`, `\\` or non-ASCII. Only the
-/// lowest flagged byte is exact (borrows can flag bytes above it), which is all we use.
-#[inline]
-fn special_bytes(x: u64) -> u64 {
-    let quote = x ^ (LO * b'"' as u64);
-    let backslash = x ^ (LO * b'\\' as u64);
-    (x.wrapping_sub(LO * 0x20) & !x
-        | quote.wrapping_sub(LO) & !quote
-        | backslash.wrapping_sub(LO) & !backslash
-        | x)
-        & HI
-}
-
-/// The index of the first byte of `s` at or after `i` that is a control character, `"`, `\\` or
-/// non-ASCII; `None` if there is none.
-#[inline(always)]
-fn next_special(s: &[u8], i: usize) -> Option<usize> {
-    let mut rest = s.get(i..)?;
-    // Eight bytes at a time; `split_first_chunk` keeps the loop free of bounds checks.
-    while let Some((chunk, tail)) = rest.split_first_chunk::<8>() {
-        let m = special_bytes(u64::from_le_bytes(*chunk));
-        if m != 0 {
-            return Some(s.len() - rest.len() + (m.trailing_zeros() / 8) as usize);
-        }
-        rest = tail;
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let at = s.len() - rest.len();
-    match s.last_chunk::<8>() {
-        // The tail gets the same word check: load the last eight bytes, shift out the ones
-        // already handled and fill with safe bytes. Short fields are mostly tail.
-        Some(last) => {
-            let sh = 8 * (8 - rest.len()) as u32;
-            let w = u64::from_le_bytes(*last);
-            let m = special_bytes(w >> sh | (LO * u64::from(b'a')) << (64 - sh));
-            (m != 0).then(|| at + (m.trailing_zeros() / 8) as usize)
-        }
-        // Shorter than a word: two overlapping halves cover four to seven bytes in one word
-        // check; only a string with a special byte (or of one to three bytes) is walked.
-        None => {
-            if let (Some(a), Some(b)) = (rest.first_chunk::<4>(), rest.last_chunk::<4>()) {
-                let w = u64::from(u32::from_le_bytes(*a)) | u64::from(u32::from_le_bytes(*b)) << 32;
-                if special_bytes(w) == 0 {
-                    return None;
-                }
-            }
-            rest.iter()
-                .position(|&b| CLASS[b as usize] != 0)
-                .map(|k| at + k)
-        }
-    }
-}
-
 /// Append `s` as the inside of a JSON string (no quotes), replacing invalid UTF-8 with U+FFFD.
-#[inline]
 pub fn escape_json(s: &[u8], out: &mut Vec<u8>) {
-    // ASCII fast path: most log text never leaves it. Eight bytes are checked at a time and a
-    // string without special bytes is copied in one go, without a call.
-    match next_special(s, 0) {
-        None => out.extend_from_slice(s),
-        Some(first) => escape_from(s, first, out),
+    let mut w = Writer::new(out, s.len());
+    w.escape(s, s.len());
+    w.finish();
+}
+
+/// How far a piece may write past its end: the escaper's 16-byte steps, and fixed-size pieces
+/// cut short (the longest is a PRI piece of 48 bytes).
+const SLACK: usize = 48;
+
+/// Appends to a buffer through fixed-size copies. `out` is zero-extended past `pos` (the end of
+/// what is written), so a piece is a bounds check and a few wide stores; pieces may overshoot
+/// into the room (the next piece overwrites it) and [`Writer::finish`] cuts `out` back to `pos`.
+///
+/// Its methods are all inlined, and what is not inlined takes `out` and `pos` as arguments and
+/// returns the new `pos`: a writer never has its address taken, so its fields stay in registers.
+struct Writer<'a> {
+    out: &'a mut Vec<u8>,
+    pos: usize,
+}
+
+impl<'a> Writer<'a> {
+    #[inline(always)]
+    fn new(out: &'a mut Vec<u8>, room: usize) -> Writer<'a> {
+        let pos = out.len();
+        out.resize(pos + room + SLACK, 0);
+        Writer { out, pos }
+    }
+
+    #[inline(always)]
+    fn finish(self) {
+        self.out.truncate(self.pos);
+    }
+
+    /// Append the first `len` bytes of `bytes` (`len <= N`); the rest only lands in the room.
+    #[inline(always)]
+    fn put<const N: usize>(&mut self, bytes: &[u8; N], len: usize) {
+        match self.room::<N>() {
+            Some(dst) => *dst = *bytes,
+            None => put_slow(self.out, self.pos, bytes),
+        }
+        self.pos += len;
+    }
+
+    #[inline(always)]
+    fn put_all<const N: usize>(&mut self, bytes: &[u8; N]) {
+        self.put(bytes, N);
+    }
+
+    /// The `N` bytes of room at `pos`, if `out` reaches that far.
+    #[inline(always)]
+    fn room<const N: usize>(&mut self) -> Option<&mut [u8; N]> {
+        self.out.get_mut(self.pos..)?.first_chunk_mut::<N>()
+    }
+
+    /// Append `s` as is.
+    #[inline(always)]
+    fn copy(&mut self, s: &[u8]) {
+        if self.out.len() < self.pos + s.len() {
+            grow(self.out, self.pos, s.len());
+        }
+        if let Some(dst) = self.out.get_mut(self.pos..self.pos + s.len()) {
+            copy_same_len(dst, s);
+        }
+        self.pos += s.len();
+    }
+
+    /// `{"timestamp":"…` (the value's closing quote comes with the next key).
+    #[inline(always)]
+    fn timestamp(&mut self, ts: Timestamp) {
+        self.put_all(b"{\"timestamp\":\"");
+        match crate::time::rfc3339_head(ts) {
+            Some(head) => {
+                self.put(&head, crate::time::RFC3339_HEAD);
+                let (frac, frac_len) = crate::time::fraction_text(ts);
+                self.put(&frac, frac_len);
+            }
+            None => self.pos = with_vec(self.out, self.pos, |out| write_rfc3339(ts, out)),
+        }
+    }
+
+    /// `key` (which closes the string before it) and the escaped value, left open.
+    #[inline(always)]
+    fn str_field<const N: usize>(&mut self, src: Src, key: &[u8; N], span: Option<Span>) {
+        if let Some(span) = span {
+            self.put_all(key);
+            let (s, len) = src.padded(span);
+            self.escape(s, len);
+        }
+    }
+
+    /// A key after a value that may be a string left `open`: with its closing quote or without.
+    #[inline(always)]
+    fn key<const N: usize, const M: usize>(
+        &mut self,
+        open: bool,
+        quoted: &[u8; N],
+        bare: &[u8; M],
+    ) {
+        if open {
+            self.put_all(quoted);
+        } else {
+            self.put_all(bare);
+        }
+    }
+
+    /// The dotted quad of `v4`: each half (`a.b.` and `c.d`) is put together in a register from
+    /// table digits and written as one 8-byte piece.
+    #[inline(always)]
+    fn ipv4(&mut self, v4: std::net::Ipv4Addr) {
+        let [a, b, c, d] = v4.octets();
+        let (lo, lo_len) = dotted(a, b, b'.');
+        self.put(&lo.to_le_bytes(), lo_len);
+        let (hi, hi_len) = dotted(c, d, 0);
+        self.put(&hi.to_le_bytes(), hi_len - 1);
+    }
+
+    /// Append `src[..len]` (`len <= src.len()`) as the inside of a JSON string. Bytes of `src`
+    /// after `len` may be read along (never written out): inside the arena they are there.
+    #[inline(always)]
+    fn escape(&mut self, src: &[u8], len: usize) {
+        // Plain text goes 16 bytes a step (copied whole, checked, and done once the string
+        // ends); from a chunk with a byte to escape on, `escape_rest` takes over.
+        let mut i = 0;
+        while let (Some(chunk), Some(dst)) = (
+            src.get(i..).and_then(|s| s.first_chunk::<16>()),
+            self.out
+                .get_mut(self.pos + i..)
+                .and_then(|d| d.first_chunk_mut::<16>()),
+        ) {
+            *dst = *chunk;
+            let rest = len - i;
+            if !plain::<false>(chunk, rest) {
+                break;
+            }
+            if rest <= 16 {
+                self.pos += len;
+                return;
+            }
+            i += 16;
+        }
+        self.pos += i;
+        self.pos = escape_rest(
+            self.out,
+            self.pos,
+            src.get(i..).unwrap_or_default(),
+            len - i,
+        );
+    }
+
+    /// Copy `src[..len]` up to its first byte that needs escaping, 16 bytes at a time; returns
+    /// that byte's index, or `None` when all `len` bytes were plain. With `VALID` the text is
+    /// known to be UTF-8, so only ASCII bytes can need escaping.
+    #[inline(always)]
+    fn copy_plain<const VALID: bool>(&mut self, src: &[u8], len: usize) -> Option<usize> {
+        if self.out.len() < self.pos + len + 16 {
+            grow(self.out, self.pos, len + 16);
+        }
+        let mut i = 0;
+        loop {
+            let chunk = src.get(i..).and_then(|s| s.first_chunk::<16>());
+            let dst = self.out.get_mut(self.pos + i..);
+            let (Some(chunk), Some(dst)) = (chunk, dst.and_then(|d| d.first_chunk_mut::<16>()))
+            else {
+                let (pos, found) = copy_plain_tail::<VALID>(self.out, self.pos, src, len, i);
+                let at = pos - self.pos;
+                self.pos = pos;
+                return found.then_some(at);
+            };
+            // The whole chunk lands; bytes past a special one or past the end are overwritten by
+            // what comes next (or cut off).
+            *dst = *chunk;
+            let rest = len - i;
+            let k = first_special::<VALID>(chunk);
+            if k < rest.min(16) {
+                self.pos += i + k;
+                return Some(i + k);
+            }
+            if rest <= 16 {
+                self.pos += len;
+                return None;
+            }
+            i += 16;
+        }
+    }
+
+    /// Escape `src[..len]` from `at` on, where there is a byte to escape (everything before is
+    /// written).
+    #[inline(always)]
+    fn escape_from<const VALID: bool>(&mut self, src: &[u8], len: usize, mut at: usize) {
+        while let Some(&b) = src.get(at).filter(|_| at < len) {
+            if !VALID && b >= 0x80 {
+                let rest = src.get(at..len).unwrap_or_default();
+                self.pos = escape_non_ascii(self.out, self.pos, rest);
+                return;
+            }
+            self.escape_byte(b);
+            at += 1;
+            match self.copy_plain::<VALID>(src.get(at..).unwrap_or_default(), len - at) {
+                Some(k) => at += k,
+                None => return,
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn escape_byte(&mut self, b: u8) {
+        let short = match b {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            _ => 0,
+        };
+        if short != 0 {
+            self.put_all(&[b'\\', short]);
+        } else {
+            let (hi, lo) = (HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]);
+            self.put_all(&[b'\\', b'u', b'0', b'0', hi, lo]);
+        }
+    }
+
+    /// An SD-PARAM value: the raw text `src[..len]`, with its escapes resolved if `escaped`.
+    #[inline(always)]
+    fn sd_value(&mut self, src: &[u8], len: usize, escaped: bool) {
+        if escaped {
+            let v = src.get(..len).unwrap_or_default();
+            self.pos = sd_value_escaped(self.out, self.pos, v);
+        } else {
+            self.escape(src, len);
+        }
+    }
+
+    fn write_u64(&mut self, mut v: u64) {
+        let mut buf = [0u8; 20];
+        let mut i = buf.len();
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.copy(&buf[i..]);
     }
 }
 
-/// `escape_json` from the first special byte at `first` on.
+/// Make `out` reach at least `n` bytes past `pos` (and then some, so growing stays rare).
+#[cold]
 #[inline(never)]
-fn escape_from(s: &[u8], first: usize, out: &mut Vec<u8>) {
-    let mut run = 0;
-    let mut next = Some(first);
-    while let Some(i) = next {
-        let (Some(done), Some(&b)) = (s.get(run..i), s.get(i)) else {
-            break;
-        };
-        out.extend_from_slice(done);
-        if b >= 0x80 {
-            escape_non_ascii(s.get(i..).unwrap_or_default(), out);
-            return;
-        }
-        escape_byte(b, out);
-        run = i + 1;
-        next = next_special(s, run);
+fn grow(out: &mut Vec<u8>, pos: usize, n: usize) {
+    let want = pos + n + ROOM;
+    if out.len() < want {
+        out.resize(want, 0);
     }
-    out.extend_from_slice(s.get(run..).unwrap_or_default());
 }
 
 #[cold]
-fn escape_non_ascii(s: &[u8], out: &mut Vec<u8>) {
-    for chunk in s.utf8_chunks() {
-        // Valid UTF-8 multi-byte sequences never contain bytes below 0x80, so only the ASCII
-        // bytes between them need escaping.
-        let valid = chunk.valid().as_bytes();
-        let mut run = 0;
-        for (i, &b) in valid.iter().enumerate() {
-            if CLASS[b as usize] == 1 {
-                out.extend_from_slice(&valid[run..i]);
-                escape_byte(b, out);
-                run = i + 1;
-            }
-        }
-        out.extend_from_slice(&valid[run..]);
-        if !chunk.invalid().is_empty() {
-            out.extend_from_slice(REPLACEMENT);
-        }
+#[inline(never)]
+fn put_slow(out: &mut Vec<u8>, pos: usize, bytes: &[u8]) {
+    grow(out, pos, bytes.len());
+    if let Some(dst) = out.get_mut(pos..pos + bytes.len()) {
+        dst.copy_from_slice(bytes);
     }
 }
 
-#[inline]
-fn escape_byte(b: u8, out: &mut Vec<u8>) {
-    match b {
-        b'"' => out.extend_from_slice(b"\\\""),
-        b'\\' => out.extend_from_slice(b"\\\\"),
-        b'\n' => out.extend_from_slice(b"\\n"),
-        b'\r' => out.extend_from_slice(b"\\r"),
-        b'\t' => out.extend_from_slice(b"\\t"),
-        _ => out.extend_from_slice(&[
-            b'\\',
-            b'u',
-            b'0',
-            b'0',
-            HEX[(b >> 4) as usize],
-            HEX[(b & 15) as usize],
-        ]),
+/// Run `f` on `out` cut to `pos` (rare pieces that `std` formats best); returns the new `pos`.
+#[cold]
+#[inline(never)]
+fn with_vec(out: &mut Vec<u8>, pos: usize, f: impl FnOnce(&mut Vec<u8>)) -> usize {
+    out.truncate(pos);
+    f(out);
+    let pos = out.len();
+    out.resize(pos + ROOM, 0);
+    pos
+}
+
+/// [`Writer::escape`] past its first step; returns the new `pos`.
+#[inline(never)]
+fn escape_rest(out: &mut Vec<u8>, pos: usize, src: &[u8], len: usize) -> usize {
+    let mut w = Writer { out, pos };
+    if let Some(at) = w.copy_plain::<false>(src, len) {
+        w.escape_from::<false>(src, len, at);
     }
+    w.pos
+}
+
+/// [`Writer::copy_plain`] for the last bytes when fewer than 16 of `src` are left from `i`:
+/// the last 16 bytes of the string (overlapping bytes already checked), or the whole short
+/// string padded to 16. Returns the new `pos` and whether it stopped at a byte to escape.
+#[inline(never)]
+fn copy_plain_tail<const VALID: bool>(
+    out: &mut Vec<u8>,
+    pos: usize,
+    src: &[u8],
+    len: usize,
+    i: usize,
+) -> (usize, bool) {
+    let s = src.get(..len).unwrap_or_default();
+    let (at, chunk) = match s.last_chunk::<16>() {
+        Some(last) => (len - 16, *last),
+        None => (0, pad16(s)),
+    };
+    debug_assert!(at <= i);
+    if out.len() < pos + at + 16 {
+        grow(out, pos, at + 16);
+    }
+    if let Some(dst) = out.get_mut(pos + at..pos + at + 16) {
+        dst.copy_from_slice(&chunk);
+    }
+    // The first special byte of the chunk is at or past `i`: bytes before were plain. Pad
+    // bytes count as special but lie past the end.
+    let k = at + first_special::<VALID>(&chunk);
+    if k < s.len() {
+        (pos + k, true)
+    } else {
+        (pos + s.len(), false)
+    }
+}
+
+/// From the first non-ASCII byte on: valid UTF-8 runs are copied (escaping ASCII specials in
+/// them), each invalid sequence becomes U+FFFD.
+#[inline(never)]
+fn escape_non_ascii(out: &mut Vec<u8>, pos: usize, s: &[u8]) -> usize {
+    let mut w = Writer { out, pos };
+    for chunk in s.utf8_chunks() {
+        let valid = chunk.valid().as_bytes();
+        if let Some(at) = w.copy_plain::<true>(valid, valid.len()) {
+            w.escape_from::<true>(valid, valid.len(), at);
+        }
+        if !chunk.invalid().is_empty() {
+            w.put_all(REPLACEMENT);
+        }
+    }
+    w.pos
 }
 
 /// An SD-PARAM value with its escapes resolved (§6.3.3: only `\"`, `\\` and `\]` are escapes;
 /// any other backslash stays, with the byte after it).
-fn escape_sd_value(v: &[u8], escaped: bool, out: &mut Vec<u8>) {
-    if !escaped {
-        escape_json(v, out);
-        return;
-    }
+#[inline(never)]
+fn sd_value_escaped(out: &mut Vec<u8>, pos: usize, v: &[u8]) -> usize {
+    let mut w = Writer { out, pos };
     let mut run = 0;
     let mut i = 0;
     while i + 1 < v.len() {
         if v[i] == b'\\' && matches!(v[i + 1], b'"' | b'\\' | b']') {
-            escape_json(&v[run..i], out);
+            w.escape(&v[run..], i - run);
             run = i + 1;
             i += 2;
         } else {
             i += 1;
         }
     }
-    escape_json(&v[run..], out);
+    let rest = v.get(run..).unwrap_or_default();
+    w.escape(rest, rest.len());
+    w.pos
 }
 
 /// `{"id":{"name":"value","rep":["a","b"]}}`. Elements with the same SD-ID (lenient input) are
 /// merged and repeated PARAM-NAMEs become arrays, so no value is lost and no key repeats.
-fn write_structured_data(batch: &EventBatch, elements: &[SdElement], out: &mut Vec<u8>) {
-    out.push(b'{');
+#[inline(never)]
+fn structured_data(out: &mut Vec<u8>, pos: usize, src: Src, els: &[SdElement]) -> usize {
+    let mut w = Writer { out, pos };
+    if els.is_empty() {
+        w.put_all(b"{}");
+        return w.pos;
+    }
+    // Written as if every SD-ID were distinct (the usual case), watching for a repeat: a set of
+    // the lengths seen so far (mod 64) clears most in one step, only a length seen before calls
+    // for a comparison, and on a real repeat the merging writer starts over from `pos`.
+    let mut seen = 0u64;
+    for (i, el) in els.iter().enumerate() {
+        let (id, len) = src.padded(el.id);
+        let bit = 1u64 << (len % 64);
+        if seen & bit != 0 && els[..i].iter().any(|e| src.str(e.id) == src.str(el.id)) {
+            return structured_data_merged(w.out, pos, src, els);
+        }
+        seen |= bit;
+        w.put(if i == 0 { b"{\"" } else { b",\"" }, 2);
+        w.escape(id, len);
+        w.put_all(b"\":{");
+        w.pos = params(w.out, w.pos, src, src.params_of(el));
+        w.put_all(b"}");
+    }
+    w.put_all(b"}");
+    w.pos
+}
+
+/// The params of one element, as `"name":"value"` pairs (the common case: no PARAM-NAME
+/// repeats; watched for as in [`structured_data`]).
+#[inline(never)]
+fn params(out: &mut Vec<u8>, pos: usize, src: Src, params: &[SdParam]) -> usize {
+    let mut w = Writer { out, pos };
+    let mut seen = 0u64;
+    for (k, p) in params.iter().enumerate() {
+        let (name, len) = src.padded(p.name);
+        let bit = 1u64 << (len % 64);
+        if seen & bit != 0
+            && params[..k]
+                .iter()
+                .any(|q| src.str(q.name) == src.str(p.name))
+        {
+            return params_merged(w.out, pos, src, params);
+        }
+        seen |= bit;
+        // `"` before the first name, `","` after each value.
+        w.put(b"\",\"", if k == 0 { 1 } else { 3 });
+        w.escape(name, len);
+        w.put_all(b"\":\"");
+        let (value, len) = src.padded(p.value);
+        w.sd_value(value, len, p.escaped);
+    }
+    if !params.is_empty() {
+        w.put_all(b"\"");
+    }
+    w.pos
+}
+
+/// [`params`] when a PARAM-NAME repeats: its values become an array at its first place.
+#[cold]
+#[inline(never)]
+fn params_merged(out: &mut Vec<u8>, pos: usize, src: Src, params: &[SdParam]) -> usize {
+    let mut w = Writer { out, pos };
+    let mut first = true;
+    for (k, p) in params.iter().enumerate() {
+        let name = src.str(p.name);
+        if params[..k].iter().any(|q| src.str(q.name) == name) {
+            continue;
+        }
+        if !first {
+            w.put_all(b",");
+        }
+        first = false;
+        w.put_all(b"\"");
+        w.escape(name, name.len());
+        let later = &params[k + 1..];
+        if !later.iter().any(|q| src.str(q.name) == name) {
+            w.put_all(b"\":\"");
+            let (value, len) = src.padded(p.value);
+            w.sd_value(value, len, p.escaped);
+            w.put_all(b"\"");
+            continue;
+        }
+        w.put_all(b"\":[");
+        for (n, q) in params[k..]
+            .iter()
+            .filter(|q| src.str(q.name) == name)
+            .enumerate()
+        {
+            if n > 0 {
+                w.put_all(b",");
+            }
+            w.put_all(b"\"");
+            let (value, len) = src.padded(q.value);
+            w.sd_value(value, len, q.escaped);
+            w.put_all(b"\"");
+        }
+        w.put_all(b"]");
+    }
+    w.pos
+}
+
+/// [`structured_data`] when an SD-ID repeats: the params of all its elements are merged (and
+/// repeated names become arrays) at its first place.
+#[cold]
+#[inline(never)]
+fn structured_data_merged(
+    out: &mut Vec<u8>,
+    pos: usize,
+    src: Src,
+    elements: &[SdElement],
+) -> usize {
+    let mut w = Writer { out, pos };
+    w.put_all(b"{");
     let mut first_el = true;
     for (i, el) in elements.iter().enumerate() {
-        let id = batch.str(el.id);
-        if elements[..i].iter().any(|e| batch.str(e.id) == id) {
+        let id = src.str(el.id);
+        if elements[..i].iter().any(|e| src.str(e.id) == id) {
             continue;
         }
         if !first_el {
-            out.push(b',');
+            w.put_all(b",");
         }
         first_el = false;
-        out.push(b'"');
-        escape_json(id, out);
-        out.extend_from_slice(b"\":{");
-        if !elements[i + 1..].iter().any(|e| batch.str(e.id) == id) {
-            write_params(batch, batch.params_of(el), out);
-            out.push(b'}');
+        w.put_all(b"\"");
+        w.escape(id, id.len());
+        w.put_all(b"\":{");
+        if !elements[i + 1..].iter().any(|e| src.str(e.id) == id) {
+            w.pos = params(w.out, w.pos, src, src.params_of(el));
+            w.put_all(b"}");
             continue;
         }
         // Every param of every element with this id, in order.
         let same = || {
             elements[i..]
                 .iter()
-                .filter(move |e| batch.str(e.id) == id)
-                .flat_map(|e| batch.params_of(e).iter())
+                .filter(move |e| src.str(e.id) == id)
+                .flat_map(|e| src.params_of(e).iter())
         };
         let mut first_param = true;
         for (k, p) in same().enumerate() {
-            let name = batch.str(p.name);
-            if same().take(k).any(|q| batch.str(q.name) == name) {
+            let name = src.str(p.name);
+            if same().take(k).any(|q| src.str(q.name) == name) {
                 continue;
             }
             if !first_param {
-                out.push(b',');
+                w.put_all(b",");
             }
             first_param = false;
-            out.push(b'"');
-            escape_json(name, out);
-            out.extend_from_slice(b"\":");
-            let count = same().skip(k).filter(|q| batch.str(q.name) == name).count();
+            w.put_all(b"\"");
+            w.escape(name, name.len());
+            w.put_all(b"\":");
+            let count = same().skip(k).filter(|q| src.str(q.name) == name).count();
             if count == 1 {
-                out.push(b'"');
-                escape_sd_value(batch.str(p.value), p.escaped, out);
-                out.push(b'"');
+                w.put_all(b"\"");
+                let (value, len) = src.padded(p.value);
+                w.sd_value(value, len, p.escaped);
+                w.put_all(b"\"");
             } else {
-                out.push(b'[');
-                let values = same().skip(k).filter(|q| batch.str(q.name) == name);
+                w.put_all(b"[");
+                let values = same().skip(k).filter(|q| src.str(q.name) == name);
                 for (n, q) in values.enumerate() {
                     if n > 0 {
-                        out.push(b',');
+                        w.put_all(b",");
                     }
-                    out.push(b'"');
-                    escape_sd_value(batch.str(q.value), q.escaped, out);
-                    out.push(b'"');
+                    w.put_all(b"\"");
+                    let (value, len) = src.padded(q.value);
+                    w.sd_value(value, len, q.escaped);
+                    w.put_all(b"\"");
                 }
-                out.push(b']');
+                w.put_all(b"]");
             }
         }
-        out.push(b'}');
+        w.put_all(b"}");
     }
-    out.push(b'}');
+    w.put_all(b"}");
+    w.pos
 }
 
-/// The params of one element (the common case: its SD-ID is unique in the event).
-fn write_params(batch: &EventBatch, params: &[SdParam], out: &mut Vec<u8>) {
-    let mut first = true;
-    for (k, p) in params.iter().enumerate() {
-        let name = batch.str(p.name);
-        if params[..k].iter().any(|q| batch.str(q.name) == name) {
-            continue;
-        }
-        if !first {
-            out.push(b',');
-        }
-        first = false;
-        out.push(b'"');
-        escape_json(name, out);
-        let later = &params[k + 1..];
-        if !later.iter().any(|q| batch.str(q.name) == name) {
-            out.extend_from_slice(b"\":\"");
-            escape_sd_value(batch.str(p.value), p.escaped, out);
-            out.push(b'"');
-            continue;
-        }
-        out.extend_from_slice(b"\":[");
-        for (n, q) in params[k..]
-            .iter()
-            .filter(|q| batch.str(q.name) == name)
-            .enumerate()
-        {
-            if n > 0 {
-                out.push(b',');
-            }
-            out.push(b'"');
-            escape_sd_value(batch.str(q.value), q.escaped, out);
-            out.push(b'"');
-        }
-        out.push(b']');
-    }
-}
-
-fn write_value(batch: &EventBatch, value: Value, out: &mut Vec<u8>) {
+/// An extra field's value; returns the new `pos`.
+#[inline(never)]
+fn value(out: &mut Vec<u8>, pos: usize, src: Src, value: Value) -> usize {
+    let mut w = Writer { out, pos };
     match value {
         Value::Str(span) => {
-            out.push(b'"');
-            escape_json(batch.str(span), out);
-            out.push(b'"');
+            w.put_all(b"\"");
+            let (s, len) = src.padded(span);
+            w.escape(s, len);
+            w.put_all(b"\"");
         }
         Value::Int(i) => {
             if i < 0 {
-                out.push(b'-');
+                w.put_all(b"-");
             }
-            write_u64(i.unsigned_abs(), out);
+            w.write_u64(i.unsigned_abs());
         }
         // JSON has no NaN or infinity; null is the honest rendering.
-        Value::Float(f) if !f.is_finite() => out.extend_from_slice(b"null"),
+        Value::Float(f) if !f.is_finite() => w.put_all(b"null"),
         Value::Float(f) => {
-            let _ = write!(out, "{f:?}");
+            w.pos = with_vec(w.out, w.pos, |out| {
+                let _ = write!(out, "{f:?}");
+            });
         }
-        Value::Bool(true) => out.extend_from_slice(b"true"),
-        Value::Bool(false) => out.extend_from_slice(b"false"),
-        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => w.put_all(b"true"),
+        Value::Bool(false) => w.put_all(b"false"),
+        Value::Null => w.put_all(b"null"),
         // Producers store well-formed JSON here; an empty span would break the document.
-        Value::Json(span) if span.is_empty() => out.extend_from_slice(b"null"),
-        Value::Json(span) => out.extend_from_slice(batch.str(span)),
+        Value::Json(span) if span.is_empty() => w.put_all(b"null"),
+        Value::Json(span) => w.copy(src.str(span)),
+    }
+    w.pos
+}
+
+/// `a.b` and then `sep` as text in the low bytes of a `u64`, and the length with `sep`.
+#[inline(always)]
+fn dotted(a: u8, b: u8, sep: u8) -> (u64, usize) {
+    let (da, la) = DECIMAL[usize::from(a)];
+    let (db, lb) = DECIMAL[usize::from(b)];
+    let (la, lb) = (u32::from(la), u32::from(lb));
+    // At most `255.255.`: eight bytes, so no shift reaches 64.
+    let text = u64::from(u32::from_le_bytes(da))
+        | u64::from(b'.') << (8 * la)
+        | u64::from(u32::from_le_bytes(db)) << (8 * (la + 1))
+        | u64::from(sep) << (8 * (la + lb + 1));
+    (text, (la + lb + 2) as usize)
+}
+
+/// Copy `s` to `dst` (same length): short strings as two overlapping fixed-size copies.
+#[inline(always)]
+fn copy_same_len(dst: &mut [u8], s: &[u8]) {
+    if s.len() > 32 {
+        dst.copy_from_slice(s);
+    } else if s.len() >= 16 {
+        copy_ends::<16>(dst, s);
+    } else if s.len() >= 8 {
+        copy_ends::<8>(dst, s);
+    } else if s.len() >= 4 {
+        copy_ends::<4>(dst, s);
+    } else {
+        for (d, &b) in dst.iter_mut().zip(s) {
+            *d = b;
+        }
     }
 }
 
-fn write_u64(mut v: u64, out: &mut Vec<u8>) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
+/// The first and the last `N` bytes of `s` to `dst` (same length, `N..=2N` bytes).
+#[inline(always)]
+fn copy_ends<const N: usize>(dst: &mut [u8], s: &[u8]) {
+    if let (Some(d), Some(a)) = (dst.first_chunk_mut::<N>(), s.first_chunk::<N>()) {
+        *d = *a;
     }
-    out.extend_from_slice(&buf[i..]);
+    if let (Some(d), Some(b)) = (dst.last_chunk_mut::<N>(), s.last_chunk::<N>()) {
+        *d = *b;
+    }
 }
+
+/// `s` (shorter than 16 bytes) at the start of 16 bytes of zeros.
+#[inline]
+fn pad16(s: &[u8]) -> [u8; 16] {
+    let mut buf = [0u8; 16];
+    if let Some(dst) = buf.get_mut(..s.len()) {
+        copy_same_len(dst, s);
+    }
+    buf
+}
+
+/// `LANES[n]`: `n` bytes of 0xff, then zeros.
+static LANES: [[u8; 16]; 17] = {
+    let mut table = [[0u8; 16]; 17];
+    let mut n = 0;
+    while n <= 16 {
+        let mut k = 0;
+        while k < n {
+            table[n][k] = 0xff;
+            k += 1;
+        }
+        n += 1;
+    }
+    table
+};
+
+/// Whether the first `n` bytes of `chunk` (all 16 when `n >= 16`) are plain: no control
+/// character, `"` or `\\`, and with `!VALID` no non-ASCII byte (see [`first_special`]).
+#[inline(always)]
+fn plain<const VALID: bool>(chunk: &[u8; 16], n: usize) -> bool {
+    // Written so that LLVM makes it a few vector compares, an AND with the lane mask and one
+    // zero test (`pmovmskb`): cheaper than finding where a special byte is, which only the slow
+    // path needs.
+    let lanes = &LANES[n.min(16)];
+    let mut flags = [0u8; 16];
+    for ((f, &b), &m) in flags.iter_mut().zip(chunk).zip(lanes) {
+        let control = if VALID { b < 0x20 } else { (b as i8) < 0x20 };
+        // Bitwise, not `||` or `if`: no branches, so the loop vectorizes.
+        let special = control | (b == b'"') | (b == b'\\');
+        *f = m & u8::from(special).wrapping_neg();
+    }
+    let [
+        a0,
+        a1,
+        a2,
+        a3,
+        a4,
+        a5,
+        a6,
+        a7,
+        b0,
+        b1,
+        b2,
+        b3,
+        b4,
+        b5,
+        b6,
+        b7,
+    ] = flags;
+    let lo = u64::from_le_bytes([a0, a1, a2, a3, a4, a5, a6, a7]);
+    let hi = u64::from_le_bytes([b0, b1, b2, b3, b4, b5, b6, b7]);
+    lo | hi == 0
+}
+
+/// The index of the first byte of `chunk` that needs escaping in a JSON string (a control
+/// character, `"` or `\\`, and with `!VALID` any non-ASCII byte), or 16.
+#[inline(always)]
+fn first_special<const VALID: bool>(chunk: &[u8; 16]) -> usize {
+    // A fixed-size loop of byte compares that LLVM turns into a few vector instructions; the
+    // flags then read as one integer whose trailing zeros count the plain bytes.
+    let mut flags = [0u8; 16];
+    for (f, &b) in flags.iter_mut().zip(chunk) {
+        // As `i8`, bytes 0x80 and up are negative: one compare for controls and non-ASCII.
+        let control = if VALID { b < 0x20 } else { (b as i8) < 0x20 };
+        let special = control | (b == b'"') | (b == b'\\');
+        *f = if special { 0xff } else { 0 };
+    }
+    (u128::from_le_bytes(flags).trailing_zeros() / 8) as usize
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The decimal digits of 0..=255 (padded to four bytes) and their count.
 static DECIMAL: [([u8; 4], u8); 256] = {
@@ -676,7 +1091,7 @@ mod tests {
         for pri in 0..192u8 {
             let (text, len) = &PRI_FIELDS[usize::from(pri)];
             let want = format!(
-                ",\"facility\":\"{}\",\"severity\":\"{}\"",
+                "\",\"facility\":\"{}\",\"severity\":\"{}",
                 facility_name(pri >> 3).unwrap(),
                 severity_name(pri & 7).unwrap()
             );
@@ -694,7 +1109,8 @@ mod tests {
     #[test]
     fn sd_escapes_are_resolved_but_others_kept() {
         let mut out = Vec::new();
-        escape_sd_value(br#"a\"b\\c\]d\ne\"#, true, &mut out);
+        let pos = sd_value_escaped(&mut out, 0, br#"a\"b\\c\]d\ne\"#);
+        out.truncate(pos);
         assert_eq!(String::from_utf8(out).unwrap(), r#"a\"b\\c]d\\ne\\"#);
     }
 
@@ -702,12 +1118,16 @@ mod tests {
     fn ints_floats_and_ips() {
         let b = EventBatch::new(bytes::Bytes::new(), "s".into(), "t");
         let mut out = Vec::new();
-        write_value(&b, Value::Int(i64::MIN), &mut out);
-        out.push(b' ');
-        write_value(&b, Value::Float(1.5), &mut out);
-        out.push(b' ');
-        write_value(&b, Value::Float(f64::NAN), &mut out);
-        out.push(b' ');
+        for v in [
+            Value::Int(i64::MIN),
+            Value::Float(1.5),
+            Value::Float(f64::NAN),
+        ] {
+            let start = out.len();
+            let pos = value(&mut out, start, Src::of(&b), v);
+            out.truncate(pos);
+            out.push(b' ');
+        }
         write_ip("10.0.0.255".parse().unwrap(), &mut out);
         out.push(b' ');
         write_ip("::1".parse().unwrap(), &mut out);

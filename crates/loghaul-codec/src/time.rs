@@ -410,17 +410,21 @@ fn format_second(secs: i64) -> ([u8; 19], i64) {
     (buf, y)
 }
 
+/// The length of `YYYY-MM-DDTHH:MM:SS`, the head of an RFC 3339 text.
+pub(crate) const RFC3339_HEAD: usize = 19;
+
 thread_local! {
-    /// The last second formatted on this thread and its text: events written together mostly
-    /// share their second, and the calendar arithmetic is most of the cost of a timestamp.
-    static LAST_SECOND: Cell<(i64, [u8; 19])> = const { Cell::new((i64::MIN, [0; 19])) };
+    /// The last second formatted on this thread and its text (padded to a copy-friendly size):
+    /// events written together mostly share their second, and the calendar arithmetic is most of
+    /// the cost of a timestamp.
+    static LAST_SECOND: Cell<(i64, [u8; 24])> = const { Cell::new((i64::MIN, [0; 24])) };
 }
 
 /// `.ddd` with exactly `ts.frac_digits` digits (nothing when 0), then `Z`: the text (padded)
 /// and its length.
 #[inline]
-fn fraction_text(ts: Timestamp) -> ([u8; 11], usize) {
-    let mut buf = *b".000000000Z";
+pub(crate) fn fraction_text(ts: Timestamp) -> ([u8; 16], usize) {
+    let mut buf = *b".000000000Z\0\0\0\0\0";
     let digits = usize::from(ts.frac_digits.min(9));
     if digits == 0 {
         buf[0] = b'Z';
@@ -435,12 +439,14 @@ fn fraction_text(ts: Timestamp) -> ([u8; 11], usize) {
     (buf, 2 + digits)
 }
 
-/// The RFC 3339 text of `ts` (see [`write_rfc3339`]) in a fixed buffer, and its length; `None`
+/// The date and time of day of `ts` (`YYYY-MM-DDTHH:MM:SS`, the first [`RFC3339_HEAD`] bytes)
+/// in a fixed buffer: the head of its RFC 3339 text (see [`write_rfc3339`]), the fraction comes
+/// from [`fraction_text`]. Two fixed-size pieces let the JSON encoder copy each in one go. `None`
 /// for years outside 0..=9999 (unreachable for i64 nanoseconds).
 #[inline]
-pub(crate) fn rfc3339_text(ts: Timestamp) -> Option<([u8; 30], usize)> {
+pub(crate) fn rfc3339_head(ts: Timestamp) -> Option<[u8; 24]> {
     let secs = ts.unix_seconds();
-    let head = LAST_SECOND.with(|last| {
+    LAST_SECOND.with(|last| {
         let (s, text) = last.get();
         if s == secs {
             return Some(text);
@@ -449,19 +455,16 @@ pub(crate) fn rfc3339_text(ts: Timestamp) -> Option<([u8; 30], usize)> {
         if !(0..=9999).contains(&year) {
             return None;
         }
-        last.set((secs, text));
-        Some(text)
-    })?;
-    let (frac, frac_len) = fraction_text(ts);
-    let mut buf = [0u8; 30];
-    buf[..19].copy_from_slice(&head);
-    buf[19..].copy_from_slice(&frac);
-    Some((buf, 19 + frac_len))
+        let mut padded = [0; 24];
+        padded[..RFC3339_HEAD].copy_from_slice(&text);
+        last.set((secs, padded));
+        Some(padded)
+    })
 }
 
 /// RFC 3339 in UTC with exactly `frac_digits` fraction digits: `2003-10-11T22:14:15.003Z`.
 pub(crate) fn write_rfc3339(ts: Timestamp, out: &mut Vec<u8>) {
-    let Some((text, len)) = rfc3339_text(ts) else {
+    let Some(head) = rfc3339_head(ts) else {
         // Unreachable for i64 nanoseconds (years 1677..2262); kept total for safety.
         let (text, year) = format_second(ts.unix_seconds());
         let (frac, frac_len) = fraction_text(ts);
@@ -470,9 +473,12 @@ pub(crate) fn write_rfc3339(ts: Timestamp, out: &mut Vec<u8>) {
         out.extend_from_slice(&frac[..frac_len]);
         return;
     };
-    // A fixed-size copy (inlined) and a cut beat a variable-size `memcpy` call.
-    let end = out.len() + len;
-    out.extend_from_slice(&text);
+    let (frac, frac_len) = fraction_text(ts);
+    // Fixed-size copies (inlined) and a cut beat variable-size `memcpy` calls.
+    let end = out.len() + RFC3339_HEAD + frac_len;
+    out.extend_from_slice(&head);
+    out.truncate(end - frac_len);
+    out.extend_from_slice(&frac);
     out.truncate(end);
 }
 
