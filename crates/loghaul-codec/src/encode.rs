@@ -18,6 +18,7 @@
 //! and copied 16 bytes at a time; a string inside the batch arena may read (never emit) the
 //! arena bytes after it, so a short field is a single step.
 
+use std::cell::Cell;
 use std::io::Write as _;
 use std::net::IpAddr;
 
@@ -81,8 +82,8 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
     w.escape(message, message_len);
     match event.source_ip {
         Some(IpAddr::V4(v4)) => {
-            w.put_all(b"\",\"source_ip\":\"");
-            w.ipv4(v4);
+            let (text, len) = source_ipv4(v4);
+            w.put(&text, len);
         }
         Some(ip) => {
             w.put_all(b"\",\"source_ip\":\"");
@@ -302,15 +303,18 @@ impl<'a> Writer<'a> {
     /// `{"timestamp":"…` (the value's closing quote comes with the next key).
     #[inline(always)]
     fn timestamp(&mut self, ts: Timestamp) {
+        const HEAD: usize = crate::time::RFC3339_HEAD;
         self.put_all(b"{\"timestamp\":\"");
-        match crate::time::rfc3339_head(ts) {
-            Some(head) => {
-                self.put(&head, crate::time::RFC3339_HEAD);
-                let (frac, frac_len) = crate::time::fraction_text(ts);
-                self.put(&frac, frac_len);
+        if let (Some(head), Some(room)) = (crate::time::rfc3339_head(ts), self.room::<40>()) {
+            // The head, then the fraction over its padding, straight into the room: neither is
+            // copied on the way.
+            room[..24].copy_from_slice(&head);
+            if let Some(frac) = room.get_mut(HEAD..).and_then(|r| r.first_chunk_mut::<16>()) {
+                self.pos += HEAD + crate::time::fraction_into(ts, frac);
+                return;
             }
-            None => self.pos = with_vec(self.out, self.pos, |out| write_rfc3339(ts, out)),
         }
+        self.pos = with_vec(self.out, self.pos, |out| write_rfc3339(ts, out));
     }
 
     /// `key` (which closes the string before it) and the escaped value, left open.
@@ -336,17 +340,6 @@ impl<'a> Writer<'a> {
         } else {
             self.put_all(bare);
         }
-    }
-
-    /// The dotted quad of `v4`: each half (`a.b.` and `c.d`) is put together in a register from
-    /// table digits and written as one 8-byte piece.
-    #[inline(always)]
-    fn ipv4(&mut self, v4: std::net::Ipv4Addr) {
-        let [a, b, c, d] = v4.octets();
-        let (lo, lo_len) = dotted(a, b, b'.');
-        self.put(&lo.to_le_bytes(), lo_len);
-        let (hi, hi_len) = dotted(c, d, 0);
-        self.put(&hi.to_le_bytes(), hi_len - 1);
     }
 
     /// Append `src[..len]` (`len <= src.len()`) as the inside of a JSON string. Bytes of `src`
@@ -594,7 +587,7 @@ fn sd_value_escaped(out: &mut Vec<u8>, pos: usize, v: &[u8]) -> usize {
 
 /// `{"id":{"name":"value","rep":["a","b"]}}`. Elements with the same SD-ID (lenient input) are
 /// merged and repeated PARAM-NAMEs become arrays, so no value is lost and no key repeats.
-#[inline(never)]
+#[inline(always)]
 fn structured_data(out: &mut Vec<u8>, pos: usize, src: Src, els: &[SdElement]) -> usize {
     let mut w = Writer { out, pos };
     if els.is_empty() {
@@ -624,7 +617,7 @@ fn structured_data(out: &mut Vec<u8>, pos: usize, src: Src, els: &[SdElement]) -
 
 /// The params of one element, as `"name":"value"` pairs (the common case: no PARAM-NAME
 /// repeats; watched for as in [`structured_data`]).
-#[inline(never)]
+#[inline(always)]
 fn params(out: &mut Vec<u8>, pos: usize, src: Src, params: &[SdParam]) -> usize {
     let mut w = Writer { out, pos };
     let mut seen = 0u64;
@@ -807,18 +800,34 @@ fn value(out: &mut Vec<u8>, pos: usize, src: Src, value: Value) -> usize {
     w.pos
 }
 
-/// `a.b` and then `sep` as text in the low bytes of a `u64`, and the length with `sep`.
+thread_local! {
+    /// The last IPv4 source address written on this thread and its piece (see [`source_ipv4`]):
+    /// the events of a batch mostly come from one sender. A length of 0 marks it empty.
+    static LAST_IPV4: Cell<(u32, [u8; 32], usize)> = const { Cell::new((0, [0; 32], 0)) };
+}
+
+/// `","source_ip":"a.b.c.d` (padded) and its length.
 #[inline(always)]
-fn dotted(a: u8, b: u8, sep: u8) -> (u64, usize) {
-    let (da, la) = DECIMAL[usize::from(a)];
-    let (db, lb) = DECIMAL[usize::from(b)];
-    let (la, lb) = (u32::from(la), u32::from(lb));
-    // At most `255.255.`: eight bytes, so no shift reaches 64.
-    let text = u64::from(u32::from_le_bytes(da))
-        | u64::from(b'.') << (8 * la)
-        | u64::from(u32::from_le_bytes(db)) << (8 * (la + 1))
-        | u64::from(sep) << (8 * (la + lb + 1));
-    (text, (la + lb + 2) as usize)
+fn source_ipv4(v4: std::net::Ipv4Addr) -> ([u8; 32], usize) {
+    let ip = u32::from(v4);
+    LAST_IPV4.with(|last| {
+        let (cached, text, len) = last.get();
+        if cached == ip && len != 0 {
+            return (text, len);
+        }
+        let (text, len) = format_source_ipv4(v4);
+        last.set((ip, text, len));
+        (text, len)
+    })
+}
+
+#[inline(never)]
+fn format_source_ipv4(v4: std::net::Ipv4Addr) -> ([u8; 32], usize) {
+    const KEY: &[u8; 15] = b"\",\"source_ip\":\"";
+    let mut text = [0u8; 32];
+    text[..15].copy_from_slice(KEY);
+    let len = 15 + write_ipv4(v4, &mut text[15..]);
+    (text, len)
 }
 
 /// Copy `s` to `dst` (same length): short strings as two overlapping fixed-size copies.
