@@ -39,10 +39,11 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
     // A string value's closing quote goes out with the next key (which starts `",`), saving a
     // piece per field; `open` tracks whether one is pending where it can vary.
     w.timestamp(event.timestamp.unwrap_or(event.received));
-    w.str_field(src, b"\",\"hostname\":\"", event.hostname);
-    w.str_field(src, b"\",\"appname\":\"", event.appname);
-    w.str_field(src, b"\",\"procid\":\"", event.procid);
-    w.str_field(src, b"\",\"msgid\":\"", event.msgid);
+    // Host names run longer than the rest.
+    w.str_field::<14, true>(src, b"\",\"hostname\":\"", event.hostname);
+    w.str_field::<13, false>(src, b"\",\"appname\":\"", event.appname);
+    w.str_field::<12, false>(src, b"\",\"procid\":\"", event.procid);
+    w.str_field::<11, false>(src, b"\",\"msgid\":\"", event.msgid);
     match (event.facility, event.severity) {
         // Both are present on nearly every syslog event: one precomputed piece.
         (Some(f), Some(s)) if f < 24 && s < 8 => {
@@ -319,12 +320,115 @@ impl<'a> Writer<'a> {
 
     /// `key` (which closes the string before it) and the escaped value, left open.
     #[inline(always)]
-    fn str_field<const N: usize>(&mut self, src: Src, key: &[u8; N], span: Option<Span>) {
-        if let Some(span) = span {
+    fn str_field<const N: usize, const LONG: bool>(
+        &mut self,
+        src: Src,
+        key: &[u8; N],
+        span: Option<Span>,
+    ) {
+        let Some(span) = span else {
+            return;
+        };
+        let (s, len) = src.padded(span);
+        if !self.short::<N, LONG>(key, s, len, &[]) {
             self.put_all(key);
-            let (s, len) = src.padded(span);
             self.escape(s, len);
         }
+    }
+
+    /// `head`, the plain `src[..len]` and `tail` in one go when the string is short (up to 16
+    /// bytes, or 32 with `LONG`: the usual field), in a window of room checked once; `false`
+    /// (nothing written) otherwise. `head` is at most 16 bytes and `tail` at most 3.
+    #[inline(always)]
+    fn short<const N: usize, const LONG: bool>(
+        &mut self,
+        head: &[u8; N],
+        src: &[u8],
+        len: usize,
+        tail: &[u8],
+    ) -> bool {
+        let Some(room) = self.room::<64>() else {
+            return false;
+        };
+        if len <= 16 {
+            let Some(a) = src.first_chunk::<16>() else {
+                return false;
+            };
+            if !plain::<false>(a, len) {
+                return false;
+            }
+            let a = *a;
+            if let Some(d) = room.first_chunk_mut::<N>() {
+                *d = *head;
+            }
+            if let Some(d) = room.get_mut(N..).and_then(|r| r.first_chunk_mut::<16>()) {
+                *d = a;
+            }
+        } else if LONG {
+            let Some((a, b)) = src.first_chunk::<32>().map(|s| s.split_at(16)) else {
+                return false;
+            };
+            let (Some(a), Some(b)) = (a.first_chunk::<16>(), b.first_chunk::<16>()) else {
+                return false;
+            };
+            if len > 32 || !plain2(a, 16, b, len - 16) {
+                return false;
+            }
+            let (a, b) = (*a, *b);
+            if let Some(d) = room.first_chunk_mut::<N>() {
+                *d = *head;
+            }
+            if let Some(d) = room.get_mut(N..).and_then(|r| r.first_chunk_mut::<16>()) {
+                *d = a;
+            }
+            if let Some(d) = room
+                .get_mut(N + 16..)
+                .and_then(|r| r.first_chunk_mut::<16>())
+            {
+                *d = b;
+            }
+        } else {
+            return false;
+        }
+        if let Some(d) = room.get_mut(N + len..N + len + tail.len()) {
+            d.copy_from_slice(tail);
+        }
+        self.pos += N + len + tail.len();
+        true
+    }
+
+    /// `name":"value","` in one go when both are short and plain (the usual SD-PARAM), in a
+    /// window of room checked once; `false` (nothing written) otherwise.
+    #[inline(always)]
+    fn pair(&mut self, name: &[u8], name_len: usize, value: &[u8], value_len: usize) -> bool {
+        let (Some(n), Some(v)) = (name.first_chunk::<16>(), value.first_chunk::<16>()) else {
+            return false;
+        };
+        if name_len > 16 || value_len > 16 || !plain2(n, name_len, v, value_len) {
+            return false;
+        }
+        let Some(room) = self.room::<48>() else {
+            return false;
+        };
+        // Each piece lands over the padding of the one before; all offsets are below 48.
+        let (n, v) = (*n, *v);
+        if let Some(d) = room.first_chunk_mut::<16>() {
+            *d = n;
+        }
+        let at = name_len;
+        if let Some(d) = room.get_mut(at..).and_then(|r| r.first_chunk_mut::<3>()) {
+            *d = *b"\":\"";
+        }
+        let at = at + 3;
+        if let Some(d) = room.get_mut(at..).and_then(|r| r.first_chunk_mut::<16>()) {
+            *d = v;
+        }
+        let at = at + value_len;
+        if let Some(d) = room.get_mut(at..).and_then(|r| r.first_chunk_mut::<3>()) {
+            *d = *b"\",\"";
+        }
+        self.pos += at + 3;
+        true
     }
 
     /// A key after a value that may be a string left `open`: with its closing quote or without.
@@ -605,9 +709,12 @@ fn structured_data(out: &mut Vec<u8>, pos: usize, src: Src, els: &[SdElement]) -
             return structured_data_merged(w.out, pos, src, els);
         }
         seen |= bit;
-        w.put(if i == 0 { b"{\"" } else { b",\"" }, 2);
-        w.escape(id, len);
-        w.put_all(b"\":{");
+        let open = if i == 0 { b"{\"" } else { b",\"" };
+        if !w.short::<2, true>(open, id, len, b"\":{") {
+            w.put_all(open);
+            w.escape(id, len);
+            w.put_all(b"\":{");
+        }
         w.pos = params(w.out, w.pos, src, src.params_of(el));
         w.put_all(b"}");
     }
@@ -620,10 +727,14 @@ fn structured_data(out: &mut Vec<u8>, pos: usize, src: Src, els: &[SdElement]) -
 #[inline(always)]
 fn params(out: &mut Vec<u8>, pos: usize, src: Src, params: &[SdParam]) -> usize {
     let mut w = Writer { out, pos };
+    if params.is_empty() {
+        return pos;
+    }
+    w.put_all(b"\"");
     let mut seen = 0u64;
     for (k, p) in params.iter().enumerate() {
-        let (name, len) = src.padded(p.name);
-        let bit = 1u64 << (len % 64);
+        let (name, name_len) = src.padded(p.name);
+        let bit = 1u64 << (name_len % 64);
         if seen & bit != 0
             && params[..k]
                 .iter()
@@ -632,16 +743,16 @@ fn params(out: &mut Vec<u8>, pos: usize, src: Src, params: &[SdParam]) -> usize 
             return params_merged(w.out, pos, src, params);
         }
         seen |= bit;
-        // `"` before the first name, `","` after each value.
-        w.put(b"\",\"", if k == 0 { 1 } else { 3 });
-        w.escape(name, len);
-        w.put_all(b"\":\"");
-        let (value, len) = src.padded(p.value);
-        w.sd_value(value, len, p.escaped);
+        // Each pair ends `","`, the last one is cut back to its `"`.
+        let (value, value_len) = src.padded(p.value);
+        if p.escaped || !w.pair(name, name_len, value, value_len) {
+            w.escape(name, name_len);
+            w.put_all(b"\":\"");
+            w.sd_value(value, value_len, p.escaped);
+            w.put_all(b"\",\"");
+        }
     }
-    if !params.is_empty() {
-        w.put_all(b"\"");
-    }
+    w.pos -= 2;
     w.pos
 }
 
@@ -898,6 +1009,40 @@ fn plain<const VALID: bool>(chunk: &[u8; 16], n: usize) -> bool {
         // Bitwise, not `||` or `if`: no branches, so the loop vectorizes.
         let special = control | (b == b'"') | (b == b'\\');
         *f = m & u8::from(special).wrapping_neg();
+    }
+    let [
+        a0,
+        a1,
+        a2,
+        a3,
+        a4,
+        a5,
+        a6,
+        a7,
+        b0,
+        b1,
+        b2,
+        b3,
+        b4,
+        b5,
+        b6,
+        b7,
+    ] = flags;
+    let lo = u64::from_le_bytes([a0, a1, a2, a3, a4, a5, a6, a7]);
+    let hi = u64::from_le_bytes([b0, b1, b2, b3, b4, b5, b6, b7]);
+    lo | hi == 0
+}
+
+/// [`plain`] for the first `na` bytes of `a` and the first `nb` bytes of `b` at once.
+#[inline(always)]
+fn plain2(a: &[u8; 16], na: usize, b: &[u8; 16], nb: usize) -> bool {
+    let (la, lb) = (&LANES[na.min(16)], &LANES[nb.min(16)]);
+    let mut flags = [0u8; 16];
+    for (k, f) in flags.iter_mut().enumerate() {
+        let (x, y) = (a[k], b[k]);
+        let sx = ((x as i8) < 0x20) | (x == b'"') | (x == b'\\');
+        let sy = ((y as i8) < 0x20) | (y == b'"') | (y == b'\\');
+        *f = (la[k] & u8::from(sx).wrapping_neg()) | (lb[k] & u8::from(sy).wrapping_neg());
     }
     let [
         a0,
