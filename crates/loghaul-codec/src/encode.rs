@@ -166,10 +166,13 @@ impl<'b> Src<'b> {
     #[inline(always)]
     fn padded(self, span: Span) -> (&'b [u8], usize) {
         let (start, end) = (span.start as usize, span.end as usize);
-        match self.arena.get(start..) {
-            Some(rest) if start <= end && end - start <= rest.len() => (rest, end - start),
-            _ => (&[], 0),
+        if start <= end
+            && end <= self.arena.len()
+            && let Some(rest) = self.arena.get(start..)
+        {
+            return (rest, end - start);
         }
+        (&[], 0)
     }
 
     /// The params of one element, as [`EventBatch::params_of`].
@@ -330,22 +333,23 @@ impl<'a> Writer<'a> {
             return;
         };
         let (s, len) = src.padded(span);
-        if !self.short::<N, LONG>(key, s, len, &[]) {
+        if !self.short::<N, LONG>(key, s, len, &[0; 4], 0) {
             self.put_all(key);
             self.escape(s, len);
         }
     }
 
-    /// `head`, the plain `src[..len]` and `tail` in one go when the string is short (up to 16
-    /// bytes, or 32 with `LONG`: the usual field), in a window of room checked once; `false`
-    /// (nothing written) otherwise. `head` is at most 16 bytes and `tail` at most 3.
+    /// `head`, the plain `src[..len]` and the first `tail_len` bytes of `tail` in one go when
+    /// the string is short (up to 16 bytes, or 32 with `LONG`: the usual field), in a window of
+    /// room checked once; `false` (nothing written) otherwise. `head` is at most 16 bytes.
     #[inline(always)]
     fn short<const N: usize, const LONG: bool>(
         &mut self,
         head: &[u8; N],
         src: &[u8],
         len: usize,
-        tail: &[u8],
+        tail: &[u8; 4],
+        tail_len: usize,
     ) -> bool {
         let Some(room) = self.room::<64>() else {
             return false;
@@ -390,10 +394,13 @@ impl<'a> Writer<'a> {
         } else {
             return false;
         }
-        if let Some(d) = room.get_mut(N + len..N + len + tail.len()) {
-            d.copy_from_slice(tail);
+        if let Some(d) = room
+            .get_mut(N + len..)
+            .and_then(|r| r.first_chunk_mut::<4>())
+        {
+            *d = *tail;
         }
-        self.pos += N + len + tail.len();
+        self.pos += N + len + tail_len;
         true
     }
 
@@ -450,25 +457,29 @@ impl<'a> Writer<'a> {
     /// after `len` may be read along (never written out): inside the arena they are there.
     #[inline(always)]
     fn escape(&mut self, src: &[u8], len: usize) {
-        // Plain text goes 16 bytes a step (copied whole, checked, and done once the string
-        // ends); from a chunk with a byte to escape on, `escape_rest` takes over.
+        // Plain text goes 16 bytes a step: copied whole and checked, over whole chunks of
+        // source and room sliced once (no bounds check per step). From a chunk with a byte
+        // to escape on, or when the source or room runs short, `escape_rest` takes over.
+        let whole = len.div_ceil(16) * 16;
         let mut i = 0;
-        while let (Some(chunk), Some(dst)) = (
-            src.get(i..).and_then(|s| s.first_chunk::<16>()),
-            self.out
-                .get_mut(self.pos + i..)
-                .and_then(|d| d.first_chunk_mut::<16>()),
+        if let (Some(s), Some(d)) = (
+            src.get(..whole),
+            self.out.get_mut(self.pos..self.pos + whole),
         ) {
-            *dst = *chunk;
-            let rest = len - i;
-            if !plain::<false>(chunk, rest) {
-                break;
+            for (chunk, dst) in s.chunks_exact(16).zip(d.chunks_exact_mut(16)) {
+                let Ok(chunk) = <&[u8; 16]>::try_from(chunk) else {
+                    break;
+                };
+                dst.copy_from_slice(chunk);
+                if !plain::<false>(chunk, len - i) {
+                    break;
+                }
+                i += 16;
             }
-            if rest <= 16 {
+            if i >= len {
                 self.pos += len;
                 return;
             }
-            i += 16;
         }
         self.pos += i;
         self.pos = escape_rest(
@@ -704,33 +715,42 @@ fn structured_data(out: &mut Vec<u8>, pos: usize, src: Src, els: &[SdElement]) -
     let mut seen = 0u64;
     for (i, el) in els.iter().enumerate() {
         let (id, len) = src.padded(el.id);
-        let bit = 1u64 << (len % 64);
-        if seen & bit != 0 && els[..i].iter().any(|e| src.str(e.id) == src.str(el.id)) {
-            return structured_data_merged(w.out, pos, src, els);
+        if els.len() > 1 {
+            let bit = 1u64 << (len % 64);
+            if seen & bit != 0 && els[..i].iter().any(|e| src.str(e.id) == src.str(el.id)) {
+                return structured_data_merged(w.out, pos, src, els);
+            }
+            seen |= bit;
         }
-        seen |= bit;
         let open = if i == 0 { b"{\"" } else { b",\"" };
-        if !w.short::<2, true>(open, id, len, b"\":{") {
+        // `":{"` opens the params and the first name, `":{` when there are none.
+        let ps = src.params_of(el);
+        let tail_len = if ps.is_empty() { 3 } else { 4 };
+        if !w.short::<2, true>(open, id, len, b"\":{\"", tail_len) {
             w.put_all(open);
             w.escape(id, len);
-            w.put_all(b"\":{");
+            w.put(b"\":{\"", tail_len);
         }
-        w.pos = params(w.out, w.pos, src, src.params_of(el));
-        w.put_all(b"}");
+        w.pos = params(w.out, w.pos, src, ps);
+        // The last element closes the structured data, too.
+        if i + 1 < els.len() {
+            w.put_all(b"}");
+        } else {
+            w.put_all(b"}}");
+        }
     }
-    w.put_all(b"}");
     w.pos
 }
 
-/// The params of one element, as `"name":"value"` pairs (the common case: no PARAM-NAME
-/// repeats; watched for as in [`structured_data`]).
+/// The params of one element, as `name":"value"` pairs separated by `","` (the caller writes
+/// the first quote; the common case: no PARAM-NAME repeats, watched for as in
+/// [`structured_data`]).
 #[inline(always)]
 fn params(out: &mut Vec<u8>, pos: usize, src: Src, params: &[SdParam]) -> usize {
     let mut w = Writer { out, pos };
     if params.is_empty() {
         return pos;
     }
-    w.put_all(b"\"");
     let mut seen = 0u64;
     for (k, p) in params.iter().enumerate() {
         let (name, name_len) = src.padded(p.name);
@@ -740,7 +760,8 @@ fn params(out: &mut Vec<u8>, pos: usize, src: Src, params: &[SdParam]) -> usize 
                 .iter()
                 .any(|q| src.str(q.name) == src.str(p.name))
         {
-            return params_merged(w.out, pos, src, params);
+            // From the first quote (the caller's) on, which the merging writer writes itself.
+            return params_merged(w.out, pos - 1, src, params);
         }
         seen |= bit;
         // Each pair ends `","`, the last one is cut back to its `"`.
@@ -826,7 +847,11 @@ fn structured_data_merged(
         w.escape(id, id.len());
         w.put_all(b"\":{");
         if !elements[i + 1..].iter().any(|e| src.str(e.id) == id) {
-            w.pos = params(w.out, w.pos, src, src.params_of(el));
+            let ps = src.params_of(el);
+            if !ps.is_empty() {
+                w.put_all(b"\"");
+            }
+            w.pos = params(w.out, w.pos, src, ps);
             w.put_all(b"}");
             continue;
         }

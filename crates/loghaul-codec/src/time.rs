@@ -445,13 +445,17 @@ pub(crate) fn fraction_into(ts: Timestamp, buf: &mut [u8; 16]) -> usize {
         buf[0] = b'Z';
         return 1;
     }
-    // All nine digits in three table steps (written in place, no copies), then `Z` cuts them to
-    // `digits`: truncated, as the sender's digits are kept.
+    // Three digits per table step (written in place, no copies), as many steps as `digits`
+    // needs, then `Z` cuts them to `digits`: truncated, as the sender's digits are kept.
     let n = ts.subsec_nanos() as usize % 1_000_000_000;
     buf[0] = b'.';
     buf[1..5].copy_from_slice(&DIGITS3[n / 1_000_000]);
-    buf[4..8].copy_from_slice(&DIGITS3[n / 1000 % 1000]);
-    buf[7..11].copy_from_slice(&DIGITS3[n % 1000]);
+    if digits > 3 {
+        buf[4..8].copy_from_slice(&DIGITS3[n / 1000 % 1000]);
+        if digits > 6 {
+            buf[7..11].copy_from_slice(&DIGITS3[n % 1000]);
+        }
+    }
     buf[1 + digits] = b'Z';
     2 + digits
 }
