@@ -1168,6 +1168,7 @@ fn write_ip(ip: IpAddr, out: &mut Vec<u8>) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use loghaul_core::Field;
 
     fn esc(s: &[u8]) -> String {
         let mut out = Vec::new();
@@ -1185,8 +1186,9 @@ mod tests {
         assert_eq!(esc("κόσμε \"x\"".as_bytes()), "κόσμε \\\"x\\\"");
     }
 
-    /// Found by the rfc3164/rfc5424 fuzz targets: a string of safe bytes whose length is a
-    /// multiple of 8 ended the word loop exactly at the end, and the tail check shifted by 64.
+    /// Found by the rfc3164/rfc5424 fuzz targets (in an earlier, 8-byte word escaper): a string
+    /// of safe bytes whose length is a multiple of 8 ended the word loop exactly at the end,
+    /// and the tail check shifted by 64.
     #[test]
     fn fuzz_regression_word_aligned_safe_string() {
         for n in [0, 7, 8, 9, 15, 16, 17, 24] {
@@ -1218,33 +1220,418 @@ mod tests {
         out
     }
 
-    /// Every length around the word size, with a special byte (or two) at every position: the
-    /// word loop, the overlapping tail word, the two-half check and the byte walk all agree.
-    #[test]
-    fn every_position_of_every_short_length() {
-        let specials: [&[u8]; 7] = [
+    /// Strings of every length up to three 16-byte steps: plain, and with a special byte (and
+    /// then a second one) at every position.
+    fn variants() -> Vec<Vec<u8>> {
+        let specials: [&[u8]; 8] = [
             b"\"",
             b"\\",
             b"\n",
             b"\x01",
             b"\x1f",
             "é".as_bytes(),
+            "€".as_bytes(),
             b"\xff",
         ];
-        for len in 0..26 {
+        let mut all = Vec::new();
+        for len in 0..50 {
             let base: Vec<u8> = (0..len).map(|k| b'a' + (k % 26) as u8).collect();
-            assert_eq!(esc(&base), reference(&base));
+            all.push(base.clone());
             for at in 0..len {
                 for sp in specials {
                     let mut s = base.clone();
                     s.splice(at..at + 1, sp.iter().copied());
-                    assert_eq!(esc(&s), reference(&s), "{s:?}");
+                    all.push(s.clone());
                     if at + 3 < s.len() {
                         s[at + 3] = b'"';
-                        assert_eq!(esc(&s), reference(&s), "{s:?}");
+                        all.push(s);
                     }
                 }
             }
+        }
+        all
+    }
+
+    /// With nothing readable past the string (`escape_json`, or a field at the very end of the
+    /// arena): the tail step over the last 16 bytes, or the short string padded, agrees.
+    #[test]
+    fn every_position_of_every_length() {
+        for s in variants() {
+            assert_eq!(esc(&s), reference(&s), "{s:?}");
+        }
+    }
+
+    /// With arena bytes after the string, which the 16-byte steps read along: whatever they
+    /// are, none of them reaches the output.
+    #[test]
+    fn bytes_read_past_the_string_never_reach_the_output() {
+        let tails: [&[u8]; 5] = [b"", b"\"", b"\\\n\x01", "é".as_bytes(), &[0xff; 40]];
+        for s in variants() {
+            for tail in tails {
+                let mut src = s.clone();
+                src.extend_from_slice(tail);
+                let mut out = b"x".to_vec();
+                let mut w = Writer::new(&mut out, 0);
+                w.escape(&src, s.len());
+                w.finish();
+                assert_eq!(&out[1..], reference(&s).as_bytes(), "{s:?} then {tail:?}");
+            }
+        }
+    }
+
+    /// The one-window paths take a short plain string (with its head and tail) or leave it all
+    /// to the general path, never writing half of it.
+    #[test]
+    fn short_and_pair_take_all_or_nothing() {
+        // Plain: printable ASCII but `"` and `\` (non-ASCII text takes the checked path).
+        let plain_fits = |s: &[u8], max: usize| {
+            let plain = |b: &u8| (0x20..0x80).contains(b) && !matches!(b, b'"' | b'\\');
+            s.len() <= max && s.iter().all(plain)
+        };
+        for s in variants() {
+            for tail in [&b""[..], b"=\"x", &[0xff; 40]] {
+                let mut src = s.clone();
+                src.extend_from_slice(tail);
+                let mut out = b"x".to_vec();
+                // Room for the windows (a writer starts with plenty).
+                let mut w = Writer::new(&mut out, 256);
+                let long = w.short::<2, true>(b"{\"", &src, s.len(), b"\":{\"", 4);
+                let short = w.short::<2, false>(b"{\"", &src, s.len(), b"\":{\"", 3);
+                let pair = w.pair(&src, s.len(), &src, s.len());
+                w.finish();
+                // Taken exactly when short and plain (and with 16 or 32 bytes to read).
+                let readable = src.len() >= if s.len() <= 16 { 16 } else { 32 };
+                assert_eq!(long, plain_fits(&s, 32) && readable, "{s:?}");
+                assert_eq!(short, plain_fits(&s, 16) && src.len() >= 16, "{s:?}");
+                assert_eq!(pair, plain_fits(&s, 16) && src.len() >= 16, "{s:?}");
+                let mut want = b"x".to_vec();
+                for (taken, head, tail) in [
+                    (long, &b"{\""[..], &b"\":{\""[..]),
+                    (short, b"{\"", b"\":{"),
+                    (pair, b"", b"\":\""),
+                ] {
+                    if taken {
+                        want.extend([head, &s, tail].concat());
+                    }
+                }
+                if pair {
+                    want.extend([&s[..], b"\",\""].concat());
+                }
+                assert_eq!(out, want, "{s:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn fraction_digits_are_truncated_not_rounded() {
+        for nanos in [
+            0,
+            1,
+            999_999_999,
+            3_000_000,
+            123_456_789,
+            500_000_000,
+            999_500_000,
+        ] {
+            for digits in 0..=9u8 {
+                let ts = Timestamp::from_nanos(1_700_000_000_000_000_000 + nanos, digits);
+                let mut buf = [0u8; 16];
+                let len = crate::time::fraction_into(ts, &mut buf);
+                let all = format!(".{nanos:09}");
+                let want = match digits {
+                    0 => "Z".to_string(),
+                    d => format!("{}Z", &all[..=usize::from(d)]),
+                };
+                assert_eq!(std::str::from_utf8(&buf[..len]).unwrap(), want);
+            }
+        }
+    }
+
+    /// A plain reference encoder, field by field, to hold `encode_json` to byte for byte.
+    fn reference_json(batch: &EventBatch, e: &Event) -> Vec<u8> {
+        fn quoted(b: &[u8]) -> Vec<u8> {
+            format!("\"{}\"", reference(b)).into_bytes()
+        }
+        fn unescape_sd(v: &[u8], escaped: bool) -> Vec<u8> {
+            let mut out = Vec::new();
+            let mut i = 0;
+            while i < v.len() {
+                let next = v.get(i + 1).copied();
+                if escaped && v[i] == b'\\' && matches!(next, Some(b'"' | b'\\' | b']')) {
+                    out.extend(next);
+                    i += 2;
+                } else {
+                    out.push(v[i]);
+                    i += 1;
+                }
+            }
+            out
+        }
+        let mut parts: Vec<Vec<u8>> = Vec::new();
+        let mut ts = Vec::new();
+        write_rfc3339(e.timestamp.unwrap_or(e.received), &mut ts);
+        parts.push([&b"\"timestamp\":"[..], &quoted(&ts)].concat());
+        let header = [
+            ("hostname", e.hostname),
+            ("appname", e.appname),
+            ("procid", e.procid),
+            ("msgid", e.msgid),
+        ];
+        for (key, span) in header {
+            if let Some(span) = span {
+                parts.push([format!("\"{key}\":").into_bytes(), quoted(batch.str(span))].concat());
+            }
+        }
+        if let Some(name) = e.facility.and_then(facility_name) {
+            parts.push(format!("\"facility\":\"{name}\"").into_bytes());
+        }
+        if let Some(name) = e.severity.and_then(severity_name) {
+            parts.push(format!("\"severity\":\"{name}\"").into_bytes());
+        }
+        if let Some(v) = e.version {
+            parts.push(format!("\"version\":{v}").into_bytes());
+        }
+        if e.structured_data.is_some() {
+            // SD-IDs in order of first appearance, each with its PARAM-NAMEs in order of first
+            // appearance and all their values.
+            type Params = Vec<(Vec<u8>, Vec<Vec<u8>>)>;
+            let mut ids: Vec<(Vec<u8>, Params)> = Vec::new();
+            for el in batch.sd_elements_of(e) {
+                let id = batch.str(el.id).to_vec();
+                let at = match ids.iter().position(|(i, _)| *i == id) {
+                    Some(at) => at,
+                    None => {
+                        ids.push((id, Vec::new()));
+                        ids.len() - 1
+                    }
+                };
+                for p in batch.params_of(el) {
+                    let name = batch.str(p.name).to_vec();
+                    let value = quoted(&unescape_sd(batch.str(p.value), p.escaped));
+                    let params = &mut ids[at].1;
+                    match params.iter_mut().find(|(n, _)| *n == name) {
+                        Some((_, values)) => values.push(value),
+                        None => params.push((name, vec![value])),
+                    }
+                }
+            }
+            let mut sd = b"\"structured_data\":{".to_vec();
+            for (k, (id, params)) in ids.iter().enumerate() {
+                if k > 0 {
+                    sd.push(b',');
+                }
+                sd.extend(quoted(id));
+                sd.extend(b":{");
+                for (n, (name, values)) in params.iter().enumerate() {
+                    if n > 0 {
+                        sd.push(b',');
+                    }
+                    sd.extend(quoted(name));
+                    sd.push(b':');
+                    if let [value] = &values[..] {
+                        sd.extend(value);
+                    } else {
+                        sd.push(b'[');
+                        sd.extend(values.join(&b","[..]));
+                        sd.push(b']');
+                    }
+                }
+                sd.push(b'}');
+            }
+            sd.push(b'}');
+            parts.push(sd);
+        }
+        parts.push([&b"\"message\":"[..], &quoted(batch.str(e.message))].concat());
+        if let Some(ip) = e.source_ip {
+            parts.push(format!("\"source_ip\":\"{ip}\"").into_bytes());
+        }
+        let source_type = quoted(batch.source_type.as_bytes());
+        parts.push([&b"\"source_type\":"[..], &source_type].concat());
+        for f in batch.fields_of(e) {
+            let value = match f.value {
+                Value::Str(span) => quoted(batch.str(span)),
+                Value::Int(i) => i.to_string().into_bytes(),
+                Value::Float(x) if !x.is_finite() => b"null".to_vec(),
+                Value::Float(x) => format!("{x:?}").into_bytes(),
+                Value::Bool(b) => b.to_string().into_bytes(),
+                Value::Null => b"null".to_vec(),
+                Value::Json(span) if span.is_empty() => b"null".to_vec(),
+                Value::Json(span) => batch.str(span).to_vec(),
+            };
+            parts.push([quoted(batch.str(f.name)), b":".to_vec(), value].concat());
+        }
+        if !e.flags.is_empty() {
+            let names = [
+                (Flags::PARSE_ERROR, "\"parse_error\""),
+                (Flags::TRUNCATED, "\"truncated\""),
+                (Flags::INVALID_UTF8, "\"invalid_utf8\""),
+            ];
+            let set: Vec<&str> = names
+                .iter()
+                .filter(|(f, _)| e.flags.contains(*f))
+                .map(|(_, n)| *n)
+                .collect();
+            parts.push(format!("\"flags\":[{}]", set.join(",")).into_bytes());
+        }
+        [b"{".to_vec(), parts.join(&b","[..]), b"}\n".to_vec()].concat()
+    }
+
+    /// A small xorshift generator: the batches below are built from one seed.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
+        }
+
+        fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+            items[self.below(items.len() as u64) as usize]
+        }
+    }
+
+    /// A batch with an arena of short words (often repeated, plain or not), events with spans
+    /// of every kind into it (empty, at its very end, out of range), structured data with
+    /// repeated SD-IDs and PARAM-NAMEs, and extra fields of every kind.
+    fn random_batch(r: &mut Rng) -> EventBatch {
+        let words: [&[u8]; 14] = [
+            b"a",
+            b"id",
+            b"iut",
+            b"exampleSDID@32473",
+            b"mymachine.example.com",
+            b"An application event log entry with a long text...",
+            b"q\"uo\\te",
+            b"tab\tnew\nline",
+            b"\x01\x7f\x1f",
+            "κόσμε".as_bytes(),
+            b"bad\xff\xfeutf8\xe2\x82",
+            b"\\\"\\]\\\\x",
+            b"0123456789abcdef",
+            b"",
+        ];
+        let mut arena = Vec::new();
+        let mut spans = Vec::new();
+        for _ in 0..2 + r.below(14) {
+            let w = r.pick(&words);
+            let start = arena.len();
+            arena.extend_from_slice(&w[..r.below(w.len() as u64 + 1) as usize]);
+            spans.push(Span::new(start, arena.len()));
+            arena.extend_from_slice(r.pick(&[&b" "[..], b"\"", b"=\"", b"\n", b"\xc3"]));
+        }
+        // Runs of words too, so separators land anywhere in a string.
+        for _ in 0..8 {
+            let (a, b) = (r.pick(&spans), r.pick(&spans));
+            spans.push(Span::new(
+                a.start.min(b.start) as usize,
+                a.end.max(b.end) as usize,
+            ));
+        }
+        let n = arena.len() as u32;
+        spans.push(Span { start: n, end: n });
+        let source_type = r.pick(&["syslog", "http", "we\"ird"]);
+        let mut batch = EventBatch::new(bytes::Bytes::from(arena), "t".into(), source_type);
+        let span = |r: &mut Rng| match r.below(12) {
+            0 => Span {
+                start: r.below(u64::from(n) + 9) as u32,
+                end: r.below(u64::from(n) + 9) as u32,
+            },
+            _ => r.pick(&spans),
+        };
+        for _ in 0..1 + r.below(3) {
+            let first_el = batch.sd_elements.len() as u32;
+            for _ in 0..r.below(4) {
+                let first = batch.sd_params.len() as u32;
+                for _ in 0..r.below(5) {
+                    let (name, value) = (span(r), span(r));
+                    let escaped = r.below(2) == 0;
+                    batch.sd_params.push(SdParam {
+                        name,
+                        value,
+                        escaped,
+                    });
+                }
+                let id = span(r);
+                let params = (first, batch.sd_params.len() as u32);
+                batch.sd_elements.push(SdElement { id, params });
+            }
+            let first_field = batch.fields.len() as u32;
+            for _ in 0..r.below(3) {
+                let value = match r.below(7) {
+                    0 => Value::Str(span(r)),
+                    1 => Value::Int(r.next() as i64),
+                    2 => Value::Float(r.pick(&[1.5, -0.0, 1e300, f64::NAN, 0.1 + 0.2])),
+                    3 => Value::Bool(r.below(2) == 0),
+                    4 => Value::Null,
+                    5 => Value::Json(span(r)),
+                    _ => Value::Json(Span::EMPTY),
+                };
+                batch.fields.push(Field {
+                    name: span(r),
+                    value,
+                });
+            }
+            let opt = |r: &mut Rng| (r.below(4) > 0).then(|| span(r));
+            let ts = |r: &mut Rng| {
+                let nanos = r.pick(&[0, 1_065_910_455_003_000_000, -1_000_000_001, i64::MAX]);
+                Timestamp::from_nanos(nanos + r.below(1 << 40) as i64 % 1000, r.below(10) as u8)
+            };
+            let event = Event {
+                timestamp: (r.below(4) > 0).then(|| ts(r)),
+                received: ts(r),
+                hostname: opt(r),
+                appname: opt(r),
+                procid: opt(r),
+                msgid: opt(r),
+                message: span(r),
+                facility: (r.below(8) > 0).then(|| r.below(26) as u8),
+                severity: (r.below(8) > 0).then(|| r.below(9) as u8),
+                version: r.pick(&[None, Some(1), Some(1), Some(2), Some(255)]),
+                structured_data: (r.below(3) > 0)
+                    .then_some((first_el, batch.sd_elements.len() as u32)),
+                fields: (first_field, batch.fields.len() as u32),
+                tag: None,
+                source_ip: r.pick(&[
+                    None,
+                    Some(IpAddr::from([192, 0, 2, 1])),
+                    Some(IpAddr::from([10, 200, 0, 255])),
+                    Some(IpAddr::from([0xfe80, 0, 0, 0, 0, 0, 0, 1])),
+                ]),
+                flags: Flags(r.below(8) as u8),
+            };
+            batch.events.push(event);
+        }
+        batch
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 2000,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Every path of the encoder (short fields and pairs in one window, the 16-byte steps,
+        /// escapes, repeats merged) writes exactly what the plain reference writes.
+        #[test]
+        fn json_matches_the_reference(seed in 1u64..) {
+            let batch = random_batch(&mut Rng(seed));
+            let mut out = b"prefix".to_vec();
+            let mut want = out.clone();
+            for e in &batch.events {
+                encode_json(&batch, e, &mut out);
+                want.extend(reference_json(&batch, e));
+            }
+            proptest::prop_assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&want)
+            );
+            proptest::prop_assert_eq!(out, want);
         }
     }
 
