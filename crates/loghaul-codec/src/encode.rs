@@ -12,11 +12,13 @@
 //! always valid UTF-8 JSON whatever the input was. SD-PARAM escapes (`\"`, `\\`, `\]`) are
 //! resolved here, on output, because decoders keep bytes as sent.
 //!
-//! The JSON encoder writes through a [`Writer`]: the buffer is zero-extended past the event
-//! first, so every piece is a fixed-size copy into room that is already there (no capacity check
-//! or `memcpy` call per piece), and the room left over is cut off at the end. Strings are checked
-//! and copied 16 bytes at a time; a string inside the batch arena may read (never emit) the
-//! arena bytes after it, so a short field is a single step.
+//! The JSON encoder writes through a `Writer`: the buffer is zero-extended past the event first,
+//! so every piece is a bounds check and a few fixed-size stores into room that is already there
+//! (no capacity check or `memcpy` call per piece), and the room left over is cut off at the end.
+//! Strings are checked and copied 16 bytes at a time, with a few vector compares per step; a
+//! string inside the batch arena may read (never emit) the arena bytes after it, so a short
+//! field goes out together with its key in one step. Text that needs escaping, is not ASCII or
+//! runs short of room takes the general path.
 
 use std::cell::Cell;
 use std::io::Write as _;
@@ -243,8 +245,8 @@ pub fn escape_json(s: &[u8], out: &mut Vec<u8>) {
     w.finish();
 }
 
-/// How far a piece may write past its end: the escaper's 16-byte steps, and fixed-size pieces
-/// cut short (the longest is a PRI piece of 48 bytes).
+/// Room on top of the estimate, for pieces that reach past what they write: the escaper's
+/// 16-byte steps, fixed-size pieces cut short (a PRI piece is 48 bytes) and one-window writes.
 const SLACK: usize = 48;
 
 /// Appends to a buffer through fixed-size copies. `out` is zero-extended past `pos` (the end of
@@ -619,7 +621,8 @@ fn with_vec(out: &mut Vec<u8>, pos: usize, f: impl FnOnce(&mut Vec<u8>)) -> usiz
     pos
 }
 
-/// [`Writer::escape`] past its first step; returns the new `pos`.
+/// [`Writer::escape`] from its first chunk with a byte to escape on (or where the source or the
+/// room ran short); returns the new `pos`.
 #[inline(never)]
 fn escape_rest(out: &mut Vec<u8>, pos: usize, src: &[u8], len: usize) -> usize {
     let mut w = Writer { out, pos };
@@ -957,6 +960,7 @@ fn source_ipv4(v4: std::net::Ipv4Addr) -> ([u8; 32], usize) {
     })
 }
 
+/// The piece of [`source_ipv4`], made.
 #[inline(never)]
 fn format_source_ipv4(v4: std::net::Ipv4Addr) -> ([u8; 32], usize) {
     const KEY: &[u8; 15] = b"\",\"source_ip\":\"";
@@ -1035,26 +1039,15 @@ fn plain<const VALID: bool>(chunk: &[u8; 16], n: usize) -> bool {
         let special = control | (b == b'"') | (b == b'\\');
         *f = m & u8::from(special).wrapping_neg();
     }
-    let [
-        a0,
-        a1,
-        a2,
-        a3,
-        a4,
-        a5,
-        a6,
-        a7,
-        b0,
-        b1,
-        b2,
-        b3,
-        b4,
-        b5,
-        b6,
-        b7,
-    ] = flags;
-    let lo = u64::from_le_bytes([a0, a1, a2, a3, a4, a5, a6, a7]);
-    let hi = u64::from_le_bytes([b0, b1, b2, b3, b4, b5, b6, b7]);
+    none_set(&flags)
+}
+
+/// Whether no byte of `flags` is set, tested as two words (which LLVM makes one vector test;
+/// a `u128` compare or a loop does not).
+#[inline(always)]
+fn none_set(f: &[u8; 16]) -> bool {
+    let lo = u64::from_le_bytes([f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]]);
+    let hi = u64::from_le_bytes([f[8], f[9], f[10], f[11], f[12], f[13], f[14], f[15]]);
     lo | hi == 0
 }
 
@@ -1069,27 +1062,7 @@ fn plain2(a: &[u8; 16], na: usize, b: &[u8; 16], nb: usize) -> bool {
         let sy = ((y as i8) < 0x20) | (y == b'"') | (y == b'\\');
         *f = (la[k] & u8::from(sx).wrapping_neg()) | (lb[k] & u8::from(sy).wrapping_neg());
     }
-    let [
-        a0,
-        a1,
-        a2,
-        a3,
-        a4,
-        a5,
-        a6,
-        a7,
-        b0,
-        b1,
-        b2,
-        b3,
-        b4,
-        b5,
-        b6,
-        b7,
-    ] = flags;
-    let lo = u64::from_le_bytes([a0, a1, a2, a3, a4, a5, a6, a7]);
-    let hi = u64::from_le_bytes([b0, b1, b2, b3, b4, b5, b6, b7]);
-    lo | hi == 0
+    none_set(&flags)
 }
 
 /// The index of the first byte of `chunk` that needs escaping in a JSON string (a control
