@@ -311,14 +311,15 @@ impl<'a> Writer<'a> {
     fn timestamp(&mut self, ts: Timestamp) {
         const HEAD: usize = crate::time::RFC3339_HEAD;
         self.put_all(b"{\"timestamp\":\"");
-        if let (Some(head), Some(room)) = (crate::time::rfc3339_head(ts), self.room::<40>()) {
+        if let Some(room) = self.room::<40>()
+            && let Some(head) = room.first_chunk_mut::<24>()
+            && crate::time::rfc3339_head_into(ts, head)
+            && let Some(frac) = room.get_mut(HEAD..).and_then(|r| r.first_chunk_mut::<16>())
+        {
             // The head, then the fraction over its padding, straight into the room: neither is
             // copied on the way.
-            room[..24].copy_from_slice(&head);
-            if let Some(frac) = room.get_mut(HEAD..).and_then(|r| r.first_chunk_mut::<16>()) {
-                self.pos += HEAD + crate::time::fraction_into(ts, frac);
-                return;
-            }
+            self.pos += HEAD + crate::time::fraction_into(ts, frac);
+            return;
         }
         self.pos = with_vec(self.out, self.pos, |out| write_rfc3339(ts, out));
     }

@@ -460,26 +460,29 @@ pub(crate) fn fraction_into(ts: Timestamp, buf: &mut [u8; 16]) -> usize {
     2 + digits
 }
 
-/// The date and time of day of `ts` (`YYYY-MM-DDTHH:MM:SS`, the first [`RFC3339_HEAD`] bytes)
-/// in a fixed buffer: the head of its RFC 3339 text (see [`write_rfc3339`]), the fraction comes
-/// from [`fraction_into`]. Fixed-size pieces let the JSON encoder write each in one go. `None`
-/// for years outside 0..=9999 (unreachable for i64 nanoseconds).
+/// The date and time of day of `ts` (`YYYY-MM-DDTHH:MM:SS`) into the first [`RFC3339_HEAD`]
+/// bytes of `buf` (the rest of it is scratch): the head of its RFC 3339 text (see
+/// [`write_rfc3339`]), the fraction comes from [`fraction_into`]. Fixed-size pieces written in
+/// place let the JSON encoder skip any copies. `false` (and `buf` untouched) for years outside
+/// 0..=9999 (unreachable for i64 nanoseconds).
 #[inline]
-pub(crate) fn rfc3339_head(ts: Timestamp) -> Option<[u8; 24]> {
+pub(crate) fn rfc3339_head_into(ts: Timestamp, buf: &mut [u8; 24]) -> bool {
     let secs = ts.unix_seconds();
     LAST_SECOND.with(|last| {
         let (s, text) = last.get();
         if s == secs {
-            return Some(text);
+            *buf = text;
+            return true;
         }
         let (text, year) = format_second(secs);
         if !(0..=9999).contains(&year) {
-            return None;
+            return false;
         }
         let mut padded = [0; 24];
         padded[..RFC3339_HEAD].copy_from_slice(&text);
         last.set((secs, padded));
-        Some(padded)
+        *buf = padded;
+        true
     })
 }
 
@@ -487,14 +490,15 @@ pub(crate) fn rfc3339_head(ts: Timestamp) -> Option<[u8; 24]> {
 pub(crate) fn write_rfc3339(ts: Timestamp, out: &mut Vec<u8>) {
     let mut frac = [0u8; 16];
     let frac_len = fraction_into(ts, &mut frac);
-    let Some(head) = rfc3339_head(ts) else {
+    let mut head = [0u8; 24];
+    if !rfc3339_head_into(ts, &mut head) {
         // Unreachable for i64 nanoseconds (years 1677..2262); kept total for safety.
         let (text, year) = format_second(ts.unix_seconds());
         out.extend_from_slice(year.to_string().as_bytes());
         out.extend_from_slice(&text[4..]);
         out.extend_from_slice(&frac[..frac_len]);
         return;
-    };
+    }
     // Fixed-size copies (inlined) and a cut beat variable-size `memcpy` calls.
     let end = out.len() + RFC3339_HEAD + frac_len;
     out.extend_from_slice(&head);
