@@ -8,118 +8,116 @@
 //! ```
 //!
 //! Fields come in a fixed order; absent ones are omitted, never written as `null`. Strings are
-//! escaped per RFC 8259 by hand (runs of safe bytes are copied in one go), and bytes that are not
-//! UTF-8 become U+FFFD, so the output is always valid UTF-8 JSON whatever the input was. SD-PARAM
-//! escapes (`\"`, `\\`, `\]`) are resolved here, on output, because decoders keep bytes as sent.
+//! escaped per RFC 8259 by hand, and bytes that are not UTF-8 become U+FFFD, so the output is
+//! always valid UTF-8 JSON whatever the input was. SD-PARAM escapes (`\"`, `\\`, `\]`) are
+//! resolved here, on output, because decoders keep bytes as sent.
+//!
+//! The JSON encoder writes through a `Writer`: the buffer is zero-extended past the event first,
+//! so every piece is a bounds check and a few fixed-size stores into room that is already there
+//! (no capacity check or `memcpy` call per piece), and the room left over is cut off at the end.
+//! Strings are checked and copied 16 bytes at a time, with a few vector compares per step; a
+//! string inside the batch arena may read (never emit) the arena bytes after it, so a short
+//! field goes out together with its key in one step. Text that needs escaping, is not ASCII or
+//! runs short of room takes the general path.
 
+use std::cell::Cell;
 use std::io::Write as _;
 use std::net::IpAddr;
 
 use loghaul_core::names::{FACILITIES, SEVERITIES, facility_name, severity_name};
 use loghaul_core::{Event, EventBatch, Flags, SdElement, SdParam, Span, Timestamp, Value};
 
-const REPLACEMENT: &[u8] = "\u{FFFD}".as_bytes();
+const REPLACEMENT: &[u8; 3] = b"\xEF\xBF\xBD";
+
+/// Room made for an event before anything is written (on top of its message): enough for the
+/// fixed parts and the usual fields, so the writer rarely grows mid-event.
+const ROOM: usize = 384;
 
 /// Append one JSON object and `\n` for `event` of `batch` to `out`.
 pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
-    // One reservation covers the fixed parts and typical fields, so the many small appends
-    // below rarely reallocate.
-    out.reserve(256 + event.message.len());
-    let ts = event.timestamp.unwrap_or(event.received);
-    match crate::time::rfc3339_text(ts) {
-        Some((text, len)) => {
-            // Key, value and closing quote as one fixed-size append (then cut to length).
-            const KEY: &[u8; 14] = b"{\"timestamp\":\"";
-            let mut buf = [0u8; 48];
-            buf[..14].copy_from_slice(KEY);
-            buf[14..44].copy_from_slice(&text);
-            buf[14 + len] = b'"';
-            let end = out.len() + 15 + len;
-            out.extend_from_slice(&buf);
-            out.truncate(end);
-        }
-        None => {
-            out.extend_from_slice(b"{\"timestamp\":\"");
-            write_rfc3339(ts, out);
-            out.push(b'"');
-        }
-    }
-    str_field(batch, out, b",\"hostname\":\"", event.hostname);
-    str_field(batch, out, b",\"appname\":\"", event.appname);
-    str_field(batch, out, b",\"procid\":\"", event.procid);
-    str_field(batch, out, b",\"msgid\":\"", event.msgid);
+    let src = Src::of(batch);
+    let (message, message_len) = src.padded(event.message);
+    let mut w = Writer::new(out, ROOM + message_len);
+    // A string value's closing quote goes out with the next key (which starts `",`), saving a
+    // piece per field; `open` tracks whether one is pending where it can vary.
+    w.timestamp(event.timestamp.unwrap_or(event.received));
+    // Host names run longer than the rest.
+    w.str_field::<14, true>(src, b"\",\"hostname\":\"", event.hostname);
+    w.str_field::<13, false>(src, b"\",\"appname\":\"", event.appname);
+    w.str_field::<12, false>(src, b"\",\"procid\":\"", event.procid);
+    w.str_field::<11, false>(src, b"\",\"msgid\":\"", event.msgid);
     match (event.facility, event.severity) {
-        // Both are present on nearly every syslog event: one precomputed append.
+        // Both are present on nearly every syslog event: one precomputed piece.
         (Some(f), Some(s)) if f < 24 && s < 8 => {
             let (text, len) = &PRI_FIELDS[usize::from(f) << 3 | usize::from(s)];
-            // A fixed-size copy (inlined) and a cut beat a variable-size `memcpy` call.
-            let end = out.len() + usize::from(*len);
-            out.extend_from_slice(text);
-            out.truncate(end);
+            w.put(text, usize::from(*len));
         }
         (facility, severity) => {
             if let Some(name) = facility.and_then(facility_name) {
-                out.extend_from_slice(b",\"facility\":\"");
-                out.extend_from_slice(name.as_bytes());
-                out.push(b'"');
+                w.put_all(b"\",\"facility\":\"");
+                w.copy(name.as_bytes());
             }
             if let Some(name) = severity.and_then(severity_name) {
-                out.extend_from_slice(b",\"severity\":\"");
-                out.extend_from_slice(name.as_bytes());
-                out.push(b'"');
+                w.put_all(b"\",\"severity\":\"");
+                w.copy(name.as_bytes());
             }
         }
     }
+    let mut open = true;
     match event.version {
-        Some(1) => out.extend_from_slice(b",\"version\":1"),
+        Some(1) => {
+            w.put_all(b"\",\"version\":1");
+            open = false;
+        }
         Some(v) => {
-            out.extend_from_slice(b",\"version\":");
-            write_u64(u64::from(v), out);
+            w.put_all(b"\",\"version\":");
+            w.write_u64(u64::from(v));
+            open = false;
         }
         None => {}
     }
     if event.structured_data.is_some() {
-        out.extend_from_slice(b",\"structured_data\":");
-        write_structured_data(batch, batch.sd_elements_of(event), out);
+        w.key(open, b"\",\"structured_data\":", b",\"structured_data\":");
+        w.pos = structured_data(w.out, w.pos, src, batch.sd_elements_of(event));
+        open = false;
     }
-    out.extend_from_slice(b",\"message\":\"");
-    escape_json(batch.str(event.message), out);
-    out.push(b'"');
+    w.key(open, b"\",\"message\":\"", b",\"message\":\"");
+    w.escape(message, message_len);
     match event.source_ip {
         Some(IpAddr::V4(v4)) => {
-            // Key, address and closing quote as one fixed-size append (then cut to length).
-            const KEY: &[u8; 14] = b",\"source_ip\":\"";
-            let mut buf = [0u8; 32];
-            buf[..14].copy_from_slice(KEY);
-            let n = 14 + write_ipv4(v4, &mut buf[14..]);
-            buf[n] = b'"';
-            let end = out.len() + n + 1;
-            out.extend_from_slice(&buf);
-            out.truncate(end);
+            let (text, len) = source_ipv4(v4);
+            w.put(&text, len);
         }
         Some(ip) => {
-            out.extend_from_slice(b",\"source_ip\":\"");
-            write_ip(ip, out);
-            out.push(b'"');
+            w.put_all(b"\",\"source_ip\":\"");
+            w.pos = with_vec(w.out, w.pos, |out| write_ip(ip, out));
         }
         None => {}
     }
+    let fields = batch.fields_of(event);
     if batch.source_type == "syslog" {
-        // The usual value, as one constant append.
-        out.extend_from_slice(b",\"source_type\":\"syslog\"");
+        if fields.is_empty() && event.flags.is_empty() {
+            // The usual ending, as one constant piece.
+            w.put_all(b"\",\"source_type\":\"syslog\"}\n");
+            w.finish();
+            return;
+        }
+        w.put_all(b"\",\"source_type\":\"syslog\"");
     } else {
-        out.extend_from_slice(b",\"source_type\":\"");
-        escape_json(batch.source_type.as_bytes(), out);
-        out.push(b'"');
+        w.put_all(b"\",\"source_type\":\"");
+        let source_type = batch.source_type.as_bytes();
+        w.escape(source_type, source_type.len());
+        w.put_all(b"\"");
     }
-    for field in batch.fields_of(event) {
-        out.extend_from_slice(b",\"");
-        escape_json(batch.str(field.name), out);
-        out.extend_from_slice(b"\":");
-        write_value(batch, field.value, out);
+    for field in fields {
+        w.put_all(b",\"");
+        let (name, len) = src.padded(field.name);
+        w.escape(name, len);
+        w.put_all(b"\":");
+        w.pos = value(w.out, w.pos, src, field.value);
     }
     if !event.flags.is_empty() {
-        out.extend_from_slice(b",\"flags\":[");
+        w.put_all(b",\"flags\":[");
         let mut sep = false;
         for (flag, name) in [
             (Flags::PARSE_ERROR, &b"\"parse_error\""[..]),
@@ -128,22 +126,72 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
         ] {
             if event.flags.contains(flag) {
                 if sep {
-                    out.push(b',');
+                    w.put_all(b",");
                 }
-                out.extend_from_slice(name);
+                w.copy(name);
                 sep = true;
             }
         }
-        out.push(b']');
+        w.put_all(b"]");
     }
-    out.extend_from_slice(b"}\n");
+    w.put_all(b"}\n");
+    w.finish();
 }
 
-/// Room for the longest `,"facility":"solaris-cron","severity":"warning"`.
+/// What the encoder reads from a batch, as plain slices: loads from them can be kept in
+/// registers (the batch itself has interior mutability, so every read of it is a fresh load).
+#[derive(Clone, Copy)]
+struct Src<'b> {
+    arena: &'b [u8],
+    sd_params: &'b [SdParam],
+}
+
+impl<'b> Src<'b> {
+    #[inline(always)]
+    fn of(batch: &'b EventBatch) -> Src<'b> {
+        Src {
+            arena: &batch.arena,
+            sd_params: &batch.sd_params,
+        }
+    }
+
+    /// The bytes of `span`, as [`EventBatch::str`].
+    #[inline(always)]
+    fn str(self, span: Span) -> &'b [u8] {
+        self.arena
+            .get(span.start as usize..span.end as usize)
+            .unwrap_or_default()
+    }
+
+    /// The bytes of `span` as the start of the rest of the arena and the string's length: like
+    /// [`Src::str`] (empty when out of range), but the escaper may read on past the string.
+    #[inline(always)]
+    fn padded(self, span: Span) -> (&'b [u8], usize) {
+        let (start, end) = (span.start as usize, span.end as usize);
+        if start <= end
+            && end <= self.arena.len()
+            && let Some(rest) = self.arena.get(start..)
+        {
+            return (rest, end - start);
+        }
+        (&[], 0)
+    }
+
+    /// The params of one element, as [`EventBatch::params_of`].
+    #[inline(always)]
+    fn params_of(self, element: &SdElement) -> &'b [SdParam] {
+        let (start, end) = element.params;
+        self.sd_params
+            .get(start as usize..end as usize)
+            .unwrap_or_default()
+    }
+}
+
+/// Room for the longest `","facility":"solaris-cron","severity":"warning`.
 const PRI_TEXT: usize = 48;
 
-/// `,"facility":"NAME","severity":"NAME"` for each PRI value 0..=191 (facility << 3 | severity),
-/// with its length.
+/// `","facility":"NAME","severity":"NAME` for each PRI value 0..=191 (facility << 3 | severity),
+/// with its length: it closes the string before it and leaves its own open, like every key.
 static PRI_FIELDS: [([u8; PRI_TEXT], u8); 192] = {
     const fn put(buf: &mut [u8; PRI_TEXT], mut at: usize, s: &[u8]) -> usize {
         let mut i = 0;
@@ -158,25 +206,15 @@ static PRI_FIELDS: [([u8; PRI_TEXT], u8); 192] = {
     let mut pri = 0;
     while pri < 192 {
         let buf = &mut table[pri].0;
-        let mut n = put(buf, 0, b",\"facility\":\"");
+        let mut n = put(buf, 0, b"\",\"facility\":\"");
         n = put(buf, n, FACILITIES[pri >> 3].as_bytes());
         n = put(buf, n, b"\",\"severity\":\"");
         n = put(buf, n, SEVERITIES[pri & 7].as_bytes());
-        n = put(buf, n, b"\"");
         table[pri].1 = n as u8;
         pri += 1;
     }
     table
 };
-
-#[inline]
-fn str_field(batch: &EventBatch, out: &mut Vec<u8>, key: &'static [u8], span: Option<Span>) {
-    if let Some(span) = span {
-        out.extend_from_slice(key);
-        escape_json(batch.str(span), out);
-        out.push(b'"');
-    }
-}
 
 /// Append the message only and `\n`; bytes that are not UTF-8 become U+FFFD, as in JSON.
 pub fn encode_text(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
@@ -200,321 +238,851 @@ pub fn write_rfc3339(ts: Timestamp, out: &mut Vec<u8>) {
     crate::time::write_rfc3339(ts, out);
 }
 
-/// What each byte needs in a JSON string: 0 copy as is, 1 escape, 2 start of a non-ASCII
-/// sequence (validate before copying).
-static CLASS: [u8; 256] = {
-    let mut t = [0u8; 256];
-    let mut i = 0;
-    while i < 256 {
-        t[i] = if i < 0x20 || i == b'"' as usize || i == b'\\' as usize {
-            1
-        } else if i >= 0x80 {
-            2
-        } else {
-            0
-        };
-        i += 1;
-    }
-    t
-};
-
-const HEX: &[u8; 16] = b"0123456789abcdef";
-
-const LO: u64 = 0x0101_0101_0101_0101;
-const HI: u64 = 0x8080_8080_8080_8080;
-
-/// High bit set in each byte of `x` that is a control character, `"`, `\\` or non-ASCII. Only the
-/// lowest flagged byte is exact (borrows can flag bytes above it), which is all we use.
-#[inline]
-fn special_bytes(x: u64) -> u64 {
-    let quote = x ^ (LO * b'"' as u64);
-    let backslash = x ^ (LO * b'\\' as u64);
-    (x.wrapping_sub(LO * 0x20) & !x
-        | quote.wrapping_sub(LO) & !quote
-        | backslash.wrapping_sub(LO) & !backslash
-        | x)
-        & HI
-}
-
-/// The index of the first byte of `s` at or after `i` that is a control character, `"`, `\\` or
-/// non-ASCII; `None` if there is none.
-#[inline(always)]
-fn next_special(s: &[u8], i: usize) -> Option<usize> {
-    let mut rest = s.get(i..)?;
-    // Eight bytes at a time; `split_first_chunk` keeps the loop free of bounds checks.
-    while let Some((chunk, tail)) = rest.split_first_chunk::<8>() {
-        let m = special_bytes(u64::from_le_bytes(*chunk));
-        if m != 0 {
-            return Some(s.len() - rest.len() + (m.trailing_zeros() / 8) as usize);
-        }
-        rest = tail;
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let at = s.len() - rest.len();
-    match s.last_chunk::<8>() {
-        // The tail gets the same word check: load the last eight bytes, shift out the ones
-        // already handled and fill with safe bytes. Short fields are mostly tail.
-        Some(last) => {
-            let sh = 8 * (8 - rest.len()) as u32;
-            let w = u64::from_le_bytes(*last);
-            let m = special_bytes(w >> sh | (LO * u64::from(b'a')) << (64 - sh));
-            (m != 0).then(|| at + (m.trailing_zeros() / 8) as usize)
-        }
-        // Shorter than a word: two overlapping halves cover four to seven bytes in one word
-        // check; only a string with a special byte (or of one to three bytes) is walked.
-        None => {
-            if let (Some(a), Some(b)) = (rest.first_chunk::<4>(), rest.last_chunk::<4>()) {
-                let w = u64::from(u32::from_le_bytes(*a)) | u64::from(u32::from_le_bytes(*b)) << 32;
-                if special_bytes(w) == 0 {
-                    return None;
-                }
-            }
-            rest.iter()
-                .position(|&b| CLASS[b as usize] != 0)
-                .map(|k| at + k)
-        }
-    }
-}
-
 /// Append `s` as the inside of a JSON string (no quotes), replacing invalid UTF-8 with U+FFFD.
-#[inline]
 pub fn escape_json(s: &[u8], out: &mut Vec<u8>) {
-    // ASCII fast path: most log text never leaves it. Eight bytes are checked at a time and a
-    // string without special bytes is copied in one go, without a call.
-    match next_special(s, 0) {
-        None => out.extend_from_slice(s),
-        Some(first) => escape_from(s, first, out),
-    }
+    let mut w = Writer::new(out, s.len());
+    w.escape(s, s.len());
+    w.finish();
 }
 
-/// `escape_json` from the first special byte at `first` on.
-#[inline(never)]
-fn escape_from(s: &[u8], first: usize, out: &mut Vec<u8>) {
-    let mut run = 0;
-    let mut next = Some(first);
-    while let Some(i) = next {
-        let (Some(done), Some(&b)) = (s.get(run..i), s.get(i)) else {
-            break;
-        };
-        out.extend_from_slice(done);
-        if b >= 0x80 {
-            escape_non_ascii(s.get(i..).unwrap_or_default(), out);
+/// Room on top of the estimate, for pieces that reach past what they write: the escaper's
+/// 16-byte steps, fixed-size pieces cut short (a PRI piece is 48 bytes) and one-window writes.
+const SLACK: usize = 48;
+
+/// Appends to a buffer through fixed-size copies. `out` is zero-extended past `pos` (the end of
+/// what is written), so a piece is a bounds check and a few wide stores; pieces may overshoot
+/// into the room (the next piece overwrites it) and [`Writer::finish`] cuts `out` back to `pos`.
+///
+/// Its methods are all inlined, and what is not inlined takes `out` and `pos` as arguments and
+/// returns the new `pos`: a writer never has its address taken, so its fields stay in registers.
+struct Writer<'a> {
+    out: &'a mut Vec<u8>,
+    pos: usize,
+}
+
+impl<'a> Writer<'a> {
+    #[inline(always)]
+    fn new(out: &'a mut Vec<u8>, room: usize) -> Writer<'a> {
+        let pos = out.len();
+        out.resize(pos + room + SLACK, 0);
+        Writer { out, pos }
+    }
+
+    #[inline(always)]
+    fn finish(self) {
+        self.out.truncate(self.pos);
+    }
+
+    /// Append the first `len` bytes of `bytes` (`len <= N`); the rest only lands in the room.
+    #[inline(always)]
+    fn put<const N: usize>(&mut self, bytes: &[u8; N], len: usize) {
+        match self.room::<N>() {
+            Some(dst) => *dst = *bytes,
+            None => put_slow(self.out, self.pos, bytes),
+        }
+        self.pos += len;
+    }
+
+    #[inline(always)]
+    fn put_all<const N: usize>(&mut self, bytes: &[u8; N]) {
+        self.put(bytes, N);
+    }
+
+    /// The `N` bytes of room at `pos`, if `out` reaches that far.
+    #[inline(always)]
+    fn room<const N: usize>(&mut self) -> Option<&mut [u8; N]> {
+        self.out.get_mut(self.pos..)?.first_chunk_mut::<N>()
+    }
+
+    /// Append `s` as is.
+    #[inline(always)]
+    fn copy(&mut self, s: &[u8]) {
+        if self.out.len() < self.pos + s.len() {
+            grow(self.out, self.pos, s.len());
+        }
+        if let Some(dst) = self.out.get_mut(self.pos..self.pos + s.len()) {
+            copy_same_len(dst, s);
+        }
+        self.pos += s.len();
+    }
+
+    /// `{"timestamp":"…` (the value's closing quote comes with the next key).
+    #[inline(always)]
+    fn timestamp(&mut self, ts: Timestamp) {
+        const HEAD: usize = crate::time::RFC3339_HEAD;
+        self.put_all(b"{\"timestamp\":\"");
+        if let Some(room) = self.room::<40>()
+            && let Some(head) = room.first_chunk_mut::<24>()
+            && crate::time::rfc3339_head_into(ts, head)
+            && let Some(frac) = room.get_mut(HEAD..).and_then(|r| r.first_chunk_mut::<16>())
+        {
+            // The head, then the fraction over its padding, straight into the room: neither is
+            // copied on the way.
+            self.pos += HEAD + crate::time::fraction_into(ts, frac);
             return;
         }
-        escape_byte(b, out);
-        run = i + 1;
-        next = next_special(s, run);
+        self.pos = with_vec(self.out, self.pos, |out| write_rfc3339(ts, out));
     }
-    out.extend_from_slice(s.get(run..).unwrap_or_default());
+
+    /// `key` (which closes the string before it) and the escaped value, left open.
+    #[inline(always)]
+    fn str_field<const N: usize, const LONG: bool>(
+        &mut self,
+        src: Src,
+        key: &[u8; N],
+        span: Option<Span>,
+    ) {
+        let Some(span) = span else {
+            return;
+        };
+        let (s, len) = src.padded(span);
+        if !self.short::<N, LONG>(key, s, len, &[0; 4], 0) {
+            self.put_all(key);
+            self.escape(s, len);
+        }
+    }
+
+    /// `head`, the plain `src[..len]` and the first `tail_len` bytes of `tail` in one go when
+    /// the string is short (up to 16 bytes, or 32 with `LONG`: the usual field), in a window of
+    /// room checked once; `false` (nothing written) otherwise. `head` is at most 16 bytes.
+    #[inline(always)]
+    fn short<const N: usize, const LONG: bool>(
+        &mut self,
+        head: &[u8; N],
+        src: &[u8],
+        len: usize,
+        tail: &[u8; 4],
+        tail_len: usize,
+    ) -> bool {
+        let Some(room) = self.room::<64>() else {
+            return false;
+        };
+        if len <= 16 {
+            let Some(a) = src.first_chunk::<16>() else {
+                return false;
+            };
+            if !plain::<false>(a, len) {
+                return false;
+            }
+            let a = *a;
+            if let Some(d) = room.first_chunk_mut::<N>() {
+                *d = *head;
+            }
+            if let Some(d) = room.get_mut(N..).and_then(|r| r.first_chunk_mut::<16>()) {
+                *d = a;
+            }
+        } else if LONG {
+            let Some((a, b)) = src.first_chunk::<32>().map(|s| s.split_at(16)) else {
+                return false;
+            };
+            let (Some(a), Some(b)) = (a.first_chunk::<16>(), b.first_chunk::<16>()) else {
+                return false;
+            };
+            if len > 32 || !plain2(a, 16, b, len - 16) {
+                return false;
+            }
+            let (a, b) = (*a, *b);
+            if let Some(d) = room.first_chunk_mut::<N>() {
+                *d = *head;
+            }
+            if let Some(d) = room.get_mut(N..).and_then(|r| r.first_chunk_mut::<16>()) {
+                *d = a;
+            }
+            if let Some(d) = room
+                .get_mut(N + 16..)
+                .and_then(|r| r.first_chunk_mut::<16>())
+            {
+                *d = b;
+            }
+        } else {
+            return false;
+        }
+        if let Some(d) = room
+            .get_mut(N + len..)
+            .and_then(|r| r.first_chunk_mut::<4>())
+        {
+            *d = *tail;
+        }
+        self.pos += N + len + tail_len;
+        true
+    }
+
+    /// `name":"value","` in one go when both are short and plain (the usual SD-PARAM), in a
+    /// window of room checked once; `false` (nothing written) otherwise.
+    #[inline(always)]
+    fn pair(&mut self, name: &[u8], name_len: usize, value: &[u8], value_len: usize) -> bool {
+        let (Some(n), Some(v)) = (name.first_chunk::<16>(), value.first_chunk::<16>()) else {
+            return false;
+        };
+        if name_len > 16 || value_len > 16 || !plain2(n, name_len, v, value_len) {
+            return false;
+        }
+        let Some(room) = self.room::<48>() else {
+            return false;
+        };
+        // Each piece lands over the padding of the one before; all offsets are below 48.
+        let (n, v) = (*n, *v);
+        if let Some(d) = room.first_chunk_mut::<16>() {
+            *d = n;
+        }
+        let at = name_len;
+        if let Some(d) = room.get_mut(at..).and_then(|r| r.first_chunk_mut::<3>()) {
+            *d = *b"\":\"";
+        }
+        let at = at + 3;
+        if let Some(d) = room.get_mut(at..).and_then(|r| r.first_chunk_mut::<16>()) {
+            *d = v;
+        }
+        let at = at + value_len;
+        if let Some(d) = room.get_mut(at..).and_then(|r| r.first_chunk_mut::<3>()) {
+            *d = *b"\",\"";
+        }
+        self.pos += at + 3;
+        true
+    }
+
+    /// A key after a value that may be a string left `open`: with its closing quote or without.
+    #[inline(always)]
+    fn key<const N: usize, const M: usize>(
+        &mut self,
+        open: bool,
+        quoted: &[u8; N],
+        bare: &[u8; M],
+    ) {
+        if open {
+            self.put_all(quoted);
+        } else {
+            self.put_all(bare);
+        }
+    }
+
+    /// Append `src[..len]` (`len <= src.len()`) as the inside of a JSON string. Bytes of `src`
+    /// after `len` may be read along (never written out): inside the arena they are there.
+    #[inline(always)]
+    fn escape(&mut self, src: &[u8], len: usize) {
+        // Plain text goes 16 bytes a step: copied whole and checked, over whole chunks of
+        // source and room sliced once (no bounds check per step). From a chunk with a byte
+        // to escape on, or when the source or room runs short, `escape_rest` takes over.
+        let whole = len.div_ceil(16) * 16;
+        let mut i = 0;
+        if let (Some(s), Some(d)) = (
+            src.get(..whole),
+            self.out.get_mut(self.pos..self.pos + whole),
+        ) {
+            for (chunk, dst) in s.chunks_exact(16).zip(d.chunks_exact_mut(16)) {
+                let Ok(chunk) = <&[u8; 16]>::try_from(chunk) else {
+                    break;
+                };
+                dst.copy_from_slice(chunk);
+                if !plain::<false>(chunk, len - i) {
+                    break;
+                }
+                i += 16;
+            }
+            if i >= len {
+                self.pos += len;
+                return;
+            }
+        }
+        self.pos += i;
+        self.pos = escape_rest(
+            self.out,
+            self.pos,
+            src.get(i..).unwrap_or_default(),
+            len - i,
+        );
+    }
+
+    /// Copy `src[..len]` up to its first byte that needs escaping, 16 bytes at a time; returns
+    /// that byte's index, or `None` when all `len` bytes were plain. With `VALID` the text is
+    /// known to be UTF-8, so only ASCII bytes can need escaping.
+    #[inline(always)]
+    fn copy_plain<const VALID: bool>(&mut self, src: &[u8], len: usize) -> Option<usize> {
+        if self.out.len() < self.pos + len + 16 {
+            grow(self.out, self.pos, len + 16);
+        }
+        let mut i = 0;
+        loop {
+            let chunk = src.get(i..).and_then(|s| s.first_chunk::<16>());
+            let dst = self.out.get_mut(self.pos + i..);
+            let (Some(chunk), Some(dst)) = (chunk, dst.and_then(|d| d.first_chunk_mut::<16>()))
+            else {
+                let (pos, found) = copy_plain_tail::<VALID>(self.out, self.pos, src, len, i);
+                let at = pos - self.pos;
+                self.pos = pos;
+                return found.then_some(at);
+            };
+            // The whole chunk lands; bytes past a special one or past the end are overwritten by
+            // what comes next (or cut off).
+            *dst = *chunk;
+            let rest = len - i;
+            let k = first_special::<VALID>(chunk);
+            if k < rest.min(16) {
+                self.pos += i + k;
+                return Some(i + k);
+            }
+            if rest <= 16 {
+                self.pos += len;
+                return None;
+            }
+            i += 16;
+        }
+    }
+
+    /// Escape `src[..len]` from `at` on, where there is a byte to escape (everything before is
+    /// written).
+    #[inline(always)]
+    fn escape_from<const VALID: bool>(&mut self, src: &[u8], len: usize, mut at: usize) {
+        while let Some(&b) = src.get(at).filter(|_| at < len) {
+            if !VALID && b >= 0x80 {
+                let rest = src.get(at..len).unwrap_or_default();
+                self.pos = escape_non_ascii(self.out, self.pos, rest);
+                return;
+            }
+            self.escape_byte(b);
+            at += 1;
+            match self.copy_plain::<VALID>(src.get(at..).unwrap_or_default(), len - at) {
+                Some(k) => at += k,
+                None => return,
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn escape_byte(&mut self, b: u8) {
+        let short = match b {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            _ => 0,
+        };
+        if short != 0 {
+            self.put_all(&[b'\\', short]);
+        } else {
+            let (hi, lo) = (HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]);
+            self.put_all(&[b'\\', b'u', b'0', b'0', hi, lo]);
+        }
+    }
+
+    /// An SD-PARAM value: the raw text `src[..len]`, with its escapes resolved if `escaped`.
+    #[inline(always)]
+    fn sd_value(&mut self, src: &[u8], len: usize, escaped: bool) {
+        if escaped {
+            let v = src.get(..len).unwrap_or_default();
+            self.pos = sd_value_escaped(self.out, self.pos, v);
+        } else {
+            self.escape(src, len);
+        }
+    }
+
+    fn write_u64(&mut self, mut v: u64) {
+        let mut buf = [0u8; 20];
+        let mut i = buf.len();
+        loop {
+            i -= 1;
+            buf[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        self.copy(&buf[i..]);
+    }
+}
+
+/// Make `out` reach at least `n` bytes past `pos` (and then some, so growing stays rare).
+#[cold]
+#[inline(never)]
+fn grow(out: &mut Vec<u8>, pos: usize, n: usize) {
+    let want = pos + n + ROOM;
+    if out.len() < want {
+        out.resize(want, 0);
+    }
 }
 
 #[cold]
-fn escape_non_ascii(s: &[u8], out: &mut Vec<u8>) {
-    for chunk in s.utf8_chunks() {
-        // Valid UTF-8 multi-byte sequences never contain bytes below 0x80, so only the ASCII
-        // bytes between them need escaping.
-        let valid = chunk.valid().as_bytes();
-        let mut run = 0;
-        for (i, &b) in valid.iter().enumerate() {
-            if CLASS[b as usize] == 1 {
-                out.extend_from_slice(&valid[run..i]);
-                escape_byte(b, out);
-                run = i + 1;
-            }
-        }
-        out.extend_from_slice(&valid[run..]);
-        if !chunk.invalid().is_empty() {
-            out.extend_from_slice(REPLACEMENT);
-        }
+#[inline(never)]
+fn put_slow(out: &mut Vec<u8>, pos: usize, bytes: &[u8]) {
+    grow(out, pos, bytes.len());
+    if let Some(dst) = out.get_mut(pos..pos + bytes.len()) {
+        dst.copy_from_slice(bytes);
     }
 }
 
-#[inline]
-fn escape_byte(b: u8, out: &mut Vec<u8>) {
-    match b {
-        b'"' => out.extend_from_slice(b"\\\""),
-        b'\\' => out.extend_from_slice(b"\\\\"),
-        b'\n' => out.extend_from_slice(b"\\n"),
-        b'\r' => out.extend_from_slice(b"\\r"),
-        b'\t' => out.extend_from_slice(b"\\t"),
-        _ => out.extend_from_slice(&[
-            b'\\',
-            b'u',
-            b'0',
-            b'0',
-            HEX[(b >> 4) as usize],
-            HEX[(b & 15) as usize],
-        ]),
+/// Run `f` on `out` cut to `pos` (rare pieces that `std` formats best); returns the new `pos`.
+#[cold]
+#[inline(never)]
+fn with_vec(out: &mut Vec<u8>, pos: usize, f: impl FnOnce(&mut Vec<u8>)) -> usize {
+    out.truncate(pos);
+    f(out);
+    let pos = out.len();
+    out.resize(pos + ROOM, 0);
+    pos
+}
+
+/// [`Writer::escape`] from its first chunk with a byte to escape on (or where the source or the
+/// room ran short); returns the new `pos`.
+#[inline(never)]
+fn escape_rest(out: &mut Vec<u8>, pos: usize, src: &[u8], len: usize) -> usize {
+    let mut w = Writer { out, pos };
+    if let Some(at) = w.copy_plain::<false>(src, len) {
+        w.escape_from::<false>(src, len, at);
     }
+    w.pos
+}
+
+/// [`Writer::copy_plain`] for the last bytes when fewer than 16 of `src` are left from `i`:
+/// the last 16 bytes of the string (overlapping bytes already checked), or the whole short
+/// string padded to 16. Returns the new `pos` and whether it stopped at a byte to escape.
+#[inline(never)]
+fn copy_plain_tail<const VALID: bool>(
+    out: &mut Vec<u8>,
+    pos: usize,
+    src: &[u8],
+    len: usize,
+    i: usize,
+) -> (usize, bool) {
+    let s = src.get(..len).unwrap_or_default();
+    let (at, chunk) = match s.last_chunk::<16>() {
+        Some(last) => (len - 16, *last),
+        None => (0, pad16(s)),
+    };
+    debug_assert!(at <= i);
+    if out.len() < pos + at + 16 {
+        grow(out, pos, at + 16);
+    }
+    if let Some(dst) = out.get_mut(pos + at..pos + at + 16) {
+        dst.copy_from_slice(&chunk);
+    }
+    // The first special byte of the chunk is at or past `i`: bytes before were plain. Pad
+    // bytes count as special but lie past the end.
+    let k = at + first_special::<VALID>(&chunk);
+    if k < s.len() {
+        (pos + k, true)
+    } else {
+        (pos + s.len(), false)
+    }
+}
+
+/// From the first non-ASCII byte on: valid UTF-8 runs are copied (escaping ASCII specials in
+/// them), each invalid sequence becomes U+FFFD.
+#[inline(never)]
+fn escape_non_ascii(out: &mut Vec<u8>, pos: usize, s: &[u8]) -> usize {
+    let mut w = Writer { out, pos };
+    for chunk in s.utf8_chunks() {
+        let valid = chunk.valid().as_bytes();
+        if let Some(at) = w.copy_plain::<true>(valid, valid.len()) {
+            w.escape_from::<true>(valid, valid.len(), at);
+        }
+        if !chunk.invalid().is_empty() {
+            w.put_all(REPLACEMENT);
+        }
+    }
+    w.pos
 }
 
 /// An SD-PARAM value with its escapes resolved (§6.3.3: only `\"`, `\\` and `\]` are escapes;
 /// any other backslash stays, with the byte after it).
-fn escape_sd_value(v: &[u8], escaped: bool, out: &mut Vec<u8>) {
-    if !escaped {
-        escape_json(v, out);
-        return;
-    }
+#[inline(never)]
+fn sd_value_escaped(out: &mut Vec<u8>, pos: usize, v: &[u8]) -> usize {
+    let mut w = Writer { out, pos };
     let mut run = 0;
     let mut i = 0;
     while i + 1 < v.len() {
         if v[i] == b'\\' && matches!(v[i + 1], b'"' | b'\\' | b']') {
-            escape_json(&v[run..i], out);
+            w.escape(&v[run..], i - run);
             run = i + 1;
             i += 2;
         } else {
             i += 1;
         }
     }
-    escape_json(&v[run..], out);
+    let rest = v.get(run..).unwrap_or_default();
+    w.escape(rest, rest.len());
+    w.pos
 }
 
 /// `{"id":{"name":"value","rep":["a","b"]}}`. Elements with the same SD-ID (lenient input) are
 /// merged and repeated PARAM-NAMEs become arrays, so no value is lost and no key repeats.
-fn write_structured_data(batch: &EventBatch, elements: &[SdElement], out: &mut Vec<u8>) {
-    out.push(b'{');
+#[inline(always)]
+fn structured_data(out: &mut Vec<u8>, pos: usize, src: Src, els: &[SdElement]) -> usize {
+    let mut w = Writer { out, pos };
+    if els.is_empty() {
+        w.put_all(b"{}");
+        return w.pos;
+    }
+    // Written as if every SD-ID were distinct (the usual case), watching for a repeat: a set of
+    // the lengths seen so far (mod 64) clears most in one step, only a length seen before calls
+    // for a comparison, and on a real repeat the merging writer starts over from `pos`.
+    let mut seen = 0u64;
+    for (i, el) in els.iter().enumerate() {
+        let (id, len) = src.padded(el.id);
+        if els.len() > 1 {
+            let bit = 1u64 << (len % 64);
+            if seen & bit != 0 && els[..i].iter().any(|e| src.str(e.id) == src.str(el.id)) {
+                return structured_data_merged(w.out, pos, src, els);
+            }
+            seen |= bit;
+        }
+        let open = if i == 0 { b"{\"" } else { b",\"" };
+        // `":{"` opens the params and the first name, `":{` when there are none.
+        let ps = src.params_of(el);
+        let tail_len = if ps.is_empty() { 3 } else { 4 };
+        if !w.short::<2, true>(open, id, len, b"\":{\"", tail_len) {
+            w.put_all(open);
+            w.escape(id, len);
+            w.put(b"\":{\"", tail_len);
+        }
+        w.pos = params(w.out, w.pos, src, ps);
+        // The last element closes the structured data, too.
+        if i + 1 < els.len() {
+            w.put_all(b"}");
+        } else {
+            w.put_all(b"}}");
+        }
+    }
+    w.pos
+}
+
+/// The params of one element, as `name":"value"` pairs separated by `","` (the caller writes
+/// the first quote; the common case: no PARAM-NAME repeats, watched for as in
+/// [`structured_data`]).
+#[inline(always)]
+fn params(out: &mut Vec<u8>, pos: usize, src: Src, params: &[SdParam]) -> usize {
+    let mut w = Writer { out, pos };
+    if params.is_empty() {
+        return pos;
+    }
+    let mut seen = 0u64;
+    for (k, p) in params.iter().enumerate() {
+        let (name, name_len) = src.padded(p.name);
+        let bit = 1u64 << (name_len % 64);
+        if seen & bit != 0
+            && params[..k]
+                .iter()
+                .any(|q| src.str(q.name) == src.str(p.name))
+        {
+            // From the first quote (the caller's) on, which the merging writer writes itself.
+            return params_merged(w.out, pos - 1, src, params);
+        }
+        seen |= bit;
+        // Each pair ends `","`, the last one is cut back to its `"`.
+        let (value, value_len) = src.padded(p.value);
+        if p.escaped || !w.pair(name, name_len, value, value_len) {
+            w.escape(name, name_len);
+            w.put_all(b"\":\"");
+            w.sd_value(value, value_len, p.escaped);
+            w.put_all(b"\",\"");
+        }
+    }
+    w.pos -= 2;
+    w.pos
+}
+
+/// [`params`] when a PARAM-NAME repeats: its values become an array at its first place.
+#[cold]
+#[inline(never)]
+fn params_merged(out: &mut Vec<u8>, pos: usize, src: Src, params: &[SdParam]) -> usize {
+    let mut w = Writer { out, pos };
+    let mut first = true;
+    for (k, p) in params.iter().enumerate() {
+        let name = src.str(p.name);
+        if params[..k].iter().any(|q| src.str(q.name) == name) {
+            continue;
+        }
+        if !first {
+            w.put_all(b",");
+        }
+        first = false;
+        w.put_all(b"\"");
+        w.escape(name, name.len());
+        let later = &params[k + 1..];
+        if !later.iter().any(|q| src.str(q.name) == name) {
+            w.put_all(b"\":\"");
+            let (value, len) = src.padded(p.value);
+            w.sd_value(value, len, p.escaped);
+            w.put_all(b"\"");
+            continue;
+        }
+        w.put_all(b"\":[");
+        for (n, q) in params[k..]
+            .iter()
+            .filter(|q| src.str(q.name) == name)
+            .enumerate()
+        {
+            if n > 0 {
+                w.put_all(b",");
+            }
+            w.put_all(b"\"");
+            let (value, len) = src.padded(q.value);
+            w.sd_value(value, len, q.escaped);
+            w.put_all(b"\"");
+        }
+        w.put_all(b"]");
+    }
+    w.pos
+}
+
+/// [`structured_data`] when an SD-ID repeats: the params of all its elements are merged (and
+/// repeated names become arrays) at its first place.
+#[cold]
+#[inline(never)]
+fn structured_data_merged(
+    out: &mut Vec<u8>,
+    pos: usize,
+    src: Src,
+    elements: &[SdElement],
+) -> usize {
+    let mut w = Writer { out, pos };
+    w.put_all(b"{");
     let mut first_el = true;
     for (i, el) in elements.iter().enumerate() {
-        let id = batch.str(el.id);
-        if elements[..i].iter().any(|e| batch.str(e.id) == id) {
+        let id = src.str(el.id);
+        if elements[..i].iter().any(|e| src.str(e.id) == id) {
             continue;
         }
         if !first_el {
-            out.push(b',');
+            w.put_all(b",");
         }
         first_el = false;
-        out.push(b'"');
-        escape_json(id, out);
-        out.extend_from_slice(b"\":{");
-        if !elements[i + 1..].iter().any(|e| batch.str(e.id) == id) {
-            write_params(batch, batch.params_of(el), out);
-            out.push(b'}');
+        w.put_all(b"\"");
+        w.escape(id, id.len());
+        w.put_all(b"\":{");
+        if !elements[i + 1..].iter().any(|e| src.str(e.id) == id) {
+            let ps = src.params_of(el);
+            if !ps.is_empty() {
+                w.put_all(b"\"");
+            }
+            w.pos = params(w.out, w.pos, src, ps);
+            w.put_all(b"}");
             continue;
         }
         // Every param of every element with this id, in order.
         let same = || {
             elements[i..]
                 .iter()
-                .filter(move |e| batch.str(e.id) == id)
-                .flat_map(|e| batch.params_of(e).iter())
+                .filter(move |e| src.str(e.id) == id)
+                .flat_map(|e| src.params_of(e).iter())
         };
         let mut first_param = true;
         for (k, p) in same().enumerate() {
-            let name = batch.str(p.name);
-            if same().take(k).any(|q| batch.str(q.name) == name) {
+            let name = src.str(p.name);
+            if same().take(k).any(|q| src.str(q.name) == name) {
                 continue;
             }
             if !first_param {
-                out.push(b',');
+                w.put_all(b",");
             }
             first_param = false;
-            out.push(b'"');
-            escape_json(name, out);
-            out.extend_from_slice(b"\":");
-            let count = same().skip(k).filter(|q| batch.str(q.name) == name).count();
+            w.put_all(b"\"");
+            w.escape(name, name.len());
+            w.put_all(b"\":");
+            let count = same().skip(k).filter(|q| src.str(q.name) == name).count();
             if count == 1 {
-                out.push(b'"');
-                escape_sd_value(batch.str(p.value), p.escaped, out);
-                out.push(b'"');
+                w.put_all(b"\"");
+                let (value, len) = src.padded(p.value);
+                w.sd_value(value, len, p.escaped);
+                w.put_all(b"\"");
             } else {
-                out.push(b'[');
-                let values = same().skip(k).filter(|q| batch.str(q.name) == name);
+                w.put_all(b"[");
+                let values = same().skip(k).filter(|q| src.str(q.name) == name);
                 for (n, q) in values.enumerate() {
                     if n > 0 {
-                        out.push(b',');
+                        w.put_all(b",");
                     }
-                    out.push(b'"');
-                    escape_sd_value(batch.str(q.value), q.escaped, out);
-                    out.push(b'"');
+                    w.put_all(b"\"");
+                    let (value, len) = src.padded(q.value);
+                    w.sd_value(value, len, q.escaped);
+                    w.put_all(b"\"");
                 }
-                out.push(b']');
+                w.put_all(b"]");
             }
         }
-        out.push(b'}');
+        w.put_all(b"}");
     }
-    out.push(b'}');
+    w.put_all(b"}");
+    w.pos
 }
 
-/// The params of one element (the common case: its SD-ID is unique in the event).
-fn write_params(batch: &EventBatch, params: &[SdParam], out: &mut Vec<u8>) {
-    let mut first = true;
-    for (k, p) in params.iter().enumerate() {
-        let name = batch.str(p.name);
-        if params[..k].iter().any(|q| batch.str(q.name) == name) {
-            continue;
-        }
-        if !first {
-            out.push(b',');
-        }
-        first = false;
-        out.push(b'"');
-        escape_json(name, out);
-        let later = &params[k + 1..];
-        if !later.iter().any(|q| batch.str(q.name) == name) {
-            out.extend_from_slice(b"\":\"");
-            escape_sd_value(batch.str(p.value), p.escaped, out);
-            out.push(b'"');
-            continue;
-        }
-        out.extend_from_slice(b"\":[");
-        for (n, q) in params[k..]
-            .iter()
-            .filter(|q| batch.str(q.name) == name)
-            .enumerate()
-        {
-            if n > 0 {
-                out.push(b',');
-            }
-            out.push(b'"');
-            escape_sd_value(batch.str(q.value), q.escaped, out);
-            out.push(b'"');
-        }
-        out.push(b']');
-    }
-}
-
-fn write_value(batch: &EventBatch, value: Value, out: &mut Vec<u8>) {
+/// An extra field's value; returns the new `pos`.
+#[inline(never)]
+fn value(out: &mut Vec<u8>, pos: usize, src: Src, value: Value) -> usize {
+    let mut w = Writer { out, pos };
     match value {
         Value::Str(span) => {
-            out.push(b'"');
-            escape_json(batch.str(span), out);
-            out.push(b'"');
+            w.put_all(b"\"");
+            let (s, len) = src.padded(span);
+            w.escape(s, len);
+            w.put_all(b"\"");
         }
         Value::Int(i) => {
             if i < 0 {
-                out.push(b'-');
+                w.put_all(b"-");
             }
-            write_u64(i.unsigned_abs(), out);
+            w.write_u64(i.unsigned_abs());
         }
         // JSON has no NaN or infinity; null is the honest rendering.
-        Value::Float(f) if !f.is_finite() => out.extend_from_slice(b"null"),
+        Value::Float(f) if !f.is_finite() => w.put_all(b"null"),
         Value::Float(f) => {
-            let _ = write!(out, "{f:?}");
+            w.pos = with_vec(w.out, w.pos, |out| {
+                let _ = write!(out, "{f:?}");
+            });
         }
-        Value::Bool(true) => out.extend_from_slice(b"true"),
-        Value::Bool(false) => out.extend_from_slice(b"false"),
-        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => w.put_all(b"true"),
+        Value::Bool(false) => w.put_all(b"false"),
+        Value::Null => w.put_all(b"null"),
         // Producers store well-formed JSON here; an empty span would break the document.
-        Value::Json(span) if span.is_empty() => out.extend_from_slice(b"null"),
-        Value::Json(span) => out.extend_from_slice(batch.str(span)),
+        Value::Json(span) if span.is_empty() => w.put_all(b"null"),
+        Value::Json(span) => w.copy(src.str(span)),
+    }
+    w.pos
+}
+
+thread_local! {
+    /// The last IPv4 source address written on this thread and its piece (see [`source_ipv4`]):
+    /// the events of a batch mostly come from one sender. A length of 0 marks it empty.
+    static LAST_IPV4: Cell<(u32, [u8; 32], usize)> = const { Cell::new((0, [0; 32], 0)) };
+}
+
+/// `","source_ip":"a.b.c.d` (padded) and its length.
+#[inline(always)]
+fn source_ipv4(v4: std::net::Ipv4Addr) -> ([u8; 32], usize) {
+    let ip = u32::from(v4);
+    LAST_IPV4.with(|last| {
+        let (cached, text, len) = last.get();
+        if cached == ip && len != 0 {
+            return (text, len);
+        }
+        let (text, len) = format_source_ipv4(v4);
+        last.set((ip, text, len));
+        (text, len)
+    })
+}
+
+/// The piece of [`source_ipv4`], made.
+#[inline(never)]
+fn format_source_ipv4(v4: std::net::Ipv4Addr) -> ([u8; 32], usize) {
+    const KEY: &[u8; 15] = b"\",\"source_ip\":\"";
+    let mut text = [0u8; 32];
+    text[..15].copy_from_slice(KEY);
+    let len = 15 + write_ipv4(v4, &mut text[15..]);
+    (text, len)
+}
+
+/// Copy `s` to `dst` (same length): short strings as two overlapping fixed-size copies.
+#[inline(always)]
+fn copy_same_len(dst: &mut [u8], s: &[u8]) {
+    if s.len() > 32 {
+        dst.copy_from_slice(s);
+    } else if s.len() >= 16 {
+        copy_ends::<16>(dst, s);
+    } else if s.len() >= 8 {
+        copy_ends::<8>(dst, s);
+    } else if s.len() >= 4 {
+        copy_ends::<4>(dst, s);
+    } else {
+        for (d, &b) in dst.iter_mut().zip(s) {
+            *d = b;
+        }
     }
 }
 
-fn write_u64(mut v: u64, out: &mut Vec<u8>) {
-    let mut buf = [0u8; 20];
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
+/// The first and the last `N` bytes of `s` to `dst` (same length, `N..=2N` bytes).
+#[inline(always)]
+fn copy_ends<const N: usize>(dst: &mut [u8], s: &[u8]) {
+    if let (Some(d), Some(a)) = (dst.first_chunk_mut::<N>(), s.first_chunk::<N>()) {
+        *d = *a;
     }
-    out.extend_from_slice(&buf[i..]);
+    if let (Some(d), Some(b)) = (dst.last_chunk_mut::<N>(), s.last_chunk::<N>()) {
+        *d = *b;
+    }
 }
+
+/// `s` (shorter than 16 bytes) at the start of 16 bytes of zeros.
+#[inline]
+fn pad16(s: &[u8]) -> [u8; 16] {
+    let mut buf = [0u8; 16];
+    if let Some(dst) = buf.get_mut(..s.len()) {
+        copy_same_len(dst, s);
+    }
+    buf
+}
+
+/// `LANES[n]`: `n` bytes of 0xff, then zeros.
+static LANES: [[u8; 16]; 17] = {
+    let mut table = [[0u8; 16]; 17];
+    let mut n = 0;
+    while n <= 16 {
+        let mut k = 0;
+        while k < n {
+            table[n][k] = 0xff;
+            k += 1;
+        }
+        n += 1;
+    }
+    table
+};
+
+/// Whether the first `n` bytes of `chunk` (all 16 when `n >= 16`) are plain: no control
+/// character, `"` or `\\`, and with `!VALID` no non-ASCII byte (see [`first_special`]).
+#[inline(always)]
+fn plain<const VALID: bool>(chunk: &[u8; 16], n: usize) -> bool {
+    // Written so that LLVM makes it a few vector compares, an AND with the lane mask and one
+    // zero test (`pmovmskb`): cheaper than finding where a special byte is, which only the slow
+    // path needs.
+    let lanes = &LANES[n.min(16)];
+    let mut flags = [0u8; 16];
+    for ((f, &b), &m) in flags.iter_mut().zip(chunk).zip(lanes) {
+        let control = if VALID { b < 0x20 } else { (b as i8) < 0x20 };
+        // Bitwise, not `||` or `if`: no branches, so the loop vectorizes.
+        let special = control | (b == b'"') | (b == b'\\');
+        *f = m & u8::from(special).wrapping_neg();
+    }
+    none_set(&flags)
+}
+
+/// Whether no byte of `flags` is set, tested as two words (which LLVM makes one vector test;
+/// a `u128` compare or a loop does not).
+#[inline(always)]
+fn none_set(f: &[u8; 16]) -> bool {
+    let lo = u64::from_le_bytes([f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]]);
+    let hi = u64::from_le_bytes([f[8], f[9], f[10], f[11], f[12], f[13], f[14], f[15]]);
+    lo | hi == 0
+}
+
+/// [`plain`] for the first `na` bytes of `a` and the first `nb` bytes of `b` at once.
+#[inline(always)]
+fn plain2(a: &[u8; 16], na: usize, b: &[u8; 16], nb: usize) -> bool {
+    let (la, lb) = (&LANES[na.min(16)], &LANES[nb.min(16)]);
+    let mut flags = [0u8; 16];
+    for (k, f) in flags.iter_mut().enumerate() {
+        let (x, y) = (a[k], b[k]);
+        let sx = ((x as i8) < 0x20) | (x == b'"') | (x == b'\\');
+        let sy = ((y as i8) < 0x20) | (y == b'"') | (y == b'\\');
+        *f = (la[k] & u8::from(sx).wrapping_neg()) | (lb[k] & u8::from(sy).wrapping_neg());
+    }
+    none_set(&flags)
+}
+
+/// The index of the first byte of `chunk` that needs escaping in a JSON string (a control
+/// character, `"` or `\\`, and with `!VALID` any non-ASCII byte), or 16.
+#[inline(always)]
+fn first_special<const VALID: bool>(chunk: &[u8; 16]) -> usize {
+    // A fixed-size loop of byte compares that LLVM turns into a few vector instructions; the
+    // flags then read as one integer whose trailing zeros count the plain bytes.
+    let mut flags = [0u8; 16];
+    for (f, &b) in flags.iter_mut().zip(chunk) {
+        // As `i8`, bytes 0x80 and up are negative: one compare for controls and non-ASCII.
+        let control = if VALID { b < 0x20 } else { (b as i8) < 0x20 };
+        let special = control | (b == b'"') | (b == b'\\');
+        *f = if special { 0xff } else { 0 };
+    }
+    (u128::from_le_bytes(flags).trailing_zeros() / 8) as usize
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The decimal digits of 0..=255 (padded to four bytes) and their count.
 static DECIMAL: [([u8; 4], u8); 256] = {
@@ -574,6 +1142,7 @@ fn write_ip(ip: IpAddr, out: &mut Vec<u8>) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use loghaul_core::Field;
 
     fn esc(s: &[u8]) -> String {
         let mut out = Vec::new();
@@ -591,8 +1160,9 @@ mod tests {
         assert_eq!(esc("κόσμε \"x\"".as_bytes()), "κόσμε \\\"x\\\"");
     }
 
-    /// Found by the rfc3164/rfc5424 fuzz targets: a string of safe bytes whose length is a
-    /// multiple of 8 ended the word loop exactly at the end, and the tail check shifted by 64.
+    /// Found by the rfc3164/rfc5424 fuzz targets (in an earlier, 8-byte word escaper): a string
+    /// of safe bytes whose length is a multiple of 8 ended the word loop exactly at the end,
+    /// and the tail check shifted by 64.
     #[test]
     fn fuzz_regression_word_aligned_safe_string() {
         for n in [0, 7, 8, 9, 15, 16, 17, 24] {
@@ -624,33 +1194,418 @@ mod tests {
         out
     }
 
-    /// Every length around the word size, with a special byte (or two) at every position: the
-    /// word loop, the overlapping tail word, the two-half check and the byte walk all agree.
-    #[test]
-    fn every_position_of_every_short_length() {
-        let specials: [&[u8]; 7] = [
+    /// Strings of every length up to three 16-byte steps: plain, and with a special byte (and
+    /// then a second one) at every position.
+    fn variants() -> Vec<Vec<u8>> {
+        let specials: [&[u8]; 8] = [
             b"\"",
             b"\\",
             b"\n",
             b"\x01",
             b"\x1f",
             "é".as_bytes(),
+            "€".as_bytes(),
             b"\xff",
         ];
-        for len in 0..26 {
+        let mut all = Vec::new();
+        for len in 0..50 {
             let base: Vec<u8> = (0..len).map(|k| b'a' + (k % 26) as u8).collect();
-            assert_eq!(esc(&base), reference(&base));
+            all.push(base.clone());
             for at in 0..len {
                 for sp in specials {
                     let mut s = base.clone();
                     s.splice(at..at + 1, sp.iter().copied());
-                    assert_eq!(esc(&s), reference(&s), "{s:?}");
+                    all.push(s.clone());
                     if at + 3 < s.len() {
                         s[at + 3] = b'"';
-                        assert_eq!(esc(&s), reference(&s), "{s:?}");
+                        all.push(s);
                     }
                 }
             }
+        }
+        all
+    }
+
+    /// With nothing readable past the string (`escape_json`, or a field at the very end of the
+    /// arena): the tail step over the last 16 bytes, or the short string padded, agrees.
+    #[test]
+    fn every_position_of_every_length() {
+        for s in variants() {
+            assert_eq!(esc(&s), reference(&s), "{s:?}");
+        }
+    }
+
+    /// With arena bytes after the string, which the 16-byte steps read along: whatever they
+    /// are, none of them reaches the output.
+    #[test]
+    fn bytes_read_past_the_string_never_reach_the_output() {
+        let tails: [&[u8]; 5] = [b"", b"\"", b"\\\n\x01", "é".as_bytes(), &[0xff; 40]];
+        for s in variants() {
+            for tail in tails {
+                let mut src = s.clone();
+                src.extend_from_slice(tail);
+                let mut out = b"x".to_vec();
+                let mut w = Writer::new(&mut out, 0);
+                w.escape(&src, s.len());
+                w.finish();
+                assert_eq!(&out[1..], reference(&s).as_bytes(), "{s:?} then {tail:?}");
+            }
+        }
+    }
+
+    /// The one-window paths take a short plain string (with its head and tail) or leave it all
+    /// to the general path, never writing half of it.
+    #[test]
+    fn short_and_pair_take_all_or_nothing() {
+        // Plain: printable ASCII but `"` and `\` (non-ASCII text takes the checked path).
+        let plain_fits = |s: &[u8], max: usize| {
+            let plain = |b: &u8| (0x20..0x80).contains(b) && !matches!(b, b'"' | b'\\');
+            s.len() <= max && s.iter().all(plain)
+        };
+        for s in variants() {
+            for tail in [&b""[..], b"=\"x", &[0xff; 40]] {
+                let mut src = s.clone();
+                src.extend_from_slice(tail);
+                let mut out = b"x".to_vec();
+                // Room for the windows (a writer starts with plenty).
+                let mut w = Writer::new(&mut out, 256);
+                let long = w.short::<2, true>(b"{\"", &src, s.len(), b"\":{\"", 4);
+                let short = w.short::<2, false>(b"{\"", &src, s.len(), b"\":{\"", 3);
+                let pair = w.pair(&src, s.len(), &src, s.len());
+                w.finish();
+                // Taken exactly when short and plain (and with 16 or 32 bytes to read).
+                let readable = src.len() >= if s.len() <= 16 { 16 } else { 32 };
+                assert_eq!(long, plain_fits(&s, 32) && readable, "{s:?}");
+                assert_eq!(short, plain_fits(&s, 16) && src.len() >= 16, "{s:?}");
+                assert_eq!(pair, plain_fits(&s, 16) && src.len() >= 16, "{s:?}");
+                let mut want = b"x".to_vec();
+                for (taken, head, tail) in [
+                    (long, &b"{\""[..], &b"\":{\""[..]),
+                    (short, b"{\"", b"\":{"),
+                    (pair, b"", b"\":\""),
+                ] {
+                    if taken {
+                        want.extend([head, &s, tail].concat());
+                    }
+                }
+                if pair {
+                    want.extend([&s[..], b"\",\""].concat());
+                }
+                assert_eq!(out, want, "{s:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn fraction_digits_are_truncated_not_rounded() {
+        for nanos in [
+            0,
+            1,
+            999_999_999,
+            3_000_000,
+            123_456_789,
+            500_000_000,
+            999_500_000,
+        ] {
+            for digits in 0..=9u8 {
+                let ts = Timestamp::from_nanos(1_700_000_000_000_000_000 + nanos, digits);
+                let mut buf = [0u8; 16];
+                let len = crate::time::fraction_into(ts, &mut buf);
+                let all = format!(".{nanos:09}");
+                let want = match digits {
+                    0 => "Z".to_string(),
+                    d => format!("{}Z", &all[..=usize::from(d)]),
+                };
+                assert_eq!(std::str::from_utf8(&buf[..len]).unwrap(), want);
+            }
+        }
+    }
+
+    /// A plain reference encoder, field by field, to hold `encode_json` to byte for byte.
+    fn reference_json(batch: &EventBatch, e: &Event) -> Vec<u8> {
+        fn quoted(b: &[u8]) -> Vec<u8> {
+            format!("\"{}\"", reference(b)).into_bytes()
+        }
+        fn unescape_sd(v: &[u8], escaped: bool) -> Vec<u8> {
+            let mut out = Vec::new();
+            let mut i = 0;
+            while i < v.len() {
+                let next = v.get(i + 1).copied();
+                if escaped && v[i] == b'\\' && matches!(next, Some(b'"' | b'\\' | b']')) {
+                    out.extend(next);
+                    i += 2;
+                } else {
+                    out.push(v[i]);
+                    i += 1;
+                }
+            }
+            out
+        }
+        let mut parts: Vec<Vec<u8>> = Vec::new();
+        let mut ts = Vec::new();
+        write_rfc3339(e.timestamp.unwrap_or(e.received), &mut ts);
+        parts.push([&b"\"timestamp\":"[..], &quoted(&ts)].concat());
+        let header = [
+            ("hostname", e.hostname),
+            ("appname", e.appname),
+            ("procid", e.procid),
+            ("msgid", e.msgid),
+        ];
+        for (key, span) in header {
+            if let Some(span) = span {
+                parts.push([format!("\"{key}\":").into_bytes(), quoted(batch.str(span))].concat());
+            }
+        }
+        if let Some(name) = e.facility.and_then(facility_name) {
+            parts.push(format!("\"facility\":\"{name}\"").into_bytes());
+        }
+        if let Some(name) = e.severity.and_then(severity_name) {
+            parts.push(format!("\"severity\":\"{name}\"").into_bytes());
+        }
+        if let Some(v) = e.version {
+            parts.push(format!("\"version\":{v}").into_bytes());
+        }
+        if e.structured_data.is_some() {
+            // SD-IDs in order of first appearance, each with its PARAM-NAMEs in order of first
+            // appearance and all their values.
+            type Params = Vec<(Vec<u8>, Vec<Vec<u8>>)>;
+            let mut ids: Vec<(Vec<u8>, Params)> = Vec::new();
+            for el in batch.sd_elements_of(e) {
+                let id = batch.str(el.id).to_vec();
+                let at = match ids.iter().position(|(i, _)| *i == id) {
+                    Some(at) => at,
+                    None => {
+                        ids.push((id, Vec::new()));
+                        ids.len() - 1
+                    }
+                };
+                for p in batch.params_of(el) {
+                    let name = batch.str(p.name).to_vec();
+                    let value = quoted(&unescape_sd(batch.str(p.value), p.escaped));
+                    let params = &mut ids[at].1;
+                    match params.iter_mut().find(|(n, _)| *n == name) {
+                        Some((_, values)) => values.push(value),
+                        None => params.push((name, vec![value])),
+                    }
+                }
+            }
+            let mut sd = b"\"structured_data\":{".to_vec();
+            for (k, (id, params)) in ids.iter().enumerate() {
+                if k > 0 {
+                    sd.push(b',');
+                }
+                sd.extend(quoted(id));
+                sd.extend(b":{");
+                for (n, (name, values)) in params.iter().enumerate() {
+                    if n > 0 {
+                        sd.push(b',');
+                    }
+                    sd.extend(quoted(name));
+                    sd.push(b':');
+                    if let [value] = &values[..] {
+                        sd.extend(value);
+                    } else {
+                        sd.push(b'[');
+                        sd.extend(values.join(&b","[..]));
+                        sd.push(b']');
+                    }
+                }
+                sd.push(b'}');
+            }
+            sd.push(b'}');
+            parts.push(sd);
+        }
+        parts.push([&b"\"message\":"[..], &quoted(batch.str(e.message))].concat());
+        if let Some(ip) = e.source_ip {
+            parts.push(format!("\"source_ip\":\"{ip}\"").into_bytes());
+        }
+        let source_type = quoted(batch.source_type.as_bytes());
+        parts.push([&b"\"source_type\":"[..], &source_type].concat());
+        for f in batch.fields_of(e) {
+            let value = match f.value {
+                Value::Str(span) => quoted(batch.str(span)),
+                Value::Int(i) => i.to_string().into_bytes(),
+                Value::Float(x) if !x.is_finite() => b"null".to_vec(),
+                Value::Float(x) => format!("{x:?}").into_bytes(),
+                Value::Bool(b) => b.to_string().into_bytes(),
+                Value::Null => b"null".to_vec(),
+                Value::Json(span) if span.is_empty() => b"null".to_vec(),
+                Value::Json(span) => batch.str(span).to_vec(),
+            };
+            parts.push([quoted(batch.str(f.name)), b":".to_vec(), value].concat());
+        }
+        if !e.flags.is_empty() {
+            let names = [
+                (Flags::PARSE_ERROR, "\"parse_error\""),
+                (Flags::TRUNCATED, "\"truncated\""),
+                (Flags::INVALID_UTF8, "\"invalid_utf8\""),
+            ];
+            let set: Vec<&str> = names
+                .iter()
+                .filter(|(f, _)| e.flags.contains(*f))
+                .map(|(_, n)| *n)
+                .collect();
+            parts.push(format!("\"flags\":[{}]", set.join(",")).into_bytes());
+        }
+        [b"{".to_vec(), parts.join(&b","[..]), b"}\n".to_vec()].concat()
+    }
+
+    /// A small xorshift generator: the batches below are built from one seed.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n.max(1)
+        }
+
+        fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+            items[self.below(items.len() as u64) as usize]
+        }
+    }
+
+    /// A batch with an arena of short words (often repeated, plain or not), events with spans
+    /// of every kind into it (empty, at its very end, out of range), structured data with
+    /// repeated SD-IDs and PARAM-NAMEs, and extra fields of every kind.
+    fn random_batch(r: &mut Rng) -> EventBatch {
+        let words: [&[u8]; 14] = [
+            b"a",
+            b"id",
+            b"iut",
+            b"exampleSDID@32473",
+            b"mymachine.example.com",
+            b"An application event log entry with a long text...",
+            b"q\"uo\\te",
+            b"tab\tnew\nline",
+            b"\x01\x7f\x1f",
+            "κόσμε".as_bytes(),
+            b"bad\xff\xfeutf8\xe2\x82",
+            b"\\\"\\]\\\\x",
+            b"0123456789abcdef",
+            b"",
+        ];
+        let mut arena = Vec::new();
+        let mut spans = Vec::new();
+        for _ in 0..2 + r.below(14) {
+            let w = r.pick(&words);
+            let start = arena.len();
+            arena.extend_from_slice(&w[..r.below(w.len() as u64 + 1) as usize]);
+            spans.push(Span::new(start, arena.len()));
+            arena.extend_from_slice(r.pick(&[&b" "[..], b"\"", b"=\"", b"\n", b"\xc3"]));
+        }
+        // Runs of words too, so separators land anywhere in a string.
+        for _ in 0..8 {
+            let (a, b) = (r.pick(&spans), r.pick(&spans));
+            spans.push(Span::new(
+                a.start.min(b.start) as usize,
+                a.end.max(b.end) as usize,
+            ));
+        }
+        let n = arena.len() as u32;
+        spans.push(Span { start: n, end: n });
+        let source_type = r.pick(&["syslog", "http", "we\"ird"]);
+        let mut batch = EventBatch::new(bytes::Bytes::from(arena), "t".into(), source_type);
+        let span = |r: &mut Rng| match r.below(12) {
+            0 => Span {
+                start: r.below(u64::from(n) + 9) as u32,
+                end: r.below(u64::from(n) + 9) as u32,
+            },
+            _ => r.pick(&spans),
+        };
+        for _ in 0..1 + r.below(3) {
+            let first_el = batch.sd_elements.len() as u32;
+            for _ in 0..r.below(4) {
+                let first = batch.sd_params.len() as u32;
+                for _ in 0..r.below(5) {
+                    let (name, value) = (span(r), span(r));
+                    let escaped = r.below(2) == 0;
+                    batch.sd_params.push(SdParam {
+                        name,
+                        value,
+                        escaped,
+                    });
+                }
+                let id = span(r);
+                let params = (first, batch.sd_params.len() as u32);
+                batch.sd_elements.push(SdElement { id, params });
+            }
+            let first_field = batch.fields.len() as u32;
+            for _ in 0..r.below(3) {
+                let value = match r.below(7) {
+                    0 => Value::Str(span(r)),
+                    1 => Value::Int(r.next() as i64),
+                    2 => Value::Float(r.pick(&[1.5, -0.0, 1e300, f64::NAN, 0.1 + 0.2])),
+                    3 => Value::Bool(r.below(2) == 0),
+                    4 => Value::Null,
+                    5 => Value::Json(span(r)),
+                    _ => Value::Json(Span::EMPTY),
+                };
+                batch.fields.push(Field {
+                    name: span(r),
+                    value,
+                });
+            }
+            let opt = |r: &mut Rng| (r.below(4) > 0).then(|| span(r));
+            let ts = |r: &mut Rng| {
+                let nanos = r.pick(&[0, 1_065_910_455_003_000_000, -1_000_000_001, i64::MAX]);
+                Timestamp::from_nanos(nanos + r.below(1 << 40) as i64 % 1000, r.below(10) as u8)
+            };
+            let event = Event {
+                timestamp: (r.below(4) > 0).then(|| ts(r)),
+                received: ts(r),
+                hostname: opt(r),
+                appname: opt(r),
+                procid: opt(r),
+                msgid: opt(r),
+                message: span(r),
+                facility: (r.below(8) > 0).then(|| r.below(26) as u8),
+                severity: (r.below(8) > 0).then(|| r.below(9) as u8),
+                version: r.pick(&[None, Some(1), Some(1), Some(2), Some(255)]),
+                structured_data: (r.below(3) > 0)
+                    .then_some((first_el, batch.sd_elements.len() as u32)),
+                fields: (first_field, batch.fields.len() as u32),
+                tag: None,
+                source_ip: r.pick(&[
+                    None,
+                    Some(IpAddr::from([192, 0, 2, 1])),
+                    Some(IpAddr::from([10, 200, 0, 255])),
+                    Some(IpAddr::from([0xfe80, 0, 0, 0, 0, 0, 0, 1])),
+                ]),
+                flags: Flags(r.below(8) as u8),
+            };
+            batch.events.push(event);
+        }
+        batch
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 2000,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Every path of the encoder (short fields and pairs in one window, the 16-byte steps,
+        /// escapes, repeats merged) writes exactly what the plain reference writes.
+        #[test]
+        fn json_matches_the_reference(seed in 1u64..) {
+            let batch = random_batch(&mut Rng(seed));
+            let mut out = b"prefix".to_vec();
+            let mut want = out.clone();
+            for e in &batch.events {
+                encode_json(&batch, e, &mut out);
+                want.extend(reference_json(&batch, e));
+            }
+            proptest::prop_assert_eq!(
+                String::from_utf8_lossy(&out),
+                String::from_utf8_lossy(&want)
+            );
+            proptest::prop_assert_eq!(out, want);
         }
     }
 
@@ -676,7 +1631,7 @@ mod tests {
         for pri in 0..192u8 {
             let (text, len) = &PRI_FIELDS[usize::from(pri)];
             let want = format!(
-                ",\"facility\":\"{}\",\"severity\":\"{}\"",
+                "\",\"facility\":\"{}\",\"severity\":\"{}",
                 facility_name(pri >> 3).unwrap(),
                 severity_name(pri & 7).unwrap()
             );
@@ -694,7 +1649,8 @@ mod tests {
     #[test]
     fn sd_escapes_are_resolved_but_others_kept() {
         let mut out = Vec::new();
-        escape_sd_value(br#"a\"b\\c\]d\ne\"#, true, &mut out);
+        let pos = sd_value_escaped(&mut out, 0, br#"a\"b\\c\]d\ne\"#);
+        out.truncate(pos);
         assert_eq!(String::from_utf8(out).unwrap(), r#"a\"b\\c]d\\ne\\"#);
     }
 
@@ -702,12 +1658,16 @@ mod tests {
     fn ints_floats_and_ips() {
         let b = EventBatch::new(bytes::Bytes::new(), "s".into(), "t");
         let mut out = Vec::new();
-        write_value(&b, Value::Int(i64::MIN), &mut out);
-        out.push(b' ');
-        write_value(&b, Value::Float(1.5), &mut out);
-        out.push(b' ');
-        write_value(&b, Value::Float(f64::NAN), &mut out);
-        out.push(b' ');
+        for v in [
+            Value::Int(i64::MIN),
+            Value::Float(1.5),
+            Value::Float(f64::NAN),
+        ] {
+            let start = out.len();
+            let pos = value(&mut out, start, Src::of(&b), v);
+            out.truncate(pos);
+            out.push(b' ');
+        }
         write_ip("10.0.0.255".parse().unwrap(), &mut out);
         out.push(b' ');
         write_ip("::1".parse().unwrap(), &mut out);

@@ -526,69 +526,101 @@ fn format_second(secs: i64) -> ([u8; 19], i64) {
     (buf, y)
 }
 
+/// The length of `YYYY-MM-DDTHH:MM:SS`, the head of an RFC 3339 text.
+pub(crate) const RFC3339_HEAD: usize = 19;
+
 thread_local! {
-    /// The last second formatted on this thread and its text: events written together mostly
-    /// share their second, and the calendar arithmetic is most of the cost of a timestamp.
-    static LAST_SECOND: Cell<(i64, [u8; 19])> = const { Cell::new((i64::MIN, [0; 19])) };
+    /// The last second formatted on this thread and its text (padded to a copy-friendly size):
+    /// events written together mostly share their second, and the calendar arithmetic is most of
+    /// the cost of a timestamp.
+    static LAST_SECOND: Cell<(i64, [u8; 24])> = const { Cell::new((i64::MIN, [0; 24])) };
 }
 
-/// `.ddd` with exactly `ts.frac_digits` digits (nothing when 0), then `Z`: the text (padded)
-/// and its length.
+/// The three decimal digits of 0..=999, padded to four bytes.
+static DIGITS3: [[u8; 4]; 1000] = {
+    let mut table = [[0u8; 4]; 1000];
+    let mut i = 0;
+    while i < 1000 {
+        table[i] = [
+            b'0' + (i / 100) as u8,
+            b'0' + (i / 10 % 10) as u8,
+            b'0' + (i % 10) as u8,
+            0,
+        ];
+        i += 1;
+    }
+    table
+};
+
+/// `.ddd` with exactly `ts.frac_digits` digits (nothing when 0), then `Z`, at the start of
+/// `buf` (the rest of it is scratch); returns the length.
 #[inline]
-fn fraction_text(ts: Timestamp) -> ([u8; 11], usize) {
-    let mut buf = *b".000000000Z";
+pub(crate) fn fraction_into(ts: Timestamp, buf: &mut [u8; 16]) -> usize {
     let digits = usize::from(ts.frac_digits.min(9));
     if digits == 0 {
         buf[0] = b'Z';
-        return (buf, 1);
+        return 1;
     }
-    let mut n = ts.subsec_nanos() / POW10[9 - digits];
-    for k in (1..1 + digits).rev() {
-        buf[k] = b'0' + (n % 10) as u8;
-        n /= 10;
+    // Three digits per table step (written in place, no copies), as many steps as `digits`
+    // needs, then `Z` cuts them to `digits`: truncated, as the sender's digits are kept.
+    // Below 10^9 already; the `%` shows the compiler so, which keeps the indexing unchecked.
+    let n = ts.subsec_nanos() as usize % 1_000_000_000;
+    buf[0] = b'.';
+    buf[1..5].copy_from_slice(&DIGITS3[n / 1_000_000]);
+    if digits > 3 {
+        buf[4..8].copy_from_slice(&DIGITS3[n / 1000 % 1000]);
+        if digits > 6 {
+            buf[7..11].copy_from_slice(&DIGITS3[n % 1000]);
+        }
     }
     buf[1 + digits] = b'Z';
-    (buf, 2 + digits)
+    2 + digits
 }
 
-/// The RFC 3339 text of `ts` (see [`write_rfc3339`]) in a fixed buffer, and its length; `None`
-/// for years outside 0..=9999 (unreachable for i64 nanoseconds).
+/// The date and time of day of `ts` (`YYYY-MM-DDTHH:MM:SS`) into the first [`RFC3339_HEAD`]
+/// bytes of `buf` (the rest of it is scratch): the head of its RFC 3339 text (see
+/// [`write_rfc3339`]), the fraction comes from [`fraction_into`]. Fixed-size pieces written in
+/// place let the JSON encoder skip any copies. `false` (and `buf` untouched) for years outside
+/// 0..=9999 (unreachable for i64 nanoseconds).
 #[inline]
-pub(crate) fn rfc3339_text(ts: Timestamp) -> Option<([u8; 30], usize)> {
+pub(crate) fn rfc3339_head_into(ts: Timestamp, buf: &mut [u8; 24]) -> bool {
     let secs = ts.unix_seconds();
-    let head = LAST_SECOND.with(|last| {
+    LAST_SECOND.with(|last| {
         let (s, text) = last.get();
         if s == secs {
-            return Some(text);
+            *buf = text;
+            return true;
         }
         let (text, year) = format_second(secs);
         if !(0..=9999).contains(&year) {
-            return None;
+            return false;
         }
-        last.set((secs, text));
-        Some(text)
-    })?;
-    let (frac, frac_len) = fraction_text(ts);
-    let mut buf = [0u8; 30];
-    buf[..19].copy_from_slice(&head);
-    buf[19..].copy_from_slice(&frac);
-    Some((buf, 19 + frac_len))
+        let mut padded = [0; 24];
+        padded[..RFC3339_HEAD].copy_from_slice(&text);
+        last.set((secs, padded));
+        *buf = padded;
+        true
+    })
 }
 
 /// RFC 3339 in UTC with exactly `frac_digits` fraction digits: `2003-10-11T22:14:15.003Z`.
 pub(crate) fn write_rfc3339(ts: Timestamp, out: &mut Vec<u8>) {
-    let Some((text, len)) = rfc3339_text(ts) else {
+    let mut frac = [0u8; 16];
+    let frac_len = fraction_into(ts, &mut frac);
+    let mut head = [0u8; 24];
+    if !rfc3339_head_into(ts, &mut head) {
         // Unreachable for i64 nanoseconds (years 1677..2262); kept total for safety.
         let (text, year) = format_second(ts.unix_seconds());
-        let (frac, frac_len) = fraction_text(ts);
         out.extend_from_slice(year.to_string().as_bytes());
         out.extend_from_slice(&text[4..]);
         out.extend_from_slice(&frac[..frac_len]);
         return;
-    };
-    // A fixed-size copy (inlined) and a cut beat a variable-size `memcpy` call.
-    let end = out.len() + len;
-    out.extend_from_slice(&text);
+    }
+    // Fixed-size copies (inlined) and a cut beat variable-size `memcpy` calls.
+    let end = out.len() + RFC3339_HEAD + frac_len;
+    out.extend_from_slice(&head);
+    out.truncate(end - frac_len);
+    out.extend_from_slice(&frac);
     out.truncate(end);
 }
 
