@@ -154,26 +154,42 @@ mod tests {
         }
     }
 
-    #[test]
-    fn finds_the_first_match_anywhere() {
+    /// Every string of `a`s up to 39 bytes with `first` at every position (and `second` three
+    /// bytes later, which must not hide it), searched from every start: `search` must agree with
+    /// a byte-by-byte scan for the bytes `hit` accepts.
+    fn sweep(
+        first: u8,
+        second: u8,
+        hit: impl Fn(u8) -> bool,
+        search: impl Fn(&[u8], usize) -> Option<usize>,
+    ) {
         for len in 0..40 {
             for at in 0..len {
                 for from in 0..=len + 1 {
                     let mut s = vec![b'a'; len];
-                    s[at] = b' ';
-                    // A second match later must not hide the first.
+                    s[at] = first;
                     if at + 3 < len {
-                        s[at + 3] = b' ';
+                        s[at + 3] = second;
                     }
                     let want = if from > len {
                         None
                     } else {
-                        s[from..].iter().position(|&c| c == b' ').map(|k| k + from)
+                        s[from..].iter().position(|&c| hit(c)).map(|k| k + from)
                     };
-                    assert_eq!(find_byte(&s, from, b' '), want, "{len} {at} {from}");
+                    assert_eq!(search(&s, from), want, "{len} {at} {from}");
                 }
             }
         }
+    }
+
+    #[test]
+    fn finds_the_first_match_anywhere() {
+        sweep(
+            b' ',
+            b' ',
+            |c| c == b' ',
+            |s, from| find_byte(s, from, b' '),
+        );
         // Bytes that differ from the target by a borrow-prone amount.
         let s = [0x21u8, 0x20, 0x1f, 0x00, 0xff, 0x20, 0x21, 0xa0, 0x20];
         assert_eq!(find_byte(&s, 0, 0x20), Some(1));
@@ -207,30 +223,12 @@ mod tests {
 
     #[test]
     fn find_class_finds_the_first_match_anywhere() {
-        for len in 0..40 {
-            for at in 0..len {
-                for from in 0..=len + 1 {
-                    let mut s = vec![b'a'; len];
-                    s[at] = b'=';
-                    if at + 3 < len {
-                        s[at + 3] = b' ';
-                    }
-                    let want = if from > len {
-                        None
-                    } else {
-                        s[from..]
-                            .iter()
-                            .position(|&c| c == b'=' || c == b' ')
-                            .map(|k| k + from)
-                    };
-                    assert_eq!(
-                        find_class(&s, from, class::NAME_END),
-                        want,
-                        "{len} {at} {from}"
-                    );
-                }
-            }
-        }
+        sweep(
+            b'=',
+            b' ',
+            |c| c == b'=' || c == b' ',
+            |s, from| find_class(s, from, class::NAME_END),
+        );
         assert_eq!(find_class(b"ab\x7fc=", 0, class::NAME_END), Some(4));
         assert_eq!(find_class(b"ab\x7fc=", 0, class::STRICT_NAME_END), Some(2));
         assert_eq!(find_class(b"abcdefghijk", 3, class::NAME_END), None);
