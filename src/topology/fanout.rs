@@ -6,10 +6,10 @@
 //! are bounded in bytes by the sources' read sizes), so memory is bounded: when a sink falls
 //! behind, `send` waits, the source stops reading, and TCP pushes back on the sender.
 //!
-//! A sink may hand its input queue a [`Prepare`] step (the file and console sinks' encoder): the fan-out runs
-//! it on the sending task, so encoding happens on the runtime's worker threads, in parallel across
-//! connections and while the freshly decoded batch is still in that core's cache. The sink's own
-//! thread is left with the writes.
+//! A sink may hand its input queue a [`Prepare`] step (the file and console sinks' encoder): the
+//! fan-out runs it on the sending task, so encoding happens on the runtime's worker threads, in
+//! parallel across connections and while the freshly decoded batch is still in that core's cache.
+//! The sink's own thread is left with the writes.
 
 use std::ops::Deref;
 use std::sync::Arc;
