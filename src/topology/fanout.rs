@@ -159,20 +159,59 @@ impl Fanout {
             self.metrics.sent(n, bytes);
         }
     }
+}
 
-    /// Delivers without waiting: a full queue drops the batch for that downstream and counts it.
-    /// For sources that cannot push back on their senders (UDP).
-    pub fn try_send(&self, batch: EventBatch) {
+/// A fan-out for sources that cannot push back on their senders (UDP).
+///
+/// A full queue is waited for at most `wait` per batch: a sink that stalls briefly (its thread
+/// descheduled, a file being rotated) loses nothing, while the kernel's socket buffer holds what
+/// arrives meanwhile. A downstream still full after that is shed: the batch, and every later one
+/// while its queue stays full, is dropped for that downstream at once and counted
+/// (`queue_full`), so one stuck sink neither stalls the others for long nor lets the socket
+/// overflow unseen. The first batch it has room for ends the shedding.
+pub struct Shedding {
+    fanout: Fanout,
+    wait: std::time::Duration,
+    shed: Vec<bool>,
+}
+
+impl Shedding {
+    pub fn new(fanout: Fanout, wait: std::time::Duration) -> Shedding {
+        let shed = vec![false; fanout.outputs.len()];
+        Shedding { fanout, wait, shed }
+    }
+
+    /// The fan-out itself, for sends that may wait as long as needed (the shutdown drain).
+    pub fn fanout(&self) -> &Fanout {
+        &self.fanout
+    }
+
+    /// Delivers to every downstream, waiting at most `wait` in all for full queues.
+    pub async fn send(&mut self, batch: EventBatch) {
         let n = batch.len();
         if n == 0 {
             return;
         }
         let bytes = batch.arena.len();
         let batch = Arc::new(batch);
+        let deadline = tokio::time::Instant::now() + self.wait;
         let mut delivered = false;
-        for out in &self.outputs {
-            match out.tx.try_reserve() {
+        for (out, shed) in self.fanout.outputs.iter().zip(&mut self.shed) {
+            let permit = match out.tx.try_reserve() {
+                Ok(permit) => Ok(permit),
+                Err(mpsc::error::TrySendError::Full(())) if !*shed => {
+                    match tokio::time::timeout_at(deadline, out.tx.reserve()).await {
+                        Ok(Ok(permit)) => Ok(permit),
+                        Ok(Err(_)) => Err(DiscardReason::DownstreamClosed),
+                        Err(_) => Err(DiscardReason::QueueFull),
+                    }
+                }
+                Err(mpsc::error::TrySendError::Full(())) => Err(DiscardReason::QueueFull),
+                Err(mpsc::error::TrySendError::Closed(())) => Err(DiscardReason::DownstreamClosed),
+            };
+            match permit {
                 Ok(permit) => {
+                    *shed = false;
                     out.enqueued(n);
                     // Prepared only once there is room: a batch dropped here costs no encoding.
                     let prepared = out.prepare.as_ref().map(|p| p.prepare(&batch));
@@ -182,16 +221,14 @@ impl Fanout {
                     });
                     delivered = true;
                 }
-                Err(mpsc::error::TrySendError::Full(())) => {
-                    self.metrics.discarded(DiscardReason::QueueFull, n as u64)
+                Err(reason) => {
+                    *shed |= reason == DiscardReason::QueueFull;
+                    self.fanout.metrics.discarded(reason, n as u64);
                 }
-                Err(mpsc::error::TrySendError::Closed(())) => self
-                    .metrics
-                    .discarded(DiscardReason::DownstreamClosed, n as u64),
             }
         }
         if delivered {
-            self.metrics.sent(n, bytes);
+            self.fanout.metrics.sent(n, bytes);
         }
     }
 }
@@ -214,6 +251,7 @@ mod tests {
     use crate::metrics::Registry;
     use bytes::Bytes;
     use loghaul_core::{Event, Span};
+    use std::time::Duration;
 
     fn batch(n: usize) -> EventBatch {
         let mut b = EventBatch::new(Bytes::from_static(b"x"), "src".into(), "test");
@@ -271,18 +309,92 @@ mod tests {
             .unwrap_or_else(|e| panic!("{e}"));
     }
 
-    #[tokio::test]
-    async fn try_send_counts_drops_when_full() {
+    /// A sink that takes a batch within the wait loses nothing: the sender waits for it.
+    #[tokio::test(start_paused = true)]
+    async fn shedding_waits_out_a_brief_stall() {
         let reg = Registry::default();
-        let (tx, _rx) = input_queue(reg.register("a", "sink", "file"), None);
+        let (tx, mut rx) = input_queue(reg.register("a", "sink", "file"), None);
         let src = reg.register("s", "source", "syslog");
-        let fan = Fanout::new(vec![tx], src.clone());
-        for _ in 0..QUEUE_BATCHES + 5 {
-            fan.try_send(batch(2));
+        let mut fan = Shedding::new(Fanout::new(vec![tx], src.clone()), Duration::from_secs(1));
+        for _ in 0..QUEUE_BATCHES {
+            fan.send(batch(1)).await;
         }
+        let sink = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(900)).await;
+            let first = rx.recv().await.map(|d| d.len());
+            (first, rx)
+        });
+        let started = tokio::time::Instant::now();
+        fan.send(batch(2)).await;
+        assert_eq!(started.elapsed(), Duration::from_millis(900));
+        assert_eq!(src.discarded_count(DiscardReason::QueueFull), 0);
+        let (first, _rx) = sink.await.unwrap_or_else(|e| panic!("sink task: {e}"));
+        assert_eq!(first, Some(1));
+        assert_eq!(
+            src.sent_events.load(Ordering::Relaxed),
+            QUEUE_BATCHES as u64 + 2
+        );
+    }
+
+    /// A sink still full after the wait is shed: that batch and the next ones are dropped at
+    /// once and counted, until its queue has room again; then the next stall is waited for anew.
+    #[tokio::test(start_paused = true)]
+    async fn shedding_drops_and_counts_once_the_wait_is_over() {
+        let reg = Registry::default();
+        let (tx, mut rx) = input_queue(reg.register("a", "sink", "file"), None);
+        let src = reg.register("s", "source", "syslog");
+        let wait = Duration::from_secs(1);
+        let mut fan = Shedding::new(Fanout::new(vec![tx], src.clone()), wait);
+        for _ in 0..QUEUE_BATCHES {
+            fan.send(batch(1)).await;
+        }
+        let started = tokio::time::Instant::now();
+        fan.send(batch(2)).await;
+        assert_eq!(
+            started.elapsed(),
+            wait,
+            "the first batch waits the whole wait"
+        );
+        let started = tokio::time::Instant::now();
+        fan.send(batch(3)).await;
+        assert_eq!(
+            started.elapsed(),
+            Duration::ZERO,
+            "later batches are shed at once"
+        );
+        assert_eq!(src.discarded_count(DiscardReason::QueueFull), 5);
+
+        assert!(rx.recv().await.is_some());
+        fan.send(batch(4)).await;
+        assert_eq!(src.discarded_count(DiscardReason::QueueFull), 5);
+        let started = tokio::time::Instant::now();
+        fan.send(batch(5)).await;
+        assert_eq!(started.elapsed(), wait, "room again ended the shedding");
         assert_eq!(src.discarded_count(DiscardReason::QueueFull), 10);
         assert_eq!(
             src.sent_events.load(Ordering::Relaxed),
+            QUEUE_BATCHES as u64 + 4
+        );
+    }
+
+    /// With two sinks, the stuck one is shed and the other still gets every batch.
+    #[tokio::test(start_paused = true)]
+    async fn shedding_one_sink_keeps_feeding_the_other() {
+        let reg = Registry::default();
+        let (stuck_tx, _stuck) = input_queue(reg.register("stuck", "sink", "file"), None);
+        let (live_tx, mut live) = input_queue(reg.register("live", "sink", "file"), None);
+        let src = reg.register("s", "source", "syslog");
+        let fanout = Fanout::new(vec![stuck_tx, live_tx], src.clone());
+        let mut fan = Shedding::new(fanout, Duration::from_secs(1));
+        for i in 0..3 * QUEUE_BATCHES {
+            fan.send(batch(1)).await;
+            assert!(
+                live.recv().await.is_some(),
+                "batch {i} reached the live sink"
+            );
+        }
+        assert_eq!(
+            src.discarded_count(DiscardReason::QueueFull),
             2 * QUEUE_BATCHES as u64
         );
     }

@@ -2,7 +2,8 @@
 //!
 //! Datagrams are received back to back into one arena until the socket has nothing more ready or
 //! the arena is full, so a busy socket produces large batches. UDP cannot push back on senders:
-//! when a downstream queue is full, the batch is dropped for that downstream and counted
+//! a full downstream queue is waited for at most [`QUEUE_WAIT`] (the socket's receive buffer
+//! holds what arrives meanwhile), then the batch is dropped for that downstream and counted
 //! (`component_discarded_events_total{reason="queue_full"}`), never buffered without bound.
 
 use std::net::{IpAddr, SocketAddr};
@@ -17,6 +18,7 @@ use tokio::net::UdpSocket;
 use super::SourceContext;
 use crate::metrics::{ErrorKind, Health};
 use crate::topology::ShutdownSignal;
+use crate::topology::fanout::Shedding;
 
 /// SO_RCVBUF requested when `receive_buffer` is not configured.
 const DEFAULT_RECEIVE_BUFFER: usize = 4 * 1024 * 1024;
@@ -30,6 +32,11 @@ const DRAIN_IDLE: std::time::Duration = std::time::Duration::from_millis(200);
 const SMALL_BATCH: usize = 64 * 1024;
 /// Most datagrams gathered into one batch.
 const MAX_DATAGRAMS: usize = 2048;
+/// How long a batch waits for a full downstream queue before it is dropped. Long enough to ride
+/// out a sink thread that is briefly descheduled or rotating a file (a quiet socket's batches
+/// hold one datagram each, so 32 queued batches are no backlog at all); short enough that the
+/// kernel buffer (about 10,000 small datagrams at the default 4MiB) rarely overflows unseen.
+const QUEUE_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// Binds the socket, with SO_RCVBUF set when configured.
 pub fn bind(addr: SocketAddr, receive_buffer: Option<usize>) -> std::io::Result<UdpSocket> {
@@ -37,10 +44,24 @@ pub fn bind(addr: SocketAddr, receive_buffer: Option<usize>) -> std::io::Result<
     let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     // No SO_REUSEADDR: on Linux it lets a second UDP socket bind the same port, and the newest
     // socket then silently takes the datagrams. A port in use must fail the start instead.
-    // The OS default (208KiB on Linux) holds only about 32 small loopback datagrams, so a
-    // short stall sheds a burst. Ask for more unless configured; the kernel caps the request at
-    // net.core.rmem_max, so this never fails where the default would have worked.
-    socket.set_recv_buffer_size(receive_buffer.unwrap_or(DEFAULT_RECEIVE_BUFFER))?;
+    // The OS default (208KiB on Linux) holds about 500 short loopback datagrams, a few
+    // milliseconds of a busy sender, so a short stall sheds a burst. Ask for more unless
+    // configured; the kernel caps the request at net.core.rmem_max, so this never fails where
+    // the default would have worked.
+    let wanted = receive_buffer.unwrap_or(DEFAULT_RECEIVE_BUFFER);
+    socket.set_recv_buffer_size(wanted)?;
+    // Linux reports twice what it granted (the doubling covers its bookkeeping).
+    let granted = socket.recv_buffer_size()? / 2;
+    if granted < wanted {
+        tracing::warn!(
+            %addr,
+            wanted,
+            granted,
+            "The kernel capped the UDP receive buffer (net.core.rmem_max): bursts larger than \
+             it are dropped by the kernel before loghaul sees them. Raise it with \
+             `sysctl -w net.core.rmem_max={wanted}`."
+        );
+    }
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     UdpSocket::from_std(socket.into())
@@ -61,6 +82,7 @@ pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: Shutd
     // Set once draining: when the socket was last seen empty with nothing received since.
     let mut quiet_since: Option<std::time::Instant> = None;
     let mut scratch = Vec::new();
+    let mut fanout = Shedding::new(ctx.fanout.clone(), QUEUE_WAIT);
     loop {
         if let Receiver::Live(live) = &socket {
             tokio::select! {
@@ -150,10 +172,10 @@ pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: Shutd
         ctx.metrics.received(batch.len(), bytes);
         ctx.account_errors(&mut fstats, &mut dstats, &"udp");
         match socket {
-            Receiver::Live(_) => ctx.fanout.try_send(batch),
+            Receiver::Live(_) => fanout.send(batch).await,
             // Shutting down: nothing new arrives after the drain, so waiting for queue space
             // costs nothing and drops nothing.
-            Receiver::Draining(_) => ctx.fanout.send(batch).await,
+            Receiver::Draining(_) => fanout.fanout().send(batch).await,
         }
     }
     ctx.metrics.set_health(Health::Stopped, None);
