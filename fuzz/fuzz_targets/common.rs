@@ -27,10 +27,10 @@ pub fn decode_and_encode(data: &[u8], format: Format) {
         let event = batch.events[0];
         for span in [
             Some(event.message),
-            event.hostname,
-            event.appname,
-            event.procid,
-            event.msgid,
+            event.hostname.get(),
+            event.appname.get(),
+            event.procid.get(),
+            event.msgid.get(),
         ]
         .into_iter()
         .flatten()

@@ -30,7 +30,7 @@ use std::time::Instant;
 use loghaul_config::{FileSinkConfig, TemplatePart, push_path_component};
 use loghaul_core::finalizer::Ack;
 use loghaul_core::names::{facility_name, severity_name};
-use loghaul_core::{BatchStatus, Event, EventBatch, Span, Value};
+use loghaul_core::{BatchStatus, Event, EventBatch, OptSpan, Value};
 
 use super::ReopenGeneration;
 use super::encoder::{BufferPool, LineEncoder};
@@ -265,7 +265,7 @@ impl FileSink {
     fn render_path(&mut self, batch: &EventBatch, event: &Event) -> bool {
         let tmpl = &self.config.path;
         if tmpl.has_time {
-            let second = event.timestamp.unwrap_or(event.received).unix_seconds();
+            let second = batch.time_of(event).unix_seconds();
             if self.time_cache_second != Some(second) {
                 self.time_cache_second = Some(second);
                 self.time_cache.clear();
@@ -485,7 +485,7 @@ fn open_append(path: &Path) -> std::io::Result<File> {
 
 /// Appends a field's value to a path, made safe by [`push_path_component`].
 fn push_field(out: &mut String, batch: &EventBatch, event: &Event, name: &str) {
-    let span = |s: Option<Span>| s.map_or(&[][..], |s| batch.str(s));
+    let span = |s: OptSpan| s.get().map_or(&[][..], |s| batch.str(s));
     let owned;
     let value: &[u8] = match name {
         "hostname" => span(event.hostname),
@@ -505,7 +505,10 @@ fn push_field(out: &mut String, batch: &EventBatch, event: &Event, name: &str) {
             .as_bytes(),
         "source_type" => batch.source_type.as_bytes(),
         "source_ip" => {
-            owned = event.source_ip.map(|ip| ip.to_string()).unwrap_or_default();
+            owned = batch
+                .source_ip(event)
+                .map(|ip| ip.to_string())
+                .unwrap_or_default();
             owned.as_bytes()
         }
         other => {
@@ -561,7 +564,7 @@ mod tests {
         let mut batch = EventBatch::new(Bytes::from_static(text), "src".into(), "test");
         batch.events.push(Event {
             message: Span::new(0, text.len()),
-            appname: app,
+            appname: app.into(),
             ..Event::default()
         });
         batch.finalizer = finalizer;

@@ -28,7 +28,7 @@ pub fn matches(config: &FilterConfig, batch: &EventBatch, event: &Event) -> bool
         }
     }
     if let Some(appnames) = &config.appnames {
-        let Some(app) = event.appname.map(|s| batch.str(s)) else {
+        let Some(app) = event.appname.get().map(|s| batch.str(s)) else {
             return false;
         };
         if !appnames.iter().any(|a| a.as_bytes() == app) {

@@ -40,12 +40,12 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
     let mut w = Writer::new(out, ROOM + message_len);
     // A string value's closing quote goes out with the next key (which starts `",`), saving a
     // piece per field; `open` tracks whether one is pending where it can vary.
-    w.timestamp(event.timestamp.unwrap_or(event.received));
+    w.timestamp(batch.time_of(event));
     // Host names run longer than the rest.
-    w.str_field::<14, true>(src, b"\",\"hostname\":\"", event.hostname);
-    w.str_field::<13, false>(src, b"\",\"appname\":\"", event.appname);
-    w.str_field::<12, false>(src, b"\",\"procid\":\"", event.procid);
-    w.str_field::<11, false>(src, b"\",\"msgid\":\"", event.msgid);
+    w.str_field::<14, true>(src, b"\",\"hostname\":\"", event.hostname.get());
+    w.str_field::<13, false>(src, b"\",\"appname\":\"", event.appname.get());
+    w.str_field::<12, false>(src, b"\",\"procid\":\"", event.procid.get());
+    w.str_field::<11, false>(src, b"\",\"msgid\":\"", event.msgid.get());
     match (event.facility, event.severity) {
         // Both are present on nearly every syslog event: one precomputed piece.
         (Some(f), Some(s)) if f < 24 && s < 8 => {
@@ -83,7 +83,7 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
     }
     w.key(open, b"\",\"message\":\"", b",\"message\":\"");
     w.escape(message, message_len);
-    match event.source_ip {
+    match batch.source_ip(event) {
         Some(IpAddr::V4(v4)) => {
             let (text, len) = source_ipv4(v4);
             w.put(&text, len);
@@ -1178,7 +1178,7 @@ fn write_ip(ip: IpAddr, out: &mut Vec<u8>) {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use loghaul_core::Field;
+    use loghaul_core::{Field, OptSpan};
 
     fn esc(s: &[u8]) -> String {
         let mut out = Vec::new();
@@ -1379,13 +1379,13 @@ mod tests {
         }
         let mut parts: Vec<Vec<u8>> = Vec::new();
         let mut ts = Vec::new();
-        write_rfc3339(e.timestamp.unwrap_or(e.received), &mut ts);
+        write_rfc3339(batch.time_of(e), &mut ts);
         parts.push([&b"\"timestamp\":"[..], &quoted(&ts)].concat());
         let header = [
-            ("hostname", e.hostname),
-            ("appname", e.appname),
-            ("procid", e.procid),
-            ("msgid", e.msgid),
+            ("hostname", e.hostname.get()),
+            ("appname", e.appname.get()),
+            ("procid", e.procid.get()),
+            ("msgid", e.msgid.get()),
         ];
         for (key, span) in header {
             if let Some(span) = span {
@@ -1452,7 +1452,7 @@ mod tests {
             parts.push(sd);
         }
         parts.push([&b"\"message\":"[..], &quoted(batch.str(e.message))].concat());
-        if let Some(ip) = e.source_ip {
+        if let Some(ip) = batch.source_ip(e) {
             parts.push(format!("\"source_ip\":\"{ip}\"").into_bytes());
         }
         let source_type = quoted(batch.source_type.as_bytes());
@@ -1547,6 +1547,11 @@ mod tests {
         spans.push(Span { start: n, end: n });
         let source_type = r.pick(&["syslog", "http", "we\"ird"]);
         let mut batch = EventBatch::new(bytes::Bytes::from(arena), "t".into(), source_type);
+        batch.peers = vec![
+            IpAddr::from([192, 0, 2, 1]),
+            IpAddr::from([10, 200, 0, 255]),
+            IpAddr::from([0xfe80, 0, 0, 0, 0, 0, 0, 1]),
+        ];
         let span = |r: &mut Rng| match r.below(12) {
             0 => Span {
                 start: r.below(u64::from(n) + 9) as u32,
@@ -1587,14 +1592,14 @@ mod tests {
                     value,
                 });
             }
-            let opt = |r: &mut Rng| (r.below(4) > 0).then(|| span(r));
+            let opt = |r: &mut Rng| OptSpan::from((r.below(4) > 0).then(|| span(r)));
             let ts = |r: &mut Rng| {
                 let nanos = r.pick(&[0, 1_065_910_455_003_000_000, -1_000_000_001, i64::MAX]);
                 Timestamp::from_nanos(nanos - r.below(1000) as i64, r.below(10) as u8)
             };
+            batch.received = ts(r);
             let event = Event {
                 timestamp: (r.below(4) > 0).then(|| ts(r)),
-                received: ts(r),
                 hostname: opt(r),
                 appname: opt(r),
                 procid: opt(r),
@@ -1606,13 +1611,9 @@ mod tests {
                 structured_data: (r.below(3) > 0)
                     .then_some((first_el, batch.sd_elements.len() as u32)),
                 fields: (first_field, batch.fields.len() as u32),
-                tag: None,
-                source_ip: r.pick(&[
-                    None,
-                    Some(IpAddr::from([192, 0, 2, 1])),
-                    Some(IpAddr::from([10, 200, 0, 255])),
-                    Some(IpAddr::from([0xfe80, 0, 0, 0, 0, 0, 0, 1])),
-                ]),
+                tag: OptSpan::NONE,
+                // Index 7 is past the table: no address, like NO_PEER.
+                peer: r.pick(&[Event::NO_PEER, 0, 1, 2, 7]),
                 flags: Flags(r.below(8) as u8),
             };
             batch.events.push(event);

@@ -556,7 +556,7 @@ static DIGITS3: [[u8; 4]; 1000] = {
 /// `buf` (the rest of it is scratch); returns the length.
 #[inline]
 pub(crate) fn fraction_into(ts: Timestamp, buf: &mut [u8; 16]) -> usize {
-    let digits = usize::from(ts.frac_digits.min(9));
+    let digits = usize::from(ts.frac_digits());
     if digits == 0 {
         buf[0] = b'Z';
         return 1;

@@ -173,7 +173,7 @@ proptest! {
         let batch = decode(&input, &whole(&input), format, strict);
         prop_assert_eq!(batch.events.len(), 1);
         let ev = batch.events[0];
-        let spans = [Some(ev.message), ev.hostname, ev.appname, ev.procid, ev.msgid];
+        let spans = [Some(ev.message), ev.hostname.get(), ev.appname.get(), ev.procid.get(), ev.msgid.get()];
         for s in spans.into_iter().flatten() {
             prop_assert!(s.start <= s.end && s.end as usize <= input.len());
         }

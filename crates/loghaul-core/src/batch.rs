@@ -12,11 +12,12 @@
 //! Invariant: every `Span` stored in the batch (in events, sd tables and fields) lies inside
 //! `arena`. Decoders uphold it; `str()` still clamps so a bug cannot become a panic.
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::event::{Event, Span};
+use crate::event::{Event, Span, Timestamp};
 use crate::finalizer::Finalizer;
 
 /// One RFC 5424 SD-ELEMENT: its SD-ID and a range into [`EventBatch::sd_params`].
@@ -64,6 +65,12 @@ pub struct EventBatch {
     pub sd_elements: Vec<SdElement>,
     pub sd_params: Vec<SdParam>,
     pub fields: Vec<Field>,
+    /// When the batch's bytes were read: the time written for events that carry none of their
+    /// own.
+    pub received: Timestamp,
+    /// The senders' addresses; [`Event::peer`] indexes it. One entry for a TCP connection's
+    /// batch, one per run of datagrams from the same sender for UDP.
+    pub peers: Vec<IpAddr>,
     /// The id of the component that produced the batch (for metrics and errors).
     pub source: Arc<str>,
     /// `syslog`, `http`, `forward`... written as `source_type` on output.
@@ -81,6 +88,8 @@ impl EventBatch {
             sd_elements: Vec::new(),
             sd_params: Vec::new(),
             fields: Vec::new(),
+            received: Timestamp::default(),
+            peers: Vec::new(),
             source,
             source_type,
             finalizer: Finalizer::none(),
@@ -125,6 +134,35 @@ impl EventBatch {
             .unwrap_or_default()
     }
 
+    /// The address `event` was received from, when known.
+    #[inline]
+    pub fn source_ip(&self, event: &Event) -> Option<IpAddr> {
+        self.peers.get(usize::from(event.peer)).copied()
+    }
+
+    /// The index for [`Event::peer`] of events received from `ip`: the last entry of
+    /// [`EventBatch::peers`] when it is the same address, else a new one. [`Event::NO_PEER`] for
+    /// `None`, and (never in practice: UDP batches hold at most a few thousand datagrams) when
+    /// the table is full.
+    pub fn peer_index(&mut self, ip: Option<IpAddr>) -> u16 {
+        let Some(ip) = ip else {
+            return Event::NO_PEER;
+        };
+        if self.peers.last() != Some(&ip) {
+            if self.peers.len() >= usize::from(Event::NO_PEER) {
+                return Event::NO_PEER;
+            }
+            self.peers.push(ip);
+        }
+        (self.peers.len() - 1) as u16
+    }
+
+    /// When `event` happened: its own timestamp, else when its batch was read.
+    #[inline]
+    pub fn time_of(&self, event: &Event) -> Timestamp {
+        event.timestamp.unwrap_or(self.received)
+    }
+
     /// The extra fields of an event.
     #[inline]
     pub fn fields_of(&self, event: &Event) -> &[Field] {
@@ -148,6 +186,8 @@ impl EventBatch {
             sd_elements: self.sd_elements.clone(),
             sd_params: self.sd_params.clone(),
             fields: self.fields.clone(),
+            received: self.received,
+            peers: self.peers.clone(),
             source: self.source.clone(),
             source_type: self.source_type,
             finalizer: self.finalizer.clone(),
@@ -172,5 +212,52 @@ mod tests {
         let only_none = b.retain_view(|_, _| false);
         assert!(only_none.is_empty());
         assert_eq!(only_none.arena, b.arena);
+    }
+
+    #[test]
+    fn peers_are_shared_by_runs_of_the_same_sender() {
+        let a: IpAddr = [192, 0, 2, 1].into();
+        let b: IpAddr = [0xfe80, 0, 0, 0, 0, 0, 0, 1].into();
+        let mut batch = EventBatch::new(Bytes::from_static(b"x"), "src".into(), "test");
+        let idx: Vec<u16> = [Some(a), Some(a), None, Some(b), Some(a)]
+            .into_iter()
+            .map(|ip| batch.peer_index(ip))
+            .collect();
+        assert_eq!(idx, [0, 0, Event::NO_PEER, 1, 2]);
+        assert_eq!(batch.peers, [a, b, a]);
+        for (i, want) in idx.iter().zip([Some(a), Some(a), None, Some(b), Some(a)]) {
+            let event = Event {
+                peer: *i,
+                ..Event::default()
+            };
+            assert_eq!(batch.source_ip(&event), want);
+        }
+        // An index past the table is no address, never a panic.
+        let stray = Event {
+            peer: 9,
+            ..Event::default()
+        };
+        assert_eq!(batch.source_ip(&stray), None);
+        // A view keeps the table, so its events keep their senders.
+        batch.events.push(Event {
+            peer: 1,
+            ..Event::default()
+        });
+        let view = batch.retain_view(|_, _| true);
+        assert_eq!(view.source_ip(&view.events[0]), Some(b));
+    }
+
+    #[test]
+    fn events_without_a_timestamp_take_the_batch_receive_time() {
+        let mut batch = EventBatch::new(Bytes::from_static(b"x"), "src".into(), "test");
+        batch.received = Timestamp::from_nanos(42_000, 6);
+        let own = Timestamp::from_nanos(7, 3);
+        let with = Event {
+            timestamp: Some(own),
+            ..Event::default()
+        };
+        assert_eq!(batch.time_of(&with), own);
+        assert_eq!(batch.time_of(&Event::default()), batch.received);
+        assert_eq!(batch.retain_view(|_, _| true).received, batch.received);
     }
 }

@@ -18,5 +18,5 @@ pub mod finalizer;
 pub mod names;
 
 pub use batch::{EventBatch, Field, SdElement, SdParam, Value};
-pub use event::{Event, Flags, Span, Timestamp};
+pub use event::{Event, Flags, OptSpan, Span, Timestamp};
 pub use finalizer::{BatchNotifier, BatchStatus, BatchStatusReceiver, Finalizer};

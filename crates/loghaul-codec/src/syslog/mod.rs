@@ -151,6 +151,8 @@ impl Decoder {
     ) {
         let clock = self.clock(received);
         let opts = self.opts;
+        batch.received = received;
+        let peer = batch.peer_index(source_ip);
         let EventBatch {
             arena,
             events,
@@ -171,8 +173,7 @@ impl Decoder {
             // Nothing to parse: every event is the same but for its message span and flags.
             let template = Event {
                 timestamp: Some(clock.received),
-                received: clock.received,
-                source_ip,
+                peer,
                 ..Event::default()
             };
             events.extend(
@@ -201,7 +202,7 @@ impl Decoder {
                 *frame,
                 opts,
                 clock,
-                source_ip,
+                peer,
                 all_ascii,
                 &mut SdOut {
                     elements: sd_elements,
@@ -249,7 +250,7 @@ fn decode_frame(
     frame: Frame,
     opts: DecodeOptions,
     clock: Clock,
-    source_ip: Option<IpAddr>,
+    peer: u16,
     ascii: bool,
     sd: &mut SdOut<'_>,
     stats: &mut DecodeStats,
@@ -259,9 +260,8 @@ fn decode_frame(
     let buf = &arena[..end];
     // Only the fields that differ from the default: the event is large, and writing it whole
     // again would double the cost of creating it.
-    event.received = clock.received;
     event.message = Span::new(start, end);
-    event.source_ip = source_ip;
+    event.peer = peer;
     if frame.truncated {
         event.flags.insert(Flags::TRUNCATED);
     }
@@ -289,9 +289,8 @@ fn decode_frame(
         let flags = event.flags;
         *event = Event {
             timestamp: None,
-            received: clock.received,
             message: Span::new(start, end),
-            source_ip,
+            peer,
             flags,
             ..Event::default()
         };

@@ -20,7 +20,7 @@
 //! Strict mode rejects what RFC 3164 does not describe: a missing or bad PRI, and a TIMESTAMP
 //! that is not exactly `Mmm dd hh:mm:ss` followed by SP HOSTNAME.
 
-use loghaul_core::{Event, Span, Timestamp};
+use loghaul_core::{Event, OptSpan, Span, Timestamp};
 
 use super::{Clock, Fail, Pri, parse_pri, set_pri};
 use crate::scan::{eq, find, find_byte};
@@ -101,7 +101,7 @@ pub(crate) fn parse(
     } else {
         pos = tag(buf, pos, false, event);
     }
-    event.hostname = hostname;
+    event.hostname = hostname.into();
     event.message = Span::new(pos, buf.len());
     Ok(())
 }
@@ -139,7 +139,7 @@ fn tag(buf: &[u8], pos: usize, bare: bool, event: &mut Event) -> usize {
             match inner.iter().position(|&c| c == b']' || c == b' ') {
                 Some(close) if inner[close] == b']' => {
                     if close > 0 {
-                        event.procid = Some(Span::new(name_end + 1, name_end + 1 + close));
+                        event.procid = OptSpan::some(Span::new(name_end + 1, name_end + 1 + close));
                     }
                     let after = name_end + 2 + close;
                     if buf.get(after) == Some(&b':') {
@@ -151,7 +151,7 @@ fn tag(buf: &[u8], pos: usize, bare: bool, event: &mut Event) -> usize {
                 // `tag[` without `]` before the next space: not a tag we can split.
                 _ if bare => {
                     let end = word_end(buf, pos);
-                    event.appname = Some(Span::new(pos, end));
+                    event.appname = OptSpan::some(Span::new(pos, end));
                     return if buf.get(end) == Some(&b' ') {
                         end + 1
                     } else {
@@ -164,7 +164,7 @@ fn tag(buf: &[u8], pos: usize, bare: bool, event: &mut Event) -> usize {
         _ if bare => name_end,
         _ => return pos,
     };
-    event.appname = Some(Span::new(pos, name_end));
+    event.appname = OptSpan::some(Span::new(pos, name_end));
     if buf.get(msg) == Some(&b' ') {
         msg += 1;
     }

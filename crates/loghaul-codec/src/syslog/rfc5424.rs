@@ -19,7 +19,7 @@
 //! the fast paths is kept as a test oracle (`rfc5424/reference.rs`), and generated frames must
 //! get the same result, event and SD rows from both, in both modes.
 
-use loghaul_core::{Event, SdElement, SdParam, Span};
+use loghaul_core::{Event, OptSpan, SdElement, SdParam, Span};
 
 use super::{Clock, Fail, Pri, SdOut, parse_pri, set_pri};
 use crate::scan::{class, eq, find, find_byte, find_class};
@@ -63,10 +63,10 @@ fn token(buf: &[u8], pos: usize) -> (usize, usize) {
 /// A header field: NILVALUE or 1..max PRINTUSASCII, followed by SP. Returns the field and the
 /// position after the SP.
 #[inline(always)]
-fn field(buf: &[u8], pos: usize, max: usize, strict: bool) -> Result<(Option<Span>, usize), Fail> {
+fn field(buf: &[u8], pos: usize, max: usize, strict: bool) -> Result<(OptSpan, usize), Fail> {
     // NILVALUE (the usual PROCID and MSGID) needs no scan, and is then the only way to have one.
     if let Some([b'-', b' ', ..]) = buf.get(pos..) {
-        return Ok((None, pos + 2));
+        return Ok((OptSpan::NONE, pos + 2));
     }
     // No SP at all, like an empty field, is an error: the header is cut short.
     let end = find_byte(buf, pos, b' ').ok_or(Fail::Other)?;
@@ -80,7 +80,7 @@ fn field(buf: &[u8], pos: usize, max: usize, strict: bool) -> Result<(Option<Spa
     {
         return Err(Fail::Other);
     }
-    Ok((Some(Span::new(pos, end)), end + 1))
+    Ok((OptSpan::some(Span::new(pos, end)), end + 1))
 }
 
 /// `<PRI>VERSION SP` in the shape nearly every sender uses, a one-digit VERSION and a PRI both
@@ -231,7 +231,7 @@ fn timestamp(
     event: &mut Event,
 ) -> Result<usize, Fail> {
     let (ts, next) = field(buf, pos, usize::MAX, false)?;
-    if let Some(span) = ts {
+    if let Some(span) = ts.get() {
         match parse_rfc3339(&buf[span.start as usize..span.end as usize], strict) {
             Some(civil) => {
                 // Lenient readings may lack an offset; they are in the configured zone.

@@ -112,10 +112,17 @@ pub(super) fn parse(
         }
     }
     pos = next;
-    (event.hostname, pos) = field(buf, pos, 255, strict)?;
-    (event.appname, pos) = field(buf, pos, 48, strict)?;
-    (event.procid, pos) = field(buf, pos, 128, strict)?;
-    (event.msgid, pos) = field(buf, pos, 32, strict)?;
+    // Each field is stored as soon as it is read: the differential test compares what a failed
+    // parse leaves behind too.
+    let mut span;
+    (span, pos) = field(buf, pos, 255, strict)?;
+    event.hostname = span.into();
+    (span, pos) = field(buf, pos, 48, strict)?;
+    event.appname = span.into();
+    (span, pos) = field(buf, pos, 128, strict)?;
+    event.procid = span.into();
+    (span, pos) = field(buf, pos, 32, strict)?;
+    event.msgid = span.into();
 
     match buf.get(pos) {
         Some(b'-') => pos += 1,

@@ -277,7 +277,6 @@ fn run(parser: Parser, buf: &[u8], start: usize, strict: bool, clock: Clock) -> 
         escaped: false,
     }];
     let mut event = Event {
-        received: clock.received,
         message: Span::new(start, buf.len()),
         ..Event::default()
     };
