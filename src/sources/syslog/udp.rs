@@ -49,10 +49,7 @@ pub fn bind(addr: SocketAddr, receive_buffer: Option<usize>) -> std::io::Result<
     // configured; the kernel caps the request at net.core.rmem_max, so this never fails where
     // the default would have worked.
     let wanted = receive_buffer.unwrap_or(DEFAULT_RECEIVE_BUFFER);
-    socket.set_recv_buffer_size(wanted)?;
-    // Linux reports twice what it granted (the doubling covers its bookkeeping).
-    let granted = socket.recv_buffer_size()? / 2;
-    if granted < wanted {
+    if let Some(granted) = set_receive_buffer(&socket, wanted)? {
         tracing::warn!(
             %addr,
             wanted,
@@ -65,6 +62,14 @@ pub fn bind(addr: SocketAddr, receive_buffer: Option<usize>) -> std::io::Result<
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     UdpSocket::from_std(socket.into())
+}
+
+/// Sets SO_RCVBUF; returns what the kernel granted when that is less than `wanted`.
+fn set_receive_buffer(socket: &socket2::Socket, wanted: usize) -> std::io::Result<Option<usize>> {
+    socket.set_recv_buffer_size(wanted)?;
+    // Linux reports twice what it granted (the doubling covers its bookkeeping).
+    let granted = socket.recv_buffer_size()? / 2;
+    Ok((granted < wanted).then_some(granted))
 }
 
 /// Receives until shutdown, then drains what the socket already holds.
@@ -250,6 +255,21 @@ mod tests {
         let addr = first.local_addr()?;
         let second = bind(addr, None);
         assert!(second.is_err(), "a second socket bound {addr}");
+        Ok(())
+    }
+
+    /// Asking for more than net.core.rmem_max is reported (loghaul warns at start), asking for
+    /// less is not.
+    #[test]
+    fn a_receive_buffer_above_rmem_max_is_reported_as_capped() -> std::io::Result<()> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let max: usize = std::fs::read_to_string("/proc/sys/net/core/rmem_max")?
+            .trim()
+            .parse()
+            .map_err(std::io::Error::other)?;
+        let socket = Socket::new(Domain::IPV4, Type::DGRAM, Some(Protocol::UDP))?;
+        assert_eq!(set_receive_buffer(&socket, 2 * max + 4096)?, Some(max));
+        assert_eq!(set_receive_buffer(&socket, 64 * 1024)?, None);
         Ok(())
     }
 }
