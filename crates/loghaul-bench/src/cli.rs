@@ -134,7 +134,7 @@ pub struct RunArgs {
     /// Runs per subject.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
-    /// Events per run (default: 40M for basic, 5M otherwise).
+    /// Events per run (default: 40M for basic, 2M for rfc5424, 5M otherwise).
     #[arg(long)]
     pub events: Option<u64>,
     /// Generator connections.
