@@ -143,11 +143,7 @@ impl Fanout {
             // nothing was counted, so the queue gauges stay exact.
             match out.tx.reserve().await {
                 Ok(permit) => {
-                    out.enqueued(n);
-                    permit.send(Delivery {
-                        batch: batch.clone(),
-                        prepared,
-                    });
+                    out.deliver(permit, &batch, prepared);
                     delivered = true;
                 }
                 Err(_) => self
@@ -212,13 +208,9 @@ impl Shedding {
             match permit {
                 Ok(permit) => {
                     *shed = false;
-                    out.enqueued(n);
                     // Prepared only once there is room: a batch dropped here costs no encoding.
                     let prepared = out.prepare.as_ref().map(|p| p.prepare(&batch));
-                    permit.send(Delivery {
-                        batch: batch.clone(),
-                        prepared,
-                    });
+                    out.deliver(permit, &batch, prepared);
                     delivered = true;
                 }
                 Err(reason) => {
@@ -234,14 +226,25 @@ impl Shedding {
 }
 
 impl Output {
-    // The gauge goes up before the send so the receiver's decrement can never see it negative.
-    fn enqueued(&self, n: usize) {
+    /// Queues `batch` into the reserved slot and counts it in the downstream's queue gauges.
+    fn deliver(
+        &self,
+        permit: mpsc::Permit<'_, Delivery>,
+        batch: &Arc<EventBatch>,
+        prepared: Option<Prepared>,
+    ) {
+        // The gauges go up before the send so the receiver's decrement can never see them
+        // negative.
         self.downstream
             .buffer_events
-            .fetch_add(n as i64, Ordering::Relaxed);
+            .fetch_add(batch.len() as i64, Ordering::Relaxed);
         self.downstream
             .buffer_batches
             .fetch_add(1, Ordering::Relaxed);
+        permit.send(Delivery {
+            batch: batch.clone(),
+            prepared,
+        });
     }
 }
 
