@@ -5,7 +5,7 @@
 //! The names are specified in docs/specs/component.md; keep the two in step.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI64, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -108,6 +108,10 @@ pub struct ComponentMetrics {
     /// Batches waiting in this component's input queue, and its capacity.
     pub buffer_batches: AtomicI64,
     pub buffer_max_batches: AtomicI64,
+    /// Datagrams the kernel dropped before a UDP source read them, and whether this component
+    /// counts them at all (only then is the series rendered).
+    kernel_dropped: AtomicU64,
+    kernel_drops_tracked: AtomicBool,
     health: AtomicU8,
     reason: Mutex<Option<String>>,
     log_limiter: Mutex<Option<Instant>>,
@@ -130,6 +134,8 @@ impl ComponentMetrics {
             buffer_events: AtomicI64::new(0),
             buffer_batches: AtomicI64::new(0),
             buffer_max_batches: AtomicI64::new(0),
+            kernel_dropped: AtomicU64::new(0),
+            kernel_drops_tracked: AtomicBool::new(false),
             health: AtomicU8::new(Health::Starting as u8),
             reason: Mutex::new(None),
             log_limiter: Mutex::new(None),
@@ -162,6 +168,17 @@ impl ComponentMetrics {
     pub fn discarded(&self, reason: DiscardReason, count: u64) {
         if count > 0 {
             self.discarded[reason as usize].fetch_add(count, Ordering::Relaxed);
+        }
+    }
+
+    /// From now on `kernel_dropped_datagrams_total` is rendered for this component.
+    pub fn track_kernel_drops(&self) {
+        self.kernel_drops_tracked.store(true, Ordering::Relaxed);
+    }
+
+    pub fn kernel_dropped(&self, datagrams: u64) {
+        if datagrams > 0 {
+            self.kernel_dropped.fetch_add(datagrams, Ordering::Relaxed);
         }
     }
 
@@ -369,6 +386,19 @@ impl Registry {
                 }
             }
         }
+        let name = "loghaul_component_kernel_dropped_datagrams_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Datagrams the kernel dropped before the source read them (socket \
+             receive buffer full).\n# TYPE {name} counter"
+        );
+        for c in comps
+            .iter()
+            .filter(|c| c.kernel_drops_tracked.load(Ordering::Relaxed))
+        {
+            let n = c.kernel_dropped.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}{{{}}} {n}", labels(c));
+        }
         let name = "loghaul_component_up";
         let _ = writeln!(
             out,
@@ -413,6 +443,12 @@ mod tests {
         assert!(text.contains(&format!(
             "loghaul_component_discarded_events_total{{{labels},reason=\"queue_full\"}} 5"
         )));
+        // Only components that count kernel drops (UDP sources) have the series.
+        let drops = "loghaul_component_kernel_dropped_datagrams_total{";
+        assert!(!text.contains(drops));
+        m.track_kernel_drops();
+        m.kernel_dropped(7);
+        assert!(reg.render().contains(&format!("{drops}{labels}}} 7")));
     }
 
     #[test]

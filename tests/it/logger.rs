@@ -250,3 +250,75 @@ fn logger_rfc3164_udp() {
 fn logger_rfc5424_udp() {
     logger_roundtrip(Rfc::R5424, "--udp", false);
 }
+
+/// A burst larger than the UDP socket's receive buffer, sent by logger while loghaul is stopped:
+/// the kernel drops most of it, and loghaul reports exactly those drops. Every datagram is either
+/// written or counted in `kernel_dropped_datagrams_total`, and the operator is told why.
+#[test]
+fn kernel_udp_drops_are_counted_exactly() {
+    const SENT: u64 = 2000;
+    let server = Server::start(
+        r#"api: { address: "127.0.0.1:{API}" }
+sources:
+  udp_in: { type: syslog, mode: udp, address: "127.0.0.1:{UDP}", receive_buffer: 4KiB }
+sinks:
+  out: { type: file, inputs: [udp_in], path: "{DIR}/out.jsonl", encoding: json, flush_interval: 100ms }
+"#,
+    );
+    let drops = "loghaul_component_kernel_dropped_datagrams_total";
+    assert_eq!(server.metric(drops, "udp_in", None), 0);
+    let lines: String = (0..SENT)
+        .map(|i| format!("kernel drop seq {i}\n"))
+        .collect();
+    let file = server.path("burst.txt");
+    std::fs::write(&file, lines).expect("writing the burst file");
+
+    server.signal("STOP");
+    let mut cmd = Command::new(LOGGER);
+    cmd.args(["--server", "127.0.0.1", "--port"])
+        .arg(server.ports.udp.to_string())
+        .args(["--udp", "--rfc3164", "-t", "APP", "-f"])
+        .arg(&file);
+    let out = run_bounded(&mut cmd, Duration::from_secs(20));
+    assert!(out.status.success(), "logger failed: {}", output_text(&out));
+    wait_udp_queue_settled(server.ports.udp);
+    server.signal("CONT");
+
+    // Drops are read once a second: wait until every datagram is accounted for.
+    let deadline = std::time::Instant::now() + ARRIVE_TIMEOUT;
+    let (mut received, mut dropped) = (0, 0);
+    while std::time::Instant::now() < deadline {
+        received = server.metric("loghaul_component_received_events_total", "udp_in", None);
+        dropped = server.metric(drops, "udp_in", None);
+        if received + dropped >= SENT {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        (received + dropped, dropped > 0),
+        (SENT, true),
+        "received {received} + kernel-dropped {dropped} must be the {SENT} sent, with drops \
+         (a 4KiB buffer holds a few datagrams)"
+    );
+    let events = wait_lines(&server.out(), received as usize, ARRIVE_TIMEOUT);
+    let mut seqs: Vec<u64> = events.iter().map(|e| trailing_number(message(e))).collect();
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(
+        (events.len() as u64, seqs.len() as u64),
+        (received, received),
+        "every received datagram is written, once"
+    );
+    assert!(
+        seqs.iter().all(|&s| s < SENT),
+        "unexpected sequence numbers: {seqs:?}"
+    );
+    let stderr = server.stderr();
+    assert!(
+        stderr.contains("The kernel dropped datagrams")
+            && stderr.contains(&format!("dropped={dropped}")),
+        "no warning with the drop count in stderr:\n{}",
+        tail(&stderr, 2000)
+    );
+}

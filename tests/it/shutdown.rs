@@ -166,37 +166,3 @@ fn datagram_round(round: usize) {
         &format!("round {round}: datagrams in the socket buffer at SIGTERM"),
     );
 }
-
-/// Bytes queued on the UDP socket bound to 127.0.0.1:`port`, from /proc/net/udp (`rx_queue`).
-fn udp_rx_queue(port: u16) -> Option<u64> {
-    let table = std::fs::read_to_string("/proc/net/udp").ok()?;
-    let local = format!("0100007F:{port:04X}");
-    table.lines().skip(1).find_map(|line| {
-        let cols: Vec<&str> = line.split_whitespace().collect();
-        if cols.get(1) != Some(&local.as_str()) {
-            return None;
-        }
-        let (_, rx) = cols.get(4)?.split_once(':')?;
-        u64::from_str_radix(rx, 16).ok()
-    })
-}
-
-/// Waits (at most 5 s) until the socket's receive queue has not changed for 100 ms: every
-/// datagram sent has then been delivered (loghaul may have read some before SIGSTOP took hold,
-/// so the queue may hold fewer than were sent, or none).
-fn wait_udp_queue_settled(port: u16) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    let mut last = None;
-    let mut stable_since = std::time::Instant::now();
-    while std::time::Instant::now() < deadline {
-        let now = udp_rx_queue(port);
-        if now != last {
-            last = now;
-            stable_since = std::time::Instant::now();
-        } else if now.is_some() && stable_since.elapsed() >= std::time::Duration::from_millis(100) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    panic!("loghaul's UDP receive queue never settled (rx_queue {last:?})");
-}

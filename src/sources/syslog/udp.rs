@@ -5,9 +5,16 @@
 //! a full downstream queue is waited for at most [`QUEUE_WAIT`] (the socket's receive buffer
 //! holds what arrives meanwhile), then the batch is dropped for that downstream and counted
 //! (`component_discarded_events_total{reason="queue_full"}`), never buffered without bound.
+//!
+//! Datagrams the kernel drops because the socket's receive buffer is full never reach loghaul;
+//! the source reads the kernel's count for its socket every second ([`KernelDrops`]) and reports
+//! them as `component_kernel_dropped_datagrams_total`, with a rate-limited warning.
 
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use loghaul_codec::framing::{Frame, Framer, FramingMode, FramingStats};
@@ -37,6 +44,8 @@ const MAX_DATAGRAMS: usize = 2048;
 /// hold one datagram each, so 32 queued batches are no backlog at all); short enough that the
 /// kernel buffer (about 10,000 small datagrams at the default 4MiB) rarely overflows unseen.
 const QUEUE_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
+/// How often the kernel's drop count for the socket is read.
+const DROPS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Binds the socket, with SO_RCVBUF set when configured.
 pub fn bind(addr: SocketAddr, receive_buffer: Option<usize>) -> std::io::Result<UdpSocket> {
@@ -83,14 +92,29 @@ pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: Shutd
     let max_length = ctx.config.max_length;
     ctx.metrics.set_health(Health::Running, None);
     let mut arena = BytesMut::new();
+    let mut drops = KernelDrops::open(&socket);
     let mut socket = Receiver::Live(socket);
     // Set once draining: when the socket was last seen empty with nothing received since.
     let mut quiet_since: Option<std::time::Instant> = None;
     let mut scratch = Vec::new();
     let mut fanout = Shedding::new(ctx.fanout.clone(), QUEUE_WAIT);
+    match &drops {
+        Ok(_) => ctx.metrics.track_kernel_drops(),
+        Err(error) => tracing::debug!(
+            component = %ctx.id,
+            %error,
+            "Kernel drop counts for the UDP socket are unavailable."
+        ),
+    }
+    let mut tick = tokio::time::interval(DROPS_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         if let Receiver::Live(live) = &socket {
             tokio::select! {
+                _ = tick.tick(), if drops.is_ok() => {
+                    count_kernel_drops(&mut drops, &ctx);
+                    continue;
+                }
                 ready = live.readable() => {
                     if let Err(error) = ready {
                         ctx.metrics.error(ErrorKind::Io, 1);
@@ -183,7 +207,94 @@ pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: Shutd
             Receiver::Draining(_) => fanout.fanout().send(batch).await,
         }
     }
+    // Drops during the drain, too: the last warning says what was lost at the end.
+    count_kernel_drops(&mut drops, &ctx);
     ctx.metrics.set_health(Health::Stopped, None);
+}
+
+/// The kernel's count of datagrams it dropped on one socket because the receive buffer was full
+/// (`sk_drops`): the `drops` column of /proc/net/udp (udp6 for IPv6 sockets), on the row with
+/// the socket's inode. Reading a table of a few sockets once a second costs nothing measurable,
+/// and needs no socket option or ancillary data on the receive path.
+struct KernelDrops {
+    table: &'static str,
+    inode: u64,
+    /// The column's value at the last reading (a 32-bit counter in the kernel: it wraps).
+    last: u32,
+}
+
+impl KernelDrops {
+    fn open(socket: &UdpSocket) -> std::io::Result<KernelDrops> {
+        let table = if socket.local_addr()?.is_ipv6() {
+            "/proc/net/udp6"
+        } else {
+            "/proc/net/udp"
+        };
+        // `stat` on the descriptor's /proc link gives the socket's own inode.
+        let inode = std::fs::metadata(format!("/proc/self/fd/{}", socket.as_raw_fd()))?.ino();
+        let mut drops = KernelDrops {
+            table,
+            inode,
+            last: 0,
+        };
+        drops.last = drops.read()?;
+        Ok(drops)
+    }
+
+    fn read(&self) -> std::io::Result<u32> {
+        let text = std::fs::read_to_string(self.table)?;
+        drops_of(&text, self.inode).ok_or_else(|| {
+            std::io::Error::other(format!("no row for inode {} in {}", self.inode, self.table))
+        })
+    }
+
+    /// Datagrams dropped since the last call.
+    fn poll(&mut self) -> std::io::Result<u64> {
+        let now = self.read()?;
+        let new = now.wrapping_sub(self.last);
+        self.last = now;
+        Ok(u64::from(new))
+    }
+}
+
+/// Counts new kernel drops and warns about them (rate-limited). A failed reading (the table
+/// vanished, which only a changed /proc does) stops the counting with one warning.
+fn count_kernel_drops(drops: &mut std::io::Result<KernelDrops>, ctx: &SourceContext) {
+    let Ok(counter) = drops else {
+        return;
+    };
+    match counter.poll() {
+        Ok(0) => {}
+        Ok(dropped) => {
+            ctx.metrics.kernel_dropped(dropped);
+            crate::warn_limited!(
+                ctx.metrics,
+                dropped,
+                address = %ctx.config.address,
+                "The kernel dropped datagrams before loghaul could read them: the socket's \
+                 receive buffer was full. Raise `receive_buffer` (and net.core.rmem_max); if a \
+                 sink is slow, discarded_events_total{{reason=\"queue_full\"}} grows as well."
+            );
+        }
+        Err(error) => {
+            tracing::warn!(component = %ctx.id, %error, "Stopped counting kernel drops for the UDP socket.");
+            *drops = Err(error);
+        }
+    }
+}
+
+/// The `drops` column of the row of a /proc/net/udp table whose `inode` column is `inode`.
+fn drops_of(table: &str, inode: u64) -> Option<u32> {
+    // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+    // ref pointer drops
+    table.lines().skip(1).find_map(|line| {
+        let mut cols = line.split_whitespace();
+        let row_inode: u64 = cols.nth(9)?.parse().ok()?;
+        if row_inode != inode {
+            return None;
+        }
+        cols.nth(2)?.parse().ok()
+    })
 }
 
 /// The socket, first served by the reactor, then (once shutdown starts) drained with plain
@@ -255,6 +366,25 @@ mod tests {
         let addr = first.local_addr()?;
         let second = bind(addr, None);
         assert!(second.is_err(), "a second socket bound {addr}");
+        Ok(())
+    }
+
+    #[test]
+    fn drops_are_read_from_the_row_with_the_sockets_inode() {
+        let table = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+             \x20 711: 0100007F:A3E5 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 58261 2 0000000000000000 0\n\
+             \x20 919: 0100007F:8CA5 00000000:0000 07 00000000:00012C00 00:00000000 00000000     0        0 91022 2 0000000000000000 4711\n";
+        assert_eq!(drops_of(table, 91022), Some(4711));
+        assert_eq!(drops_of(table, 58261), Some(0));
+        assert_eq!(drops_of(table, 1), None);
+    }
+
+    /// The live table has the socket's row, and a fresh socket has dropped nothing.
+    #[tokio::test]
+    async fn a_fresh_socket_has_a_row_and_no_drops() -> std::io::Result<()> {
+        let socket = bind("127.0.0.1:0".parse().map_err(std::io::Error::other)?, None)?;
+        let mut drops = KernelDrops::open(&socket)?;
+        assert_eq!(drops.poll()?, 0);
         Ok(())
     }
 
