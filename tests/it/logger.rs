@@ -322,3 +322,40 @@ sinks:
         tail(&stderr, 2000)
     );
 }
+
+/// `timezone: local` end to end: logger writes its local time (RFC 3164 carries no zone), and
+/// loghaul, in the same zone from `TZ`, turns it back into the right UTC instant. Five hours
+/// east of UTC, so a source that ignored the zone would be five hours off.
+#[test]
+fn logger_local_time_with_timezone_local() {
+    const TZ: &str = "XYZ-5";
+    let server = Server::start_with_env(
+        r#"api: { address: "127.0.0.1:{API}" }
+sources:
+  udp_in: { type: syslog, mode: udp, address: "127.0.0.1:{UDP}", timezone: local }
+sinks:
+  out: { type: file, inputs: [udp_in], path: "{DIR}/out.jsonl", encoding: json, flush_interval: 100ms }
+"#,
+        &[("TZ", TZ)],
+    );
+    let mut cmd = Command::new(LOGGER);
+    cmd.env("TZ", TZ)
+        .args(["--server", "127.0.0.1", "--port"])
+        .arg(server.ports.udp.to_string())
+        .args(["--udp", "--rfc3164", "-t", "APP", "local zone"]);
+    let before = now_unix();
+    let out = run_bounded(&mut cmd, Duration::from_secs(20));
+    assert!(out.status.success(), "logger failed: {}", output_text(&out));
+    let events = wait_lines(&server.out(), 1, ARRIVE_TIMEOUT);
+    let ts = events[0]["timestamp"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let (secs, _) = parse_rfc3339_utc(&ts);
+    // RFC 3164 has whole seconds: the instant is within a few seconds of the send.
+    assert!(
+        (secs - before).abs() < 10.0,
+        "timestamp {ts} is {:.0}s from the send time (expected the same instant)",
+        secs - before
+    );
+}

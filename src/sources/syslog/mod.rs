@@ -24,7 +24,7 @@ pub struct SourceContext {
     pub config: SyslogSourceConfig,
     pub metrics: Arc<ComponentMetrics>,
     pub fanout: Fanout,
-    /// Resolved once when the source starts (including a `local` time zone's offset).
+    /// Decoding options from the configuration (each decoder looks a `local` zone up itself).
     pub decode: DecodeOptions,
 }
 
@@ -85,11 +85,6 @@ impl SourceContext {
     }
 }
 
-fn local_offset_seconds() -> i32 {
-    use chrono::{Local, Offset};
-    Local::now().offset().fix().local_minus_utc()
-}
-
 fn decode_options(config: &SyslogSourceConfig) -> DecodeOptions {
     DecodeOptions {
         format: match config.format {
@@ -102,9 +97,7 @@ fn decode_options(config: &SyslogSourceConfig) -> DecodeOptions {
         timezone: match config.timezone {
             TimeZoneSetting::Utc => TimeZone::Utc,
             TimeZoneSetting::Fixed(secs) => TimeZone::Fixed(secs),
-            // Resolved once when the source starts: a DST change during a run is an accepted
-            // inaccuracy for zone-less timestamps (documented in docs/configuration.md).
-            TimeZoneSetting::Local => TimeZone::Fixed(local_offset_seconds()),
+            TimeZoneSetting::Local => TimeZone::Local,
         },
     }
 }

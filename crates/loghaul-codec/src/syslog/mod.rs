@@ -45,15 +45,19 @@ pub enum TimeZone {
     Utc,
     /// Seconds east of UTC.
     Fixed(i32),
+    /// The server's zone (`TZ`, else /etc/localtime), at the receive time: a daylight-saving
+    /// change applies from the first message received after it.
+    Local,
 }
 
-impl TimeZone {
-    fn offset(self) -> i32 {
-        match self {
-            TimeZone::Utc => 0,
-            TimeZone::Fixed(s) => s,
-        }
-    }
+/// Seconds east of UTC of the server's zone at `unix_secs`.
+fn local_offset_at(unix_secs: i64) -> i32 {
+    use chrono::{Offset, TimeZone as _};
+    // A UTC instant always maps to exactly one local time; 0 only if it is out of range.
+    chrono::Local
+        .timestamp_opt(unix_secs, 0)
+        .single()
+        .map_or(0, |t| t.offset().fix().local_minus_utc())
 }
 
 /// How a [`Decoder`] reads frames.
@@ -106,6 +110,10 @@ pub struct Decoder {
     /// computing it once per day instead of per event keeps the hot path short.
     cached_day: i64,
     cached_year: i64,
+    /// For [`TimeZone::Local`]: the receive time's minute when the offset was last looked up,
+    /// and that offset. Zone rules change on minute boundaries, so once a minute is exact.
+    local_minute: i64,
+    local_offset: i32,
 }
 
 impl Decoder {
@@ -114,6 +122,8 @@ impl Decoder {
             opts,
             cached_day: i64::MIN,
             cached_year: 1970,
+            local_minute: i64::MIN,
+            local_offset: 0,
         }
     }
 
@@ -122,7 +132,18 @@ impl Decoder {
     }
 
     fn clock(&mut self, received: Timestamp) -> Clock {
-        let offset = self.opts.timezone.offset();
+        let offset = match self.opts.timezone {
+            TimeZone::Utc => 0,
+            TimeZone::Fixed(secs) => secs,
+            TimeZone::Local => {
+                let minute = received.unix_seconds().div_euclid(60);
+                if minute != self.local_minute {
+                    self.local_minute = minute;
+                    self.local_offset = local_offset_at(received.unix_seconds());
+                }
+                self.local_offset
+            }
+        };
         let day = received
             .unix_seconds()
             .saturating_add(i64::from(offset))

@@ -780,3 +780,61 @@ fn failed_sd_parse_leaves_no_side_table_rows() {
     assert!(batch.sd_elements.is_empty() && batch.sd_params.is_empty());
     assert_eq!(batch.events[0].structured_data, None);
 }
+
+/// `timezone: local` follows a daylight-saving change while one decoder runs: the offset is
+/// the zone's at each receive time. The zone must come from `TZ` before the first lookup, and
+/// setting the environment in-process is unsound with other test threads, so the test runs
+/// itself again as a child process with `TZ` set (a POSIX rule: no tz database needed).
+#[test]
+fn local_zone_follows_a_dst_change_between_batches() {
+    const NAME: &str = "syslog::tests::local_zone_follows_a_dst_change_between_batches";
+    if std::env::var_os("LOGHAUL_TEST_TZ_CHILD").is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+            .env("TZ", "CET-1CEST,M3.5.0,M10.5.0/3")
+            .env("LOGHAUL_TEST_TZ_CHILD", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("1 passed"),
+            "child run failed:\n{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    // 2026-03-29 01:00Z: central Europe goes from +01:00 to +02:00 (02:00 local becomes 03:00).
+    let switch = days_from_civil(2026, 3, 29) * 86_400 + 3600;
+    let at = |secs: i64| Timestamp::from_nanos(secs * 1_000_000_000, 0);
+    let opts = DecodeOptions {
+        timezone: TimeZone::Local,
+        ..DecodeOptions::default()
+    };
+    let mut decoder = Decoder::new(opts);
+    let mut decode = |line: &[u8], received: Timestamp| {
+        let mut batch = EventBatch::new(Bytes::copy_from_slice(line), "test".into(), "syslog");
+        let frames = [Frame {
+            start: 0,
+            end: line.len() as u32,
+            truncated: false,
+        }];
+        decoder.decode_batch(
+            &mut batch,
+            &frames,
+            received,
+            None,
+            &mut DecodeStats::default(),
+        );
+        to_json(&batch)["timestamp"].clone()
+    };
+    // Half a minute before the change, 01:59:30 local is 00:59:30Z; just after it, 03:00:30
+    // local is 01:00:30Z. A decoder that kept its first offset would give 02:00:30Z.
+    assert_eq!(
+        decode(b"<13>Mar 29 01:59:30 h app: before", at(switch - 30)),
+        "2026-03-29T00:59:30Z"
+    );
+    assert_eq!(
+        decode(b"<13>Mar 29 03:00:30 h app: after", at(switch + 30)),
+        "2026-03-29T01:00:30Z"
+    );
+}
