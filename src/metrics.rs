@@ -295,61 +295,65 @@ impl Registry {
                 c.component_type
             )
         };
-        type Getter = fn(&ComponentMetrics) -> i64;
+        // `None`: the metric does not apply to the component (no series): connections exist only
+        // on sources, input queues only on transforms and sinks.
+        type Getter = fn(&ComponentMetrics) -> Option<i64>;
         let simple: [(&str, &str, &str, Getter); 8] = [
             (
                 "loghaul_component_received_events_total",
                 "counter",
                 "Events the component accepted.",
-                |c| c.received_events.load(Ordering::Relaxed) as i64,
+                |c| Some(c.received_events.load(Ordering::Relaxed) as i64),
             ),
             (
                 "loghaul_component_received_bytes_total",
                 "counter",
                 "Bytes the component accepted (wire bytes for sources).",
-                |c| c.received_bytes.load(Ordering::Relaxed) as i64,
+                |c| Some(c.received_bytes.load(Ordering::Relaxed) as i64),
             ),
             (
                 "loghaul_component_sent_events_total",
                 "counter",
                 "Events the component passed on (sources, transforms) or wrote (sinks).",
-                |c| c.sent_events.load(Ordering::Relaxed) as i64,
+                |c| Some(c.sent_events.load(Ordering::Relaxed) as i64),
             ),
             (
                 "loghaul_component_sent_bytes_total",
                 "counter",
                 "Bytes the component wrote (sinks: encoded bytes).",
-                |c| c.sent_bytes.load(Ordering::Relaxed) as i64,
+                |c| Some(c.sent_bytes.load(Ordering::Relaxed) as i64),
             ),
             (
                 "loghaul_open_connections",
                 "gauge",
                 "Client connections open now.",
-                |c| c.open_connections.load(Ordering::Relaxed),
+                |c| (c.kind == "source").then(|| c.open_connections.load(Ordering::Relaxed)),
             ),
             (
                 "loghaul_buffer_events",
                 "gauge",
                 "Events waiting in the component's input queue.",
-                |c| c.buffer_events.load(Ordering::Relaxed),
+                |c| (c.kind != "source").then(|| c.buffer_events.load(Ordering::Relaxed)),
             ),
             (
                 "loghaul_buffer_batches",
                 "gauge",
                 "Batches waiting in the component's input queue.",
-                |c| c.buffer_batches.load(Ordering::Relaxed),
+                |c| (c.kind != "source").then(|| c.buffer_batches.load(Ordering::Relaxed)),
             ),
             (
                 "loghaul_buffer_max_batches",
                 "gauge",
                 "Capacity of the component's input queue, in batches.",
-                |c| c.buffer_max_batches.load(Ordering::Relaxed),
+                |c| (c.kind != "source").then(|| c.buffer_max_batches.load(Ordering::Relaxed)),
             ),
         ];
         for (name, ty, help, get) in simple {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {ty}");
             for c in &comps {
-                let _ = writeln!(out, "{name}{{{}}} {}", labels(c), get(c));
+                if let Some(v) = get(c) {
+                    let _ = writeln!(out, "{name}{{{}}} {v}", labels(c));
+                }
             }
         }
         // Counter families with one extra label, one series per (component, label value).
@@ -443,6 +447,16 @@ mod tests {
         assert!(text.contains(&format!(
             "loghaul_component_discarded_events_total{{{labels},reason=\"queue_full\"}} 5"
         )));
+        // Connections are a source's, queues a sink's or transform's.
+        let sink = reg.register("out", "sink", "file");
+        let text = reg.render();
+        assert!(text.contains(&format!("loghaul_open_connections{{{labels}}} 0")));
+        assert!(!text.contains("loghaul_open_connections{component_id=\"out\""));
+        assert!(!text.contains(&format!("loghaul_buffer_events{{{labels}}}")));
+        sink.buffer_events.store(4, Ordering::Relaxed);
+        assert!(reg.render().contains(
+            "loghaul_buffer_events{component_id=\"out\",component_kind=\"sink\",component_type=\"file\"} 4"
+        ));
         // Only components that count kernel drops (UDP sources) have the series.
         let drops = "loghaul_component_kernel_dropped_datagrams_total{";
         assert!(!text.contains(drops));
