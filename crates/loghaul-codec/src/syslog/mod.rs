@@ -111,7 +111,8 @@ pub struct Decoder {
     cached_day: i64,
     cached_year: i64,
     /// For [`TimeZone::Local`]: the receive time's minute when the offset was last looked up,
-    /// and that offset. Zone rules change on minute boundaries, so once a minute is exact.
+    /// and that offset. Zones in use today change offset on whole minutes, so looking up once a
+    /// minute misses no change.
     local_minute: i64,
     local_offset: i32,
 }
