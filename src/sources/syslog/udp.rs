@@ -232,25 +232,13 @@ impl KernelDrops {
         };
         // `stat` on the descriptor's /proc link gives the socket's own inode.
         let inode = std::fs::metadata(format!("/proc/self/fd/{}", socket.as_raw_fd()))?.ino();
-        let mut drops = KernelDrops {
-            table,
-            inode,
-            last: 0,
-        };
-        drops.last = drops.read()?;
-        Ok(drops)
-    }
-
-    fn read(&self) -> std::io::Result<u32> {
-        let text = std::fs::read_to_string(self.table)?;
-        drops_of(&text, self.inode).ok_or_else(|| {
-            std::io::Error::other(format!("no row for inode {} in {}", self.inode, self.table))
-        })
+        let last = read_drops(table, inode)?;
+        Ok(KernelDrops { table, inode, last })
     }
 
     /// Datagrams dropped since the last call.
     fn poll(&mut self) -> std::io::Result<u64> {
-        let now = self.read()?;
+        let now = read_drops(self.table, self.inode)?;
         let new = now.wrapping_sub(self.last);
         self.last = now;
         Ok(u64::from(new))
@@ -281,6 +269,13 @@ fn count_kernel_drops(drops: &mut std::io::Result<KernelDrops>, ctx: &SourceCont
             *drops = Err(error);
         }
     }
+}
+
+/// The socket's current `drops` value in `table` (a /proc/net/udp file).
+fn read_drops(table: &str, inode: u64) -> std::io::Result<u32> {
+    let text = std::fs::read_to_string(table)?;
+    drops_of(&text, inode)
+        .ok_or_else(|| std::io::Error::other(format!("no row for inode {inode} in {table}")))
 }
 
 /// The `drops` column of the row of a /proc/net/udp table whose `inode` column is `inode`.
