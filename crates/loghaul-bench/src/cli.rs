@@ -242,14 +242,18 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         );
     } else {
         println!(
-            "gen: sent {} events ({} bytes) in {:.3}s: {} events/s, {:.1} MB/s over {} connection(s) to {}",
+            "gen: sent {} events ({} bytes) in {:.3}s: {} events/s, {:.1} MB/s over {} connection(s) to {}{}",
             stats.sent,
             stats.bytes,
             stats.elapsed_secs,
             human(stats.rate()),
             stats.bytes as f64 / stats.elapsed_secs.max(1e-9) / 1e6,
             a.connections,
-            a.target
+            a.target,
+            stats.cpu_secs.map_or(String::new(), |c| format!(
+                "; generator CPU {c:.2}s ({:.2} cores)",
+                c / stats.elapsed_secs.max(1e-9)
+            )),
         );
     }
     Ok(())

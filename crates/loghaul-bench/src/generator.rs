@@ -54,6 +54,10 @@ pub struct GenStats {
     pub per_connection: Vec<u64>,
     /// Wall-clock start (µs since the epoch), taken when the connections were released.
     pub start_unix_us: u64,
+    /// CPU seconds the sending threads used from the start signal to their last send, summed
+    /// (`None` where the kernel does not report per-thread run time, or for an outside
+    /// generator): how much of the machine the load itself took.
+    pub cpu_secs: Option<f64>,
 }
 
 impl GenStats {
@@ -107,8 +111,9 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
             let sent_total = Arc::clone(&sent_total);
             let barrier = Arc::clone(&barrier);
             let duration = cfg.duration;
-            handles.push(scope.spawn(move || -> Result<(u64, u64)> {
+            handles.push(scope.spawn(move || -> Result<(u64, u64, Option<u64>)> {
                 barrier.wait();
+                let cpu0 = thread_cpu_ns();
                 let start = Instant::now();
                 let r = lane(
                     blocks,
@@ -121,9 +126,10 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
                     stop,
                 );
                 let fin = target.finish();
-                let out = r?;
+                let cpu = cpu0.zip(thread_cpu_ns()).map(|(a, b)| b.saturating_sub(a));
+                let (n, b) = r?;
                 fin?;
-                Ok(out)
+                Ok((n, b, cpu))
             }));
         }
         barrier.wait();
@@ -150,14 +156,34 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
         elapsed_secs: elapsed.as_secs_f64(),
         per_connection: Vec::new(),
         start_unix_us,
+        cpu_secs: Some(0.0),
     };
     for r in results {
-        let (n, b) = r?;
+        let (n, b, cpu) = r?;
         stats.sent += n;
         stats.bytes += b;
         stats.per_connection.push(n);
+        stats.cpu_secs = stats
+            .cpu_secs
+            .zip(cpu)
+            .map(|(sum, ns)| sum + ns as f64 / 1e9);
     }
     Ok(stats)
+}
+
+/// The calling thread's CPU time so far, in nanoseconds: the first field of
+/// `/proc/thread-self/schedstat` (the scheduler's run-time account, which unlike the 10ms ticks
+/// of `/proc/*/stat` resolves a one-second run of several threads).
+fn thread_cpu_ns() -> Option<u64> {
+    // The account is brought up to date when the thread passes through the scheduler; without
+    // this, the running slice (up to a tick) would be missing.
+    std::thread::yield_now();
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// One connection's send loop; returns (messages, bytes).
@@ -248,6 +274,14 @@ mod tests {
         };
         let stats = run(&cfg, None, &AtomicBool::new(false)).unwrap();
         assert_eq!(stats.sent, 100);
+        // Each sending thread's CPU is at most its wall time.
+        let cpu = stats
+            .cpu_secs
+            .expect("this kernel reports per-thread run time");
+        assert!(
+            cpu > 0.0 && cpu <= 3.0 * stats.elapsed_secs + 0.01,
+            "{cpu} {stats:?}"
+        );
         assert_eq!(stats.per_connection, vec![34, 33, 33]);
         let texts = reader.join().unwrap();
         let lines: usize = texts.iter().map(|t| t.lines().count()).sum();

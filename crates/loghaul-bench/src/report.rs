@@ -48,6 +48,9 @@ pub struct RunRecord {
     pub events_per_sec: f64,
     /// Seconds the generator took to hand everything to the kernel.
     pub gen_secs: f64,
+    /// CPU the lab's generator used over the run's duration, in cores (`None`: loggen, or not
+    /// measurable): on a small machine, what the subject could not have.
+    pub gen_cores: Option<f64>,
     /// CPU seconds (user + system) of the subject's process tree during the run.
     pub cpu_secs: f64,
     /// cpu_secs per million events seen.
@@ -90,6 +93,7 @@ impl RunRecord {
             duration_secs: 0.0,
             events_per_sec: 0.0,
             gen_secs: 0.0,
+            gen_cores: None,
             cpu_secs: 0.0,
             cpu_secs_per_million: 0.0,
             cpu_per_wall: 0.0,
@@ -158,6 +162,8 @@ pub struct Summary {
     pub cpu_secs_per_million: Option<Spread>,
     /// CPU / wall.
     pub cpu_per_wall: Option<Spread>,
+    /// The generator's CPU / wall.
+    pub gen_cores: Option<Spread>,
     /// Peak RSS, MiB.
     pub peak_rss_mib: Option<Spread>,
     /// Total events lost over all runs.
@@ -205,6 +211,7 @@ pub fn summarize(records: &[RunRecord], subjects: &[String]) -> Vec<Summary> {
                 events_per_sec: col(&|r| r.events_per_sec),
                 cpu_secs_per_million: col(&|r| r.cpu_secs_per_million),
                 cpu_per_wall: col(&|r| r.cpu_per_wall),
+                gen_cores: spread(&ok.iter().filter_map(|r| r.gen_cores).collect::<Vec<_>>()),
                 peak_rss_mib: col(&|r| r.peak_rss_bytes as f64 / (1024.0 * 1024.0)),
                 loss: ok.iter().map(|r| r.loss).sum(),
                 duplicates: if ok.iter().all(|r| r.duplicates.is_some()) && !ok.is_empty() {
@@ -247,14 +254,14 @@ pub fn markdown(scenario: &str, events: u64, runs: usize, summaries: &[Summary])
     );
     s.push_str(
         "| implementation | platform | duration | rate | CPU-s / 1M events | CPU/wall | peak RSS | \
-         loss | dups | p50 | p99 | p99.9 |\n",
+         loss | dups | p50 | p99 | p99.9 | generator CPU/wall |\n",
     );
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for m in summaries {
         if m.runs == 0 {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | – | – | – | – | – | – | – | – | – |",
+                "| {} | {} | {} | – | – | – | – | – | – | – | – | – | – |",
                 m.subject,
                 m.platform,
                 m.note.clone().unwrap_or_else(|| "not run".into())
@@ -268,7 +275,7 @@ pub fn markdown(scenario: &str, events: u64, runs: usize, summaries: &[Summary])
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             m.subject,
             m.platform,
             fmt_spread(m.duration_secs, &|v| format!("{v:.2}s")),
@@ -281,6 +288,7 @@ pub fn markdown(scenario: &str, events: u64, runs: usize, summaries: &[Summary])
             ms(m.latency_p50_ms),
             ms(m.latency_p99_ms),
             ms(m.latency_p999_ms),
+            fmt_spread(m.gen_cores, &|v| format!("{v:.2}")),
         );
     }
     s
@@ -290,8 +298,8 @@ pub fn markdown(scenario: &str, events: u64, runs: usize, summaries: &[Summary])
 pub fn csv(records: &[RunRecord]) -> String {
     let mut s = String::from(
         "scenario,subject,platform,run,status,events_sent,events_seen,duration_secs,events_per_sec,\
-         gen_secs,cpu_secs,cpu_secs_per_million,cpu_per_wall,peak_rss_bytes,loss,duplicates,\
-         latency_p50_ms,latency_p99_ms,latency_p999_ms\n",
+         gen_secs,gen_cores,cpu_secs,cpu_secs_per_million,cpu_per_wall,peak_rss_bytes,loss,\
+         duplicates,latency_p50_ms,latency_p99_ms,latency_p999_ms\n",
     );
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
     for r in records {
@@ -303,7 +311,7 @@ pub fn csv(records: &[RunRecord]) -> String {
         };
         let _ = writeln!(
             s,
-            "{},{},\"{}\",{},{},{},{},{:.4},{:.0},{:.4},{:.3},{:.4},{:.3},{},{},{},{},{},{}",
+            "{},{},\"{}\",{},{},{},{},{:.4},{:.0},{:.4},{},{:.3},{:.4},{:.3},{},{},{},{},{},{}",
             r.scenario,
             r.subject,
             r.platform.replace('"', "'"),
@@ -314,6 +322,7 @@ pub fn csv(records: &[RunRecord]) -> String {
             r.duration_secs,
             r.events_per_sec,
             r.gen_secs,
+            opt(r.gen_cores),
             r.cpu_secs,
             r.cpu_secs_per_million,
             r.cpu_per_wall,
@@ -547,5 +556,35 @@ mod tests {
         assert!(t.contains("| eventmachine | Ruby | n/a: a line counter |"));
         let svg = svg("t", &m);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    }
+
+    #[test]
+    fn generator_share_is_reported_per_run_and_as_a_median() {
+        let run = |n: usize, gen_cores: Option<f64>| {
+            let mut r = RunRecord::empty("rfc5424", "loghaul", "Rust", n, Status::Complete);
+            r.events_seen = 100;
+            r.gen_cores = gen_cores;
+            r
+        };
+        let records = vec![run(1, Some(0.25)), run(2, Some(0.75)), run(3, Some(0.5))];
+        let m = summarize(&records, &["loghaul".into(), "loggen-driven".into()]);
+        let t = markdown("rfc5424", 100, 3, &m);
+        let rows: Vec<&str> = t.lines().filter(|l| l.starts_with('|')).collect();
+        assert!(rows[0].ends_with("| generator CPU/wall |"), "{t}");
+        // Every row, measured or not, has the header's columns.
+        for row in &rows {
+            assert_eq!(
+                row.matches('|').count(),
+                rows[0].matches('|').count(),
+                "{row}"
+            );
+        }
+        assert!(rows[2].ends_with("| 0.50 (0.25–0.75) |"), "{t}");
+        let c = csv(&records);
+        let header: Vec<&str> = c.lines().next().unwrap().split(',').collect();
+        let at = header.iter().position(|h| *h == "gen_cores").unwrap();
+        let first: Vec<&str> = c.lines().nth(1).unwrap().split(',').collect();
+        assert_eq!(first.len(), header.len());
+        assert_eq!(first[at], "0.250");
     }
 }

@@ -240,7 +240,7 @@ fn describe(r: &RunRecord) -> String {
         Status::Failed(why) => why.clone(),
         status => format!(
             "{}{} events in {:.2}s = {}/s, CPU {:.2}s ({:.2} s/1M, {:.2} cores), RSS {:.0}MiB, loss {}, \
-             dups {}, p99 {}",
+             dups {}, p99 {}, generator {} cores",
             if *status == Status::Timeout {
                 "TIMEOUT: "
             } else {
@@ -257,6 +257,7 @@ fn describe(r: &RunRecord) -> String {
             r.duplicates.map_or("n/a".into(), |d| d.to_string()),
             r.latency_p99_ms
                 .map_or("n/a".into(), |v| format!("{v:.1}ms")),
+            r.gen_cores.map_or("n/a".into(), |v| format!("{v:.2}")),
         ),
     }
 }
@@ -562,6 +563,7 @@ fn run_one(
     rec.events_sent = gen_stats.sent;
     rec.duration_secs = duration;
     rec.gen_secs = gen_stats.elapsed_secs;
+    rec.gen_cores = gen_stats.cpu_secs.map(|c| c / duration);
     rec.cpu_secs = cpu;
     rec.cpu_per_wall = cpu / duration;
     rec.peak_rss_bytes = peak;
@@ -657,6 +659,7 @@ impl Running {
                     elapsed_secs: started.elapsed().as_secs_f64(),
                     per_connection: Vec::new(),
                     start_unix_us: start_us,
+                    cpu_secs: None,
                 })
             }
         }

@@ -334,6 +334,9 @@ fn scenario_smoke(scenario: &str) {
         // CPU time has a 10ms resolution: a small run of a fast subject may read 0.
         assert!(r["cpu_secs"].as_f64().unwrap() >= 0.0, "{scenario}: {r}");
         assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0, "{scenario}: {r}");
+        // The built-in generator's four sending threads, over the run: some CPU, at most all four.
+        let gen_cores = r["gen_cores"].as_f64().unwrap();
+        assert!(gen_cores > 0.0 && gen_cores <= 4.0, "{scenario}: {r}");
         // In `basic`, loghaul counts lines in a blackhole sink (as EventMachine does): a count
         // proves no loss but cannot tell duplicates, and has no per-second flow. Every other
         // record comes from a file the meter read line by line.
