@@ -573,6 +573,17 @@ impl<'a> Writer<'a> {
         }
     }
 
+    /// A key of a merged SD object, from its `,` (none for the `first`) through the escaped name,
+    /// left open.
+    fn merged_key(&mut self, first: &mut bool, src: Src, name: Span) {
+        if !std::mem::take(first) {
+            self.put_all(b",");
+        }
+        self.put_all(b"\"");
+        let (text, len) = src.padded(name);
+        self.escape_small(text, len);
+    }
+
     /// An SD-PARAM value: the raw text `src[..len]`, with its escapes resolved if `escaped`.
     /// `SMALL` as in [`Writer::escape_small`].
     #[inline(always)]
@@ -819,43 +830,7 @@ fn params(out: &mut Vec<u8>, pos: usize, src: Src, params: &[SdParam]) -> usize 
 #[inline(never)]
 fn params_merged(out: &mut Vec<u8>, pos: usize, src: Src, params: &[SdParam]) -> usize {
     let mut w = Writer { out, pos };
-    let mut first = true;
-    for (k, p) in params.iter().enumerate() {
-        let name = src.str(p.name);
-        if params[..k].iter().any(|q| src.str(q.name) == name) {
-            continue;
-        }
-        if !first {
-            w.put_all(b",");
-        }
-        first = false;
-        w.put_all(b"\"");
-        let (text, len) = src.padded(p.name);
-        w.escape_small(text, len);
-        let later = &params[k + 1..];
-        if !later.iter().any(|q| src.str(q.name) == name) {
-            w.put_all(b"\":\"");
-            let (value, len) = src.padded(p.value);
-            w.sd_value::<true>(value, len, p.escaped);
-            w.put_all(b"\"");
-            continue;
-        }
-        w.put_all(b"\":[");
-        for (n, q) in params[k..]
-            .iter()
-            .filter(|q| src.str(q.name) == name)
-            .enumerate()
-        {
-            if n > 0 {
-                w.put_all(b",");
-            }
-            w.put_all(b"\"");
-            let (value, len) = src.padded(q.value);
-            w.sd_value::<true>(value, len, q.escaped);
-            w.put_all(b"\"");
-        }
-        w.put_all(b"]");
-    }
+    merged_params(&mut w, src, || params.iter());
     w.pos
 }
 
@@ -877,69 +852,54 @@ fn structured_data_merged(
         if elements[..i].iter().any(|e| src.str(e.id) == id) {
             continue;
         }
-        if !first_el {
-            w.put_all(b",");
-        }
-        first_el = false;
-        w.put_all(b"\"");
-        let (text, len) = src.padded(el.id);
-        w.escape_small(text, len);
+        w.merged_key(&mut first_el, src, el.id);
         w.put_all(b"\":{");
-        if !elements[i + 1..].iter().any(|e| src.str(e.id) == id) {
-            let ps = src.params_of(el);
-            if !ps.is_empty() {
-                w.put_all(b"\"");
-            }
-            w.pos = params(w.out, w.pos, src, ps);
-            w.put_all(b"}");
-            continue;
-        }
         // Every param of every element with this id, in order.
-        let same = || {
+        merged_params(&mut w, src, || {
             elements[i..]
                 .iter()
                 .filter(move |e| src.str(e.id) == id)
                 .flat_map(|e| src.params_of(e).iter())
-        };
-        let mut first_param = true;
-        for (k, p) in same().enumerate() {
-            let name = src.str(p.name);
-            if same().take(k).any(|q| src.str(q.name) == name) {
-                continue;
-            }
-            if !first_param {
-                w.put_all(b",");
-            }
-            first_param = false;
-            w.put_all(b"\"");
-            let (text, len) = src.padded(p.name);
-            w.escape_small(text, len);
-            w.put_all(b"\":");
-            let count = same().skip(k).filter(|q| src.str(q.name) == name).count();
-            if count == 1 {
-                w.put_all(b"\"");
-                let (value, len) = src.padded(p.value);
-                w.sd_value::<true>(value, len, p.escaped);
-                w.put_all(b"\"");
-            } else {
-                w.put_all(b"[");
-                let values = same().skip(k).filter(|q| src.str(q.name) == name);
-                for (n, q) in values.enumerate() {
-                    if n > 0 {
-                        w.put_all(b",");
-                    }
-                    w.put_all(b"\"");
-                    let (value, len) = src.padded(q.value);
-                    w.sd_value::<true>(value, len, q.escaped);
-                    w.put_all(b"\"");
-                }
-                w.put_all(b"]");
-            }
-        }
+        });
         w.put_all(b"}");
     }
     w.put_all(b"}");
     w.pos
+}
+
+/// The params `params()` yields, as `"name":"value"` pairs separated by `,`, each PARAM-NAME once
+/// at its first place: a repeated one's values become an array, in order. `params` is walked
+/// again for every lookup, which is fine for these rare (lenient-only) inputs.
+fn merged_params<'p, I>(w: &mut Writer<'_>, src: Src<'p>, params: impl Fn() -> I)
+where
+    I: Iterator<Item = &'p SdParam>,
+{
+    let mut first = true;
+    for (k, p) in params().enumerate() {
+        let name = src.str(p.name);
+        if params().take(k).any(|q| src.str(q.name) == name) {
+            continue;
+        }
+        w.merged_key(&mut first, src, p.name);
+        w.put_all(b"\":");
+        let repeated = params().skip(k + 1).any(|q| src.str(q.name) == name);
+        if repeated {
+            w.put_all(b"[");
+        }
+        let values = params().skip(k).filter(|q| src.str(q.name) == name);
+        for (n, q) in values.enumerate() {
+            if n > 0 {
+                w.put_all(b",");
+            }
+            w.put_all(b"\"");
+            let (value, len) = src.padded(q.value);
+            w.sd_value::<true>(value, len, q.escaped);
+            w.put_all(b"\"");
+        }
+        if repeated {
+            w.put_all(b"]");
+        }
+    }
 }
 
 /// An extra field's value; returns the new `pos`.
