@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every scenario of the lab at full size and leaves the tables, raw runs and charts in
-# bench/results/YYYY-MM-DD/. Usage: bench/run-all.sh [path/to/loghaul] [extra `bench run` options]
+# Runs every scenario of the lab at full size, with the `bare` loop as the yardstick in each, and
+# leaves the tables, raw runs and charts in bench/results/YYYY-MM-DD/.
+# Usage: bench/run-all.sh [path/to/loghaul] [extra `bench run` options]
 #
 # The peers must be installed first: sudo scripts/install-peers.sh (idempotent).
 set -euo pipefail
@@ -15,8 +16,8 @@ fi
 [ -f /opt/loghaul-peers/env.sh ] && . /opt/loghaul-peers/env.sh
 
 OUT="bench/results/$(date +%F)"
-"$LOGHAUL" bench run syslog  --subjects loghaul,rsyslog,syslog-ng              --runs 3 --out "$OUT" "$@"
-"$LOGHAUL" bench run basic   --subjects loghaul,rsyslog,syslog-ng,eventmachine --runs 3 --out "$OUT" "$@"
-"$LOGHAUL" bench run raw     --subjects loghaul,rsyslog,syslog-ng              --runs 3 --out "$OUT" "$@"
-"$LOGHAUL" bench run rfc5424 --subjects loghaul,rsyslog,syslog-ng              --runs 3 --out "$OUT" "$@"
+"$LOGHAUL" bench run syslog  --subjects loghaul,rsyslog,syslog-ng,bare              --runs 3 --out "$OUT" "$@"
+"$LOGHAUL" bench run basic   --subjects loghaul,rsyslog,syslog-ng,eventmachine,bare --runs 3 --out "$OUT" "$@"
+"$LOGHAUL" bench run raw     --subjects loghaul,rsyslog,syslog-ng,bare              --runs 3 --out "$OUT" "$@"
+"$LOGHAUL" bench run rfc5424 --subjects loghaul,rsyslog,syslog-ng,bare              --runs 3 --out "$OUT" "$@"
 echo "results in $OUT" >&2

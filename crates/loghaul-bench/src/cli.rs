@@ -1,4 +1,4 @@
-//! The clap surface of `loghaul bench`: `gen`, `meter`, `run` (and the hidden `discard`).
+//! The clap surface of `loghaul bench`: `gen`, `meter`, `run` (and the hidden `discard` and `bare`).
 //!
 //! [`run`] is called from a plain, non-async `main`; everything here uses OS threads, so no runtime is
 //! needed.
@@ -41,6 +41,9 @@ pub enum BenchCommand {
     /// A discarding TCP listener, to measure the generator alone.
     #[command(hide = true)]
     Discard(DiscardArgs),
+    /// loghaul's codec in a bare thread-per-connection loop: the `bare` subject of `bench run`.
+    #[command(hide = true)]
+    Bare(BareArgs),
 }
 
 /// Options of `bench gen`.
@@ -172,6 +175,20 @@ pub struct DiscardArgs {
     pub listen: String,
 }
 
+/// Options of the hidden `bench bare`.
+#[derive(Debug, Args)]
+pub struct BareArgs {
+    /// The experiment whose wire and output to use.
+    #[arg(long, value_enum)]
+    pub scenario: Scenario,
+    /// Address to listen on.
+    #[arg(long)]
+    pub listen: String,
+    /// The JSON-lines file to append to (for `basic`: the file the count is published to).
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
 /// Parses `250ms`, `10s`, `2m`, `1h` or a plain number of seconds.
 ///
 /// # Errors
@@ -209,6 +226,11 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 TcpListener::bind(&a.listen).with_context(|| format!("binding {}", a.listen))?;
             eprintln!("discard: listening on {}", a.listen);
             crate::discard::serve_forever(l, Duration::from_secs(1))
+        }
+        BenchCommand::Bare(a) => {
+            let l =
+                TcpListener::bind(&a.listen).with_context(|| format!("binding {}", a.listen))?;
+            crate::bare::serve(&l, a.scenario, &a.out)
         }
     }
 }
@@ -307,7 +329,12 @@ fn run_cmd(a: RunArgs) -> Result<()> {
                 .file_name()
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.starts_with("loghaul-bench"));
-            if standalone && a.subjects.contains(&SubjectKind::Loghaul) {
+            // The bare loop is `loghaul bench bare`, so it needs the real binary too.
+            if standalone
+                && a.subjects
+                    .iter()
+                    .any(|k| matches!(k, SubjectKind::Loghaul | SubjectKind::Bare))
+            {
                 bail!(
                     "this is the standalone lab binary: give --loghaul-bin PATH (or LOGHAUL_BIN)"
                 );

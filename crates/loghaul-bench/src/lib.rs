@@ -6,9 +6,10 @@
 //! loss, duplicates, flow and latency, and [`watch`] samples a subject's output cheaply during a
 //! run; [`subjects`] configures loghaul and its peers, [`scenario`] runs them, [`procstat`] charges
 //! them CPU and memory, [`report`] writes the table, raw runs and chart; [`discard`] is a listener
-//! that measures the generator alone. [`cli`] is the clap surface the `loghaul` binary mounts under
-//! `bench`.
+//! that measures the generator alone; [`bare`] is loghaul's codec without the pipeline, the
+//! yardstick subject. [`cli`] is the clap surface the `loghaul` binary mounts under `bench`.
 
+pub mod bare;
 pub mod cli;
 pub mod discard;
 pub mod generator;

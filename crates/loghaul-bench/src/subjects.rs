@@ -29,6 +29,9 @@ pub enum SubjectKind {
     SyslogNg,
     /// Ruby EventMachine line counter (the 2011 `basic.rb` experiment).
     Eventmachine,
+    /// loghaul's codec in a bare thread-per-connection loop (`loghaul bench bare`): the yardstick
+    /// for what loghaul's pipeline costs on top of parsing and writing.
+    Bare,
 }
 
 impl SubjectKind {
@@ -39,6 +42,7 @@ impl SubjectKind {
             Self::Rsyslog => "rsyslog",
             Self::SyslogNg => "syslog-ng",
             Self::Eventmachine => "eventmachine",
+            Self::Bare => "bare",
         }
     }
 }
@@ -186,7 +190,7 @@ impl Peers {
     /// The program does not exist.
     pub fn program(&self, kind: SubjectKind, loghaul: &Path) -> Result<PathBuf> {
         let p = match kind {
-            SubjectKind::Loghaul => loghaul.to_path_buf(),
+            SubjectKind::Loghaul | SubjectKind::Bare => loghaul.to_path_buf(),
             SubjectKind::Rsyslog => self.rsyslogd.clone(),
             SubjectKind::SyslogNg => self.syslog_ng.clone(),
             SubjectKind::Eventmachine => self.ruby.clone(),
@@ -215,6 +219,11 @@ impl Peers {
                 let v =
                     first_line(loghaul, &["--version"]).unwrap_or_else(|| "loghaul".to_string());
                 format!("{v} (Rust)")
+            }
+            SubjectKind::Bare => {
+                let v =
+                    first_line(loghaul, &["--version"]).unwrap_or_else(|| "loghaul".to_string());
+                format!("{v} codec, thread per connection, no pipeline (Rust)")
             }
             SubjectKind::Rsyslog => {
                 let v = first_line(&self.rsyslogd, &["-v"])
@@ -364,6 +373,31 @@ pub fn prepare(
                 input_port: port,
                 ready: Ready::Connect,
                 output: Output::CountFile(count),
+            })
+        }
+        SubjectKind::Bare => {
+            let basic = scenario == Scenario::Basic;
+            let target = if basic { dir.join("count") } else { out };
+            Ok(Launch {
+                program,
+                args: vec![
+                    "bench".into(),
+                    "bare".into(),
+                    "--scenario".into(),
+                    scenario.name().into(),
+                    "--listen".into(),
+                    format!("127.0.0.1:{port}"),
+                    "--out".into(),
+                    s(&target),
+                ],
+                env: vec![],
+                input_port: port,
+                ready: Ready::Connect,
+                output: if basic {
+                    Output::CountFile(target)
+                } else {
+                    Output::File(target)
+                },
             })
         }
     }

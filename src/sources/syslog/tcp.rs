@@ -26,7 +26,8 @@ use super::SourceContext;
 use crate::metrics::{ErrorKind, Health};
 use crate::topology::ShutdownSignal;
 
-/// Bytes read per syscall (and so the largest arena one read produces).
+/// Bytes read per syscall (and so the largest arena one read produces). The lab's bare loop
+/// (`loghaul-bench/src/bare.rs`) reads the same, to stay a like-for-like yardstick.
 const READ_SIZE: usize = 128 * 1024;
 /// Read again only when at least this much buffer space is free; otherwise grow first.
 const MIN_READ_SPACE: usize = 16 * 1024;

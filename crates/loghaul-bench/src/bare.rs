@@ -1,0 +1,192 @@
+//! The bare loop: loghaul's own codec with no pipeline around it, the yardstick loghaul's pipeline
+//! is measured against (`bench bare`, hidden; the `bare` subject of `bench run`).
+//!
+//! One OS thread per connection reads up to 128KiB, frames, decodes and JSON-encodes with
+//! `loghaul-codec` exactly as loghaul's syslog source and file sink do (same framer, decoder
+//! options, arena and encoder), and appends the result with one `write` per read. Each thread has
+//! its own `O_APPEND` descriptor, so writes of different connections never interleave inside a
+//! line. There are no queues, no batching across connections, no metrics, no acknowledgements and
+//! no flow control beyond TCP's: what is left of loghaul's cost when the pipeline is taken away.
+//! For `basic` it decodes and counts, publishing the count to a file (as the EventMachine counter
+//! does) instead of writing lines.
+//!
+//! It is a measuring instrument, not a server: a write error ends the process with a message, and
+//! it runs until it is killed.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bytes::BytesMut;
+use loghaul_codec::{
+    DecodeOptions, DecodeStats, Decoder, Format, Frame, Framer, FramingMode, FramingStats,
+    encode_json,
+};
+use loghaul_core::{EventBatch, Timestamp};
+
+use crate::subjects::Scenario;
+
+/// Bytes asked of each `read`, as loghaul's TCP source asks (`READ_SIZE` in its `tcp.rs`).
+const READ_SIZE: usize = 128 * 1024;
+/// How often the `basic` count is published.
+const PUBLISH_EVERY: Duration = Duration::from_millis(10);
+
+/// The wire of `scenario` as loghaul's bench config sets it (see `subjects::loghaul_config`).
+fn wire(scenario: Scenario) -> (Format, FramingMode) {
+    match scenario {
+        Scenario::Basic | Scenario::Raw => (Format::Raw, FramingMode::Newline),
+        Scenario::Syslog => (Format::Rfc3164, FramingMode::Newline),
+        Scenario::Rfc5424 => (Format::Rfc5424, FramingMode::OctetCounting),
+    }
+}
+
+/// Where a connection's events go.
+enum Sink {
+    /// JSON lines appended to the shared output file.
+    File(Arc<Mutex<File>>),
+    /// Only counted (`basic`).
+    Count(Arc<AtomicU64>),
+}
+
+/// Serves `listener` until the process is killed: JSON lines into `out`, or for `basic` the event
+/// count published into `out` every 10ms.
+///
+/// # Errors
+/// The output cannot be created or a connection cannot be accepted.
+pub fn serve(listener: &TcpListener, scenario: Scenario, out: &Path) -> Result<()> {
+    let count = Arc::new(AtomicU64::new(0));
+    if scenario == Scenario::Basic {
+        let (count, out) = (Arc::clone(&count), out.to_path_buf());
+        std::thread::spawn(move || publish_forever(&count, &out));
+    }
+    let file = if scenario == Scenario::Basic {
+        None
+    } else {
+        let f = File::create(out).with_context(|| format!("creating {}", out.display()))?;
+        Some(Arc::new(Mutex::new(f)))
+    };
+    loop {
+        let (stream, peer) = listener.accept().context("accepting a connection")?;
+        let sink = match &file {
+            Some(f) => Sink::File(Arc::clone(f)),
+            None => Sink::Count(Arc::clone(&count)),
+        };
+        std::thread::spawn(move || {
+            if let Err(e) = connection(stream, peer, scenario, sink) {
+                // A lost write is lost data: stop loudly rather than measure a broken run.
+                eprintln!("bare: {e:#}");
+                std::process::exit(1);
+            }
+        });
+    }
+}
+
+/// Writes the count to `out` every [`PUBLISH_EVERY`] (by rename, so a reader never sees half a
+/// number).
+fn publish_forever(count: &AtomicU64, out: &PathBuf) {
+    let tmp = out.with_extension("tmp");
+    loop {
+        std::thread::sleep(PUBLISH_EVERY);
+        let n = count.load(Ordering::Relaxed).to_string();
+        if std::fs::write(&tmp, n).is_ok() {
+            let _ = std::fs::rename(&tmp, out);
+        }
+    }
+}
+
+/// One connection's codec state and output.
+struct Connection {
+    peer: SocketAddr,
+    framer: Framer,
+    decoder: Decoder,
+    source: Arc<str>,
+    frames: Vec<Frame>,
+    fstats: FramingStats,
+    dstats: DecodeStats,
+    json: Vec<u8>,
+    sink: Sink,
+}
+
+/// Reads one connection to its end.
+fn connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    scenario: Scenario,
+    sink: Sink,
+) -> Result<()> {
+    let (format, mode) = wire(scenario);
+    let mut c = Connection {
+        peer,
+        framer: Framer::new(mode, loghaul_config::DEFAULT_MAX_LENGTH),
+        decoder: Decoder::new(DecodeOptions {
+            format,
+            ..DecodeOptions::default()
+        }),
+        source: Arc::from("in"),
+        frames: Vec::new(),
+        fstats: FramingStats::default(),
+        dstats: DecodeStats::default(),
+        json: Vec::with_capacity(4 * READ_SIZE),
+        sink,
+    };
+    let mut read = vec![0u8; READ_SIZE];
+    let mut pending = BytesMut::with_capacity(2 * READ_SIZE);
+    loop {
+        let n = match stream.read(&mut read) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // A reset ends the connection as it ends loghaul's.
+            Err(_) => break,
+        };
+        // One copy of what was just read (still in cache): std has no read into spare capacity.
+        pending.extend_from_slice(&read[..n]);
+        let used = c.framer.decode(&pending, &mut c.frames, &mut c.fstats);
+        c.emit(&mut pending, used)?;
+    }
+    let used = c.framer.finish(&pending, &mut c.frames, &mut c.fstats);
+    c.emit(&mut pending, used)
+}
+
+impl Connection {
+    /// Decodes the framed prefix `used` of `pending` as one batch and writes (or counts) it.
+    fn emit(&mut self, pending: &mut BytesMut, used: usize) -> Result<()> {
+        let arena = pending.split_to(used.min(pending.len())).freeze();
+        if self.frames.is_empty() {
+            return Ok(());
+        }
+        let mut batch = EventBatch::new(arena, Arc::clone(&self.source), "syslog");
+        batch.events.reserve(self.frames.len());
+        self.decoder.decode_batch(
+            &mut batch,
+            &self.frames,
+            Timestamp::now(),
+            Some(self.peer.ip()),
+            &mut self.dstats,
+        );
+        self.frames.clear();
+        match &mut self.sink {
+            Sink::Count(count) => {
+                count.fetch_add(batch.events.len() as u64, Ordering::Relaxed);
+            }
+            Sink::File(file) => {
+                self.json.clear();
+                for e in &batch.events {
+                    encode_json(&batch, e, &mut self.json);
+                }
+                // A poisoned lock only means another connection's thread died mid-write, and
+                // that ends the process anyway.
+                let mut f = file
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                f.write_all(&self.json).context("writing the output")?;
+            }
+        }
+        Ok(())
+    }
+}
