@@ -55,8 +55,8 @@ pub struct GenStats {
     /// Wall-clock start (µs since the epoch), taken when the connections were released.
     pub start_unix_us: u64,
     /// CPU seconds the sending threads used from the start signal to their last send, summed
-    /// (`None` where the kernel does not report per-thread run time, or for an outside
-    /// generator): how much of the machine the load itself took.
+    /// (`None` where the kernel does not report per-thread run time; for loggen, its whole
+    /// process's CPU): how much of the machine the load itself took.
     pub cpu_secs: Option<f64>,
 }
 

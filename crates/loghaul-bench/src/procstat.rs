@@ -85,17 +85,28 @@ fn status_kib(pid: u32, key: &str) -> u64 {
 pub fn sample(root: u32) -> TreeSample {
     let mut s = TreeSample::default();
     for pid in tree(root) {
-        let Some(f) = stat_fields(pid) else { continue };
-        // proc(5) fields 14..=17 (utime stime cutime cstime) are indices 11..=14 here.
-        let ticks: u64 = (11..=14)
-            .filter_map(|i| f.get(i).and_then(|v| v.parse::<u64>().ok()))
-            .sum();
-        s.cpu_secs += ticks as f64 / USER_HZ;
+        let Some(cpu) = process_cpu_secs(pid) else {
+            continue;
+        };
+        s.cpu_secs += cpu;
         s.rss_bytes += status_kib(pid, "VmRSS:") * 1024;
         s.hwm_bytes += status_kib(pid, "VmHWM:") * 1024;
         s.processes += 1;
     }
     s
+}
+
+/// CPU seconds (user + system, reaped children included) of one process, from its own
+/// /proc/PID/stat only (cheap enough to read before every poll of a child). An exited child that
+/// is not yet reaped (a zombie) still reports its whole thread group's times there, so a reading
+/// taken just before reaping is its total. `None` once the pid is gone.
+pub fn process_cpu_secs(pid: u32) -> Option<f64> {
+    let f = stat_fields(pid)?;
+    // proc(5) fields 14..=17 (utime stime cutime cstime) are indices 11..=14 here.
+    let ticks: u64 = (11..=14)
+        .filter_map(|i| f.get(i).and_then(|v| v.parse::<u64>().ok()))
+        .sum();
+    Some(ticks as f64 / USER_HZ)
 }
 
 /// Samples a tree's RSS every 50ms in the background, keeping the peak.

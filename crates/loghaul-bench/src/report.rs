@@ -48,8 +48,9 @@ pub struct RunRecord {
     pub events_per_sec: f64,
     /// Seconds the generator took to hand everything to the kernel.
     pub gen_secs: f64,
-    /// CPU the lab's generator used over the run's duration, in cores (`None`: loggen, or not
-    /// measurable): on a small machine, what the subject could not have.
+    /// CPU the generator used over the run's duration, in cores (`None`: not measurable; for
+    /// loggen, its whole process's CPU from /proc): on a small machine, what the subject could not
+    /// have.
     pub gen_cores: Option<f64>,
     /// CPU seconds (user + system) of the subject's process tree during the run.
     pub cpu_secs: f64,

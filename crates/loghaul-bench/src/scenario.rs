@@ -610,17 +610,43 @@ fn failed(plan: &Plan, kind: SubjectKind, status: Status) -> RunRecord {
 /// A load generator in flight.
 enum Running {
     Builtin(std::thread::JoinHandle<Result<generator::GenStats>>),
-    Loggen((ChildGuard, u64, Instant, u64)),
+    Loggen(LoggenRun),
+}
+
+/// syslog-ng's loggen in flight.
+struct LoggenRun {
+    guard: ChildGuard,
+    start_us: u64,
+    started: Instant,
+    events: u64,
+    /// Its exit status, once reaped.
+    status: Option<std::process::ExitStatus>,
+    /// Its CPU seconds as last read, before each poll; exact once read from the zombie.
+    cpu_secs: Option<f64>,
+}
+
+impl LoggenRun {
+    /// Polls loggen once, reading its CPU time just before: if it has exited, that reading is of
+    /// the unreaped zombie and so is its total (to /proc's 10ms ticks).
+    fn poll(&mut self) -> Result<Option<std::process::ExitStatus>> {
+        if let Some(c) = self.guard.0.as_mut() {
+            if let Some(cpu) = procstat::process_cpu_secs(c.id()) {
+                self.cpu_secs = Some(cpu);
+            }
+            if let Some(st) = c.try_wait().context("polling loggen")? {
+                self.status = Some(st);
+                self.guard.0 = None;
+            }
+        }
+        Ok(self.status)
+    }
 }
 
 impl Running {
     fn is_finished(&mut self) -> bool {
         match self {
             Self::Builtin(h) => h.is_finished(),
-            Self::Loggen((g, _, _, _)) => {
-                g.0.as_mut()
-                    .is_none_or(|c| matches!(c.try_wait(), Ok(Some(_)) | Err(_)))
-            }
+            Self::Loggen(l) => !matches!(l.poll(), Ok(None)),
         }
     }
 
@@ -630,36 +656,31 @@ impl Running {
             Self::Builtin(h) => h
                 .join()
                 .map_err(|_| anyhow::anyhow!("the generator thread panicked"))?,
-            Self::Loggen((mut g, start_us, started, events)) => {
-                let mut status = None;
-                if let Some(c) = g.0.as_mut() {
-                    let deadline = Instant::now() + Duration::from_secs(5);
-                    loop {
-                        if let Some(st) = c.try_wait().context("polling loggen")? {
-                            status = Some(st);
-                            break;
-                        }
-                        if Instant::now() >= deadline {
+            Self::Loggen(mut l) => {
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while l.poll()?.is_none() {
+                    if Instant::now() >= deadline {
+                        if let Some(c) = l.guard.0.as_mut() {
                             let _ = c.kill();
                             let _ = c.wait();
-                            break;
                         }
-                        std::thread::sleep(Duration::from_millis(10));
+                        l.guard.0 = None;
+                        bail!("loggen did not finish");
                     }
+                    std::thread::sleep(Duration::from_millis(10));
                 }
-                g.0 = None;
-                match status {
-                    Some(st) if !st.success() => bail!("loggen exited with {st}"),
-                    None => bail!("loggen did not finish"),
-                    Some(_) => {}
+                if let Some(st) = l.status
+                    && !st.success()
+                {
+                    bail!("loggen exited with {st}");
                 }
                 Ok(generator::GenStats {
-                    sent: events,
+                    sent: l.events,
                     bytes: 0,
-                    elapsed_secs: started.elapsed().as_secs_f64(),
+                    elapsed_secs: l.started.elapsed().as_secs_f64(),
                     per_connection: Vec::new(),
-                    start_unix_us: start_us,
-                    cpu_secs: None,
+                    start_unix_us: l.start_us,
+                    cpu_secs: l.cpu_secs,
                 })
             }
         }
@@ -674,7 +695,7 @@ fn spawn_loggen(
     launch: &Launch,
     dir: &Path,
     events: u64,
-) -> Result<(ChildGuard, u64, Instant, u64)> {
+) -> Result<LoggenRun> {
     if !peers.loggen.exists() {
         bail!(
             "loggen not found at {} (run scripts/install-peers.sh or set LOGHAUL_LOGGEN)",
@@ -706,5 +727,12 @@ fn spawn_loggen(
         .stderr(log2)
         .spawn()
         .with_context(|| format!("starting {}", peers.loggen.display()))?;
-    Ok((ChildGuard(Some(child)), start_us, Instant::now(), events))
+    Ok(LoggenRun {
+        guard: ChildGuard(Some(child)),
+        start_us,
+        started: Instant::now(),
+        events,
+        status: None,
+        cpu_secs: None,
+    })
 }

@@ -365,6 +365,36 @@ fn scenario_smoke(scenario: &str) {
     );
 }
 
+/// The cross-check driver: syslog-ng's loggen instead of the lab's generator. The meter reads
+/// loggen's own markers, so loss is still exact; loggen's CPU comes from /proc before reaping.
+#[test]
+fn scenario_driven_by_loggen() {
+    let Some(loghaul) = std::env::var_os("LOGHAUL_BIN") else {
+        eprintln!("\n*** SKIPPED scenario_driven_by_loggen: LOGHAUL_BIN is not set ***\n");
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    ok(bench()
+        .args(["run", "syslog", "--subjects", "loghaul", "--runs", "1"])
+        .args(["--generator", "loggen", "--events", "50000"])
+        .args(["--idle-timeout", "20s", "--out"])
+        .arg(out.path())
+        .env("LOGHAUL_BIN", &loghaul)
+        .output()
+        .unwrap());
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("syslog.json")).unwrap())
+            .unwrap();
+    let r = &json["records"][0];
+    assert_eq!(r["status"], "complete", "{r}");
+    assert_eq!(r["events_seen"], 50000, "{r}");
+    assert_eq!(r["loss"], 0, "{r}");
+    assert_eq!(r["duplicates"], 0, "{r}");
+    // 50,000 messages cost loggen tens of milliseconds: several of /proc's 10ms ticks.
+    let gen_cores = r["gen_cores"].as_f64().unwrap();
+    assert!(gen_cores > 0.0 && gen_cores <= 4.0, "{r}");
+}
+
 #[test]
 fn scenario_basic_small() {
     scenario_smoke("basic");
