@@ -3,12 +3,12 @@
 //!
 //! One OS thread per connection reads up to 128KiB, frames, decodes and JSON-encodes with
 //! `loghaul-codec` exactly as loghaul's syslog source and file sink do (same framer, decoder
-//! options, arena and encoder), and appends the result with one `write` per read. Each thread has
-//! its own `O_APPEND` descriptor, so writes of different connections never interleave inside a
-//! line. There are no queues, no batching across connections, no metrics, no acknowledgements and
-//! no flow control beyond TCP's: what is left of loghaul's cost when the pipeline is taken away.
-//! For `basic` it decodes and counts, publishing the count to a file (as the EventMachine counter
-//! does) instead of writing lines.
+//! options, arena and encoder), and appends the result with one `write` per read to the one output
+//! file, under a lock so that writes of different connections never interleave. There are no
+//! queues, no batching across connections, no metrics, no acknowledgements and no flow control
+//! beyond TCP's: what is left of loghaul's cost when the pipeline is taken away. For `basic` it
+//! decodes and counts, publishing the count to a file (as the EventMachine counter does) instead
+//! of writing lines.
 //!
 //! It is a measuring instrument, not a server: a write error ends the process with a message, and
 //! it runs until it is killed.
@@ -16,7 +16,7 @@
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -60,11 +60,9 @@ enum Sink {
 /// The output cannot be created or a connection cannot be accepted.
 pub fn serve(listener: &TcpListener, scenario: Scenario, out: &Path) -> Result<()> {
     let count = Arc::new(AtomicU64::new(0));
-    if scenario == Scenario::Basic {
+    let file = if scenario == Scenario::Basic {
         let (count, out) = (Arc::clone(&count), out.to_path_buf());
         std::thread::spawn(move || publish_forever(&count, &out));
-    }
-    let file = if scenario == Scenario::Basic {
         None
     } else {
         let f = File::create(out).with_context(|| format!("creating {}", out.display()))?;
@@ -88,7 +86,7 @@ pub fn serve(listener: &TcpListener, scenario: Scenario, out: &Path) -> Result<(
 
 /// Writes the count to `out` every [`PUBLISH_EVERY`] (by rename, so a reader never sees half a
 /// number).
-fn publish_forever(count: &AtomicU64, out: &PathBuf) {
+fn publish_forever(count: &AtomicU64, out: &Path) {
     let tmp = out.with_extension("tmp");
     loop {
         std::thread::sleep(PUBLISH_EVERY);
