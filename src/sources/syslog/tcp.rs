@@ -160,7 +160,17 @@ async fn serve(
                 conn.finish(&mut buf).await;
                 break;
             }
-            Ok(_) => conn.process(&mut buf).await,
+            Ok(_) => {
+                conn.process(&mut buf).await;
+                // Take turns with the other connections after every read. Left to tokio's
+                // cooperative budget, a connection whose socket stays readable runs up to 128
+                // reads (16MiB) before the others on its worker get one, and their senders'
+                // events wait meanwhile: with 4 saturating connections the lab measured p99
+                // 98–127ms this way and 48–78ms with a turn per read, as low as the bare
+                // thread-per-connection loop's, at the same rate and CPU. A yield costs no
+                // syscall, and a read is a whole batch (up to 128KiB), so it is cheap.
+                tokio::task::yield_now().await;
+            }
             Err(error) => {
                 m.error(ErrorKind::Io, 1);
                 crate::warn_limited!(m, %error, %peer, "Failed to read from connection.");
