@@ -378,18 +378,28 @@ pub fn prepare(
         SubjectKind::Bare => {
             let basic = scenario == Scenario::Basic;
             let target = if basic { dir.join("count") } else { out };
+            let args: Vec<String> = vec![
+                "bench".into(),
+                "bare".into(),
+                "--scenario".into(),
+                scenario.name().into(),
+                "--listen".into(),
+                format!("127.0.0.1:{port}"),
+                "--out".into(),
+                s(&target),
+            ];
+            // It has no config: its command line goes with the other subjects' configs.
+            write(
+                "bare.conf",
+                &format!(
+                    "# loghaul bench: the bare loop (crates/loghaul-bench/src/bare.rs) takes no \
+                     config; it ran as\nloghaul {}\n",
+                    args.join(" ")
+                ),
+            )?;
             Ok(Launch {
                 program,
-                args: vec![
-                    "bench".into(),
-                    "bare".into(),
-                    "--scenario".into(),
-                    scenario.name().into(),
-                    "--listen".into(),
-                    format!("127.0.0.1:{port}"),
-                    "--out".into(),
-                    s(&target),
-                ],
+                args,
                 env: vec![],
                 input_port: port,
                 ready: Ready::Connect,

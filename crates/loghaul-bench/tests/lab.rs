@@ -357,12 +357,11 @@ fn scenario_smoke(scenario: &str) {
             .sum();
         assert!(flow.abs_diff(20000) <= 200, "{scenario}: flow {flow}: {r}");
     }
-    assert!(
-        Path::new(out.path())
-            .join("configs")
-            .join(scenario)
-            .exists()
-    );
+    // Every subject's config (the bare loop's command line) is kept beside the figures.
+    let configs = Path::new(out.path()).join("configs").join(scenario);
+    for name in ["loghaul.yaml", "rsyslog.conf", "bare.conf"] {
+        assert!(configs.join(name).exists(), "{scenario}: {name}");
+    }
 }
 
 /// The cross-check driver: syslog-ng's loggen instead of the lab's generator. The meter reads
