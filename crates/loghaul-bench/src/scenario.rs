@@ -660,11 +660,7 @@ impl Running {
                 let deadline = Instant::now() + Duration::from_secs(5);
                 while l.poll()?.is_none() {
                     if Instant::now() >= deadline {
-                        if let Some(c) = l.guard.0.as_mut() {
-                            let _ = c.kill();
-                            let _ = c.wait();
-                        }
-                        l.guard.0 = None;
+                        // Dropping `l` kills and reaps it (`ChildGuard`).
                         bail!("loggen did not finish");
                     }
                     std::thread::sleep(Duration::from_millis(10));
