@@ -137,6 +137,11 @@ pub struct RunArgs {
     /// Runs per subject.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
+    /// Uncounted warm-up rounds before the measured runs: each subject once per round, same
+    /// load. The first run after a build or an idle spell is often slow (page cache, writeback,
+    /// caches), and it would always be the first subject's. Kept in the raw runs as `warmup`.
+    #[arg(long, default_value_t = 1)]
+    pub warmup: usize,
     /// Events per run (default: 40M for basic, 2M for rfc5424, 5M otherwise).
     #[arg(long)]
     pub events: Option<u64>,
@@ -352,6 +357,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         scenario: a.scenario,
         subjects: a.subjects,
         runs: a.runs,
+        warmup: a.warmup,
         events: a
             .events
             .unwrap_or_else(|| scenario::default_events(a.scenario)),

@@ -34,8 +34,10 @@ pub struct RunRecord {
     pub subject: String,
     /// Implementation description (name, version, language).
     pub platform: String,
-    /// 1-based run number.
+    /// 1-based run number (of the warm-up rounds, for a warm-up run).
     pub run: usize,
+    /// An uncounted warm-up run: kept in the raw runs, left out of every median.
+    pub warmup: bool,
     /// Outcome.
     pub status: Status,
     /// Events the generator sent.
@@ -88,6 +90,7 @@ impl RunRecord {
             subject: subject.into(),
             platform: platform.into(),
             run,
+            warmup: false,
             status,
             events_sent: 0,
             events_seen: 0,
@@ -109,7 +112,7 @@ impl RunRecord {
     }
 
     fn measured(&self) -> bool {
-        matches!(self.status, Status::Complete | Status::Timeout)
+        !self.warmup && matches!(self.status, Status::Complete | Status::Timeout)
     }
 }
 
@@ -184,7 +187,10 @@ pub fn summarize(records: &[RunRecord], subjects: &[String]) -> Vec<Summary> {
     subjects
         .iter()
         .map(|name| {
-            let mine: Vec<&RunRecord> = records.iter().filter(|r| &r.subject == name).collect();
+            let mine: Vec<&RunRecord> = records
+                .iter()
+                .filter(|r| &r.subject == name && !r.warmup)
+                .collect();
             let ok: Vec<&RunRecord> = mine.iter().copied().filter(|r| r.measured()).collect();
             let platform = mine.first().map(|r| r.platform.clone()).unwrap_or_default();
             let note = if ok.is_empty() {
@@ -246,11 +252,22 @@ fn rate(v: f64) -> String {
 }
 
 /// The Markdown table.
-pub fn markdown(scenario: &str, events: u64, runs: usize, summaries: &[Summary]) -> String {
+pub fn markdown(
+    scenario: &str,
+    events: u64,
+    runs: usize,
+    warmup: usize,
+    summaries: &[Summary],
+) -> String {
     let mut s = String::new();
+    let warm = match warmup {
+        0 => String::new(),
+        1 => " after a warm-up round".into(),
+        n => format!(" after {n} warm-up rounds"),
+    };
     let _ = writeln!(
         s,
-        "### `{scenario}`: {events} events per run, {runs} runs per subject, interleaved; \
+        "### `{scenario}`: {events} events per run, {runs} runs per subject{warm}, interleaved; \
          median (min–max)\n"
     );
     s.push_str(
@@ -300,7 +317,7 @@ pub fn csv(records: &[RunRecord]) -> String {
     let mut s = String::from(
         "scenario,subject,platform,run,status,events_sent,events_seen,duration_secs,events_per_sec,\
          gen_secs,gen_cores,cpu_secs,cpu_secs_per_million,cpu_per_wall,peak_rss_bytes,loss,\
-         duplicates,latency_p50_ms,latency_p99_ms,latency_p999_ms\n",
+         duplicates,latency_p50_ms,latency_p99_ms,latency_p999_ms,warmup\n",
     );
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
     for r in records {
@@ -312,7 +329,7 @@ pub fn csv(records: &[RunRecord]) -> String {
         };
         let _ = writeln!(
             s,
-            "{},{},\"{}\",{},{},{},{},{:.4},{:.0},{:.4},{},{:.3},{:.4},{:.3},{},{},{},{},{},{}",
+            "{},{},\"{}\",{},{},{},{},{:.4},{:.0},{:.4},{},{:.3},{:.4},{:.3},{},{},{},{},{},{},{}",
             r.scenario,
             r.subject,
             r.platform.replace('"', "'"),
@@ -333,6 +350,7 @@ pub fn csv(records: &[RunRecord]) -> String {
             opt(r.latency_p50_ms),
             opt(r.latency_p99_ms),
             opt(r.latency_p999_ms),
+            r.warmup,
         );
     }
     s
@@ -472,6 +490,8 @@ pub struct Context<'a> {
     pub events: u64,
     /// Runs per subject.
     pub runs: usize,
+    /// Warm-up rounds before them.
+    pub warmup: usize,
     /// Machine description.
     pub machine: &'a str,
     /// The command that produced the results.
@@ -492,12 +512,13 @@ pub fn write_all(
         scenario,
         events,
         runs,
+        warmup,
         machine,
         command,
     } = *cx;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let summaries = summarize(records, subjects);
-    let table = markdown(scenario, events, runs, &summaries);
+    let table = markdown(scenario, events, runs, warmup, &summaries);
     let md = format!(
         "{table}\nMachine: {machine}\n\nCommand: `{command}`\n\nChart: [{scenario}.svg]({scenario}.svg); \
          raw runs: [{scenario}.json]({scenario}.json), [{scenario}.csv]({scenario}.csv)\n"
@@ -512,6 +533,7 @@ pub fn write_all(
         "scenario": scenario,
         "events_per_run": events,
         "runs": runs,
+        "warmup_rounds": warmup,
         "machine": machine,
         "command": command,
         "summary": summaries,
@@ -553,7 +575,7 @@ mod tests {
             Status::Unsupported("n/a: a line counter".into()),
         )];
         let m = summarize(&records, &["eventmachine".into()]);
-        let t = markdown("syslog", 10, 1, &m);
+        let t = markdown("syslog", 10, 1, 0, &m);
         assert!(t.contains("| eventmachine | Ruby | n/a: a line counter |"));
         let svg = svg("t", &m);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
@@ -569,7 +591,7 @@ mod tests {
         };
         let records = vec![run(1, Some(0.25)), run(2, Some(0.75)), run(3, Some(0.5))];
         let m = summarize(&records, &["loghaul".into(), "loggen-driven".into()]);
-        let t = markdown("rfc5424", 100, 3, &m);
+        let t = markdown("rfc5424", 100, 3, 0, &m);
         let rows: Vec<&str> = t.lines().filter(|l| l.starts_with('|')).collect();
         assert!(rows[0].ends_with("| generator CPU/wall |"), "{t}");
         // Every row, measured or not, has the header's columns.
@@ -587,5 +609,49 @@ mod tests {
         let first: Vec<&str> = c.lines().nth(1).unwrap().split(',').collect();
         assert_eq!(first.len(), header.len());
         assert_eq!(first[at], "0.250");
+    }
+
+    #[test]
+    fn warm_up_runs_are_kept_but_never_counted() {
+        let run = |n: usize, warmup: bool, rate: f64, loss: u64| {
+            let mut r = RunRecord::empty("syslog", "loghaul", "Rust", n, Status::Complete);
+            r.events_seen = 100;
+            r.events_per_sec = rate;
+            r.loss = loss;
+            r.warmup = warmup;
+            r
+        };
+        // A slow, lossy warm-up: none of it may reach the medians, the min–max or the loss.
+        let records = vec![
+            run(1, true, 1.0, 7),
+            run(1, false, 300.0, 0),
+            run(2, false, 100.0, 0),
+            run(3, false, 200.0, 0),
+        ];
+        let m = summarize(&records, &["loghaul".into()]);
+        assert_eq!(m[0].runs, 3);
+        let rate = m[0].events_per_sec.unwrap();
+        assert_eq!((rate.median, rate.min, rate.max), (200.0, 100.0, 300.0));
+        assert_eq!(m[0].loss, 0);
+        let t = markdown("syslog", 100, 3, 1, &m);
+        assert!(
+            t.contains("3 runs per subject after a warm-up round"),
+            "{t}"
+        );
+        // Only a warm-up that failed: the subject shows as not measured, with no note from it.
+        let mut failed = run(1, true, 0.0, 0);
+        failed.status = Status::Failed("warm-up failed".into());
+        let m = summarize(&[failed], &["loghaul".into()]);
+        assert_eq!((m[0].runs, m[0].note.clone()), (0, None));
+        // The raw runs keep it, marked.
+        let c = csv(&records);
+        let header: Vec<&str> = c.lines().next().unwrap().split(',').collect();
+        assert_eq!(header.last(), Some(&"warmup"));
+        let marks: Vec<&str> = c
+            .lines()
+            .skip(1)
+            .map(|l| l.rsplit(',').next().unwrap())
+            .collect();
+        assert_eq!(marks, ["true", "false", "false", "false"]);
     }
 }

@@ -46,6 +46,8 @@ pub struct Plan {
     pub subjects: Vec<SubjectKind>,
     /// Runs per subject.
     pub runs: usize,
+    /// Uncounted rounds (each subject once, same load) before the measured runs.
+    pub warmup: usize,
     /// Events per run.
     pub events: u64,
     /// Generator connections.
@@ -160,28 +162,43 @@ pub fn run(plan: &Plan) -> Result<String> {
         .iter()
         .map(|&k| peers.platform(k, &plan.loghaul))
         .collect();
-    let total = plan.runs * plan.subjects.len();
+    // Warm-up rounds first, then the measured ones; every round runs each subject once, in order.
+    let rounds: Vec<(usize, bool)> = (1..=plan.warmup)
+        .map(|w| (w, true))
+        .chain((1..=plan.runs).map(|r| (r, false)))
+        .collect();
+    let total = rounds.len() * plan.subjects.len();
     let mut records = Vec::new();
     let mut step = 0;
     eprintln!(
-        "bench {}: {} subjects × {} runs, {} events per run, {} connections ({})",
+        "bench {}: {} subjects × {} runs after {} warm-up round(s), {} events per run, {} \
+         connections ({})",
         plan.scenario.name(),
         plan.subjects.len(),
         plan.runs,
+        plan.warmup,
         plan.events,
         plan.connections,
         machine()
     );
-    for run in 1..=plan.runs {
+    for &(run, warmup) in &rounds {
         for (i, &kind) in plan.subjects.iter().enumerate() {
             step += 1;
+            let (what, of, dir_name) = if warmup {
+                (
+                    "warm-up",
+                    plan.warmup,
+                    format!("{}-warmup{run}", kind.name()),
+                )
+            } else {
+                ("run", plan.runs, format!("{}-{run}", kind.name()))
+            };
             let label = format!(
-                "[{step}/{total}] {} {} run {run}/{}",
+                "[{step}/{total}] {} {} {what} {run}/{of}",
                 plan.scenario.name(),
                 kind.name(),
-                plan.runs
             );
-            let record = if let Some(why) = subjects::unsupported(kind, plan.scenario) {
+            let mut record = if let Some(why) = subjects::unsupported(kind, plan.scenario) {
                 RunRecord::empty(
                     plan.scenario.name(),
                     kind.name(),
@@ -190,12 +207,12 @@ pub fn run(plan: &Plan) -> Result<String> {
                     Status::Unsupported(why.into()),
                 )
             } else {
-                let dir = work.join(format!("{}-{run}", kind.name()));
+                let dir = work.join(&dir_name);
                 match run_one(plan, kind, &peers, &dir, &label) {
                     Ok(mut r) => {
                         r.run = run;
                         r.platform = platforms[i].clone();
-                        if run == 1 {
+                        if run == 1 && !warmup {
                             save_configs(
                                 &dir,
                                 &plan.out.join("configs").join(plan.scenario.name()),
@@ -212,9 +229,10 @@ pub fn run(plan: &Plan) -> Result<String> {
                     ),
                 }
             };
+            record.warmup = warmup;
             eprintln!("{label}: {}", describe(&record));
             if !plan.keep {
-                let _ = std::fs::remove_dir_all(work.join(format!("{}-{run}", kind.name())));
+                let _ = std::fs::remove_dir_all(work.join(&dir_name));
             }
             records.push(record);
         }
@@ -228,6 +246,7 @@ pub fn run(plan: &Plan) -> Result<String> {
         scenario: plan.scenario.name(),
         events: plan.events,
         runs: plan.runs,
+        warmup: plan.warmup,
         machine: &machine,
         command: &plan.command,
     };

@@ -314,6 +314,11 @@ fn scenario_smoke(scenario: &str) {
         table.contains("| implementation | platform | duration | rate |"),
         "{table}"
     );
+    // The default warm-up round runs first and is not counted.
+    assert!(
+        table.contains("1 runs per subject after a warm-up round"),
+        "{table}"
+    );
     for ext in ["md", "csv", "json", "svg"] {
         assert!(
             out.path().join(format!("{scenario}.{ext}")).exists(),
@@ -327,7 +332,22 @@ fn scenario_smoke(scenario: &str) {
     )
     .unwrap();
     let records = json["records"].as_array().unwrap();
-    assert_eq!(records.len(), 3, "one run of each subject: {json}");
+    let warmups = records.iter().filter(|r| r["warmup"] == true).count();
+    assert_eq!(
+        (records.len(), warmups),
+        (6, 3),
+        "a warm-up and a measured run of each subject: {json}"
+    );
+    for (r, summary) in records[3..].iter().zip(json["summary"].as_array().unwrap()) {
+        // The table's figures are the measured run's, not the warm-up's.
+        assert_eq!(r["warmup"], false, "{r}");
+        assert_eq!(summary["subject"], r["subject"], "{summary}");
+        assert_eq!(summary["runs"], 1, "{summary}");
+        assert_eq!(
+            summary["events_per_sec"]["median"], r["events_per_sec"],
+            "{summary}"
+        );
+    }
     for r in records {
         assert_eq!(r["status"], "complete", "{scenario}: {r}");
         assert_eq!(r["events_seen"], 20000, "{scenario}: {r}");
@@ -375,7 +395,14 @@ fn scenario_driven_by_loggen() {
     let out = tempfile::tempdir().unwrap();
     ok(bench()
         .args(["run", "syslog", "--subjects", "loghaul", "--runs", "1"])
-        .args(["--generator", "loggen", "--events", "50000"])
+        .args([
+            "--warmup",
+            "0",
+            "--generator",
+            "loggen",
+            "--events",
+            "50000",
+        ])
         .args(["--idle-timeout", "20s", "--out"])
         .arg(out.path())
         .env("LOGHAUL_BIN", &loghaul)
