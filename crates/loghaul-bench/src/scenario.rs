@@ -13,9 +13,11 @@
 //!
 //! Duration is from the generator's start to the arrival of the last event (the output's last
 //! growth), so a subject that buffers is charged for it. The exact books are read only while the
-//! subject is idle, so checking every event never competes with the subject for CPU. CPU is the subject's tree only (the generator and the meter run in this
-//! process and compete for the same cores: that is stated beside the results). Runs interleave the
-//! subjects (A B C A B C …) so that drift of the machine is spread over everyone.
+//! subject is idle, so checking every event never competes with the subject for CPU. CPU is the
+//! subject's tree only (the generator and the meter run in this process and compete for the same
+//! cores: that is stated beside the results). Runs interleave the subjects (A B C A B C …) so that
+//! drift of the machine is spread over everyone, after an uncounted warm-up round (`--warmup`):
+//! what the machine did before the lab is then nobody's first measured run.
 
 use std::io::{IsTerminal, Read, Write};
 use std::net::{SocketAddr, TcpStream};
