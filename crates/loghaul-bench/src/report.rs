@@ -112,7 +112,7 @@ impl RunRecord {
     }
 
     fn measured(&self) -> bool {
-        !self.warmup && matches!(self.status, Status::Complete | Status::Timeout)
+        matches!(self.status, Status::Complete | Status::Timeout)
     }
 }
 
@@ -187,6 +187,7 @@ pub fn summarize(records: &[RunRecord], subjects: &[String]) -> Vec<Summary> {
     subjects
         .iter()
         .map(|name| {
+            // Warm-up runs count for nothing here: no figure, no loss, no note.
             let mine: Vec<&RunRecord> = records
                 .iter()
                 .filter(|r| &r.subject == name && !r.warmup)
