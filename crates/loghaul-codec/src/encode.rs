@@ -27,6 +27,8 @@ use std::net::IpAddr;
 use loghaul_core::names::{FACILITIES, SEVERITIES, facility_name, severity_name};
 use loghaul_core::{Event, EventBatch, Flags, SdElement, SdParam, Span, Timestamp, Value};
 
+use crate::simd::V;
+
 const REPLACEMENT: &[u8; 3] = b"\xEF\xBF\xBD";
 
 /// Room made for an event before anything is written (on top of its message): enough for the
@@ -1006,76 +1008,38 @@ fn pad16(s: &[u8]) -> [u8; 16] {
     buf
 }
 
-/// `LANES[n]`: `n` bytes of 0xff, then zeros.
-static LANES: [[u8; 16]; 17] = {
-    let mut table = [[0u8; 16]; 17];
-    let mut n = 0;
-    while n <= 16 {
-        let mut k = 0;
-        while k < n {
-            table[n][k] = 0xff;
-            k += 1;
-        }
-        n += 1;
-    }
-    table
-};
-
-/// Whether the first `n` bytes of `chunk` (all 16 when `n >= 16`) are plain: no control
-/// character, `"` or `\\`, and with `!VALID` no non-ASCII byte (see [`first_special`]).
+/// Bit k set for each byte of `v` that needs escaping in a JSON string: a control character,
+/// `"` or `\\`, and with `!VALID` any non-ASCII byte (which the slow path checks as UTF-8).
 #[inline(always)]
-fn plain<const VALID: bool>(chunk: &[u8; 16], n: usize) -> bool {
-    // Written so that LLVM makes it a few vector compares, an AND with the lane mask and one
-    // zero test (`pmovmskb`): cheaper than finding where a special byte is, which only the slow
-    // path needs.
-    let lanes = &LANES[n.min(16)];
-    let mut flags = [0u8; 16];
-    for ((f, &b), &m) in flags.iter_mut().zip(chunk).zip(lanes) {
-        let control = if VALID { b < 0x20 } else { (b as i8) < 0x20 };
-        // Bitwise, not `||` or `if`: no branches, so the loop vectorizes.
-        let special = control | (b == b'"') | (b == b'\\');
-        *f = m & u8::from(special).wrapping_neg();
-    }
-    none_set(&flags)
+fn specials<const VALID: bool>(v: V) -> u32 {
+    // As signed bytes, 0x80 and up are below 0x20 too: one compare for controls and non-ASCII.
+    let control = if VALID { v.le(0x1f) } else { v.lt_signed(0x20) };
+    control.or(v.eq(b'"')).or(v.eq(b'\\')).mask()
 }
 
-/// Whether no byte of `flags` is set, tested as two words (which LLVM makes one vector test;
-/// a `u128` compare or a loop does not).
+/// The mask of the first `n` lanes (all 16 when `n >= 16`).
 #[inline(always)]
-fn none_set(f: &[u8; 16]) -> bool {
-    let lo = u64::from_le_bytes([f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]]);
-    let hi = u64::from_le_bytes([f[8], f[9], f[10], f[11], f[12], f[13], f[14], f[15]]);
-    lo | hi == 0
+fn lanes(n: usize) -> u32 {
+    (1u32 << n.min(16)) - 1
+}
+
+/// Whether the first `n` bytes of `chunk` (all 16 when `n >= 16`) are plain: none of
+/// [`specials`] (with `!VALID`).
+#[inline(always)]
+fn plain<const VALID: bool>(chunk: &[u8; 16], n: usize) -> bool {
+    specials::<VALID>(V::load(chunk)) & lanes(n) == 0
 }
 
 /// [`plain`] for the first `na` bytes of `a` and the first `nb` bytes of `b` at once.
 #[inline(always)]
 fn plain2(a: &[u8; 16], na: usize, b: &[u8; 16], nb: usize) -> bool {
-    let (la, lb) = (&LANES[na.min(16)], &LANES[nb.min(16)]);
-    let mut flags = [0u8; 16];
-    for (k, f) in flags.iter_mut().enumerate() {
-        let (x, y) = (a[k], b[k]);
-        let sx = ((x as i8) < 0x20) | (x == b'"') | (x == b'\\');
-        let sy = ((y as i8) < 0x20) | (y == b'"') | (y == b'\\');
-        *f = (la[k] & u8::from(sx).wrapping_neg()) | (lb[k] & u8::from(sy).wrapping_neg());
-    }
-    none_set(&flags)
+    (specials::<false>(V::load(a)) & lanes(na)) | (specials::<false>(V::load(b)) & lanes(nb)) == 0
 }
 
-/// The index of the first byte of `chunk` that needs escaping in a JSON string (a control
-/// character, `"` or `\\`, and with `!VALID` any non-ASCII byte), or 16.
+/// The index of the first byte of `chunk` that needs escaping (see [`specials`]), or 16.
 #[inline(always)]
 fn first_special<const VALID: bool>(chunk: &[u8; 16]) -> usize {
-    // A fixed-size loop of byte compares that LLVM turns into a few vector instructions; the
-    // flags then read as one integer whose trailing zeros count the plain bytes.
-    let mut flags = [0u8; 16];
-    for (f, &b) in flags.iter_mut().zip(chunk) {
-        // As `i8`, bytes 0x80 and up are negative: one compare for controls and non-ASCII.
-        let control = if VALID { b < 0x20 } else { (b as i8) < 0x20 };
-        let special = control | (b == b'"') | (b == b'\\');
-        *f = if special { 0xff } else { 0 };
-    }
-    (u128::from_le_bytes(flags).trailing_zeros() / 8) as usize
+    (specials::<VALID>(V::load(chunk)) | 1 << 16).trailing_zeros() as usize
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -16,6 +16,7 @@
 pub mod encode;
 pub mod framing;
 mod scan;
+mod simd;
 pub mod syslog;
 mod time;
 

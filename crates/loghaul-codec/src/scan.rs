@@ -1,126 +1,67 @@
 //! Byte search for the parsers' short scans (tokens, names, values).
 //!
-//! - [`find`] works a word at a time: eight bytes per step with plain integer arithmetic, which
-//!   beats both a byte loop and a `memchr` call on the 5..50-byte stretches syslog fields are made
-//!   of, as long as it looks for one to three bytes (header fields, tags, SD values).
-//! - [`find_class`] looks each byte up in a class table, eight lookups per step. Each target byte
-//!   costs the word search about four instructions per word, so for SD-NAMEs (four bytes, and a
-//!   range in strict mode) a few bytes long, one lookup per byte is cheaper.
+//! [`find`] classifies 16 bytes a step (see [`crate::simd`]): a few compares, one mask and a
+//! `trailing_zeros` per step, whatever the number of target bytes. The last bytes of a slice are
+//! read as its last 16 (already seen bytes masked off), so a scan near the end does not fall
+//! back to a byte loop; only a slice shorter than 16 bytes is copied into a padded chunk.
 
-const LO: u64 = 0x0101_0101_0101_0101;
+use crate::simd::V;
+
 const HI: u64 = 0x8080_8080_8080_8080;
 
-/// `c` in every byte of a word.
+/// The index of the first byte of `s` at or after `from` that `set` flags, where `set` maps 16
+/// bytes to a lane set for each flagged byte; `None` if there is none or `from` is past the end.
 #[inline(always)]
-const fn splat(c: u8) -> u64 {
-    LO * c as u64
-}
-
-/// High bit set in each byte of `x` equal to `c`. Only the lowest flagged byte is exact (borrows
-/// can flag bytes above it), which is all [`find`] uses.
-#[inline(always)]
-pub(crate) fn eq(x: u64, c: u8) -> u64 {
-    let y = x ^ splat(c);
-    y.wrapping_sub(LO) & !y & HI
-}
-
-/// The index of the first byte of `s` at or after `from` that `byte` accepts, where `word` flags
-/// (at least, and exactly at the lowest flag) those bytes in a little-endian word; `None` if
-/// there is none or `from` is past the end.
-#[inline(always)]
-pub(crate) fn find(
-    s: &[u8],
-    from: usize,
-    word: impl Fn(u64) -> u64,
-    byte: impl Fn(u8) -> bool,
-) -> Option<usize> {
-    // An index and one test per word keep the loop to a single induction variable.
+pub(crate) fn find(s: &[u8], from: usize, set: impl Fn(V) -> V) -> Option<usize> {
+    // An index and one test per step keep the loop to a single induction variable.
     let mut i = from;
-    while let Some(chunk) = s.get(i..i.wrapping_add(8)) {
-        let mut w = [0; 8];
-        w.copy_from_slice(chunk);
-        let m = word(u64::from_le_bytes(w));
+    while let Some(chunk) = s
+        .get(i..i.wrapping_add(16))
+        .and_then(|c| c.first_chunk::<16>())
+    {
+        let m = set(V::load(chunk)).mask();
         if m != 0 {
-            return Some(i + (m.trailing_zeros() / 8) as usize);
+            return Some(i + m.trailing_zeros() as usize);
         }
-        i += 8;
+        i += 16;
     }
-    let at = i;
-    s.get(at..)?.iter().position(|&c| byte(c)).map(|k| at + k)
+    find_tail(s, i, set)
+}
+
+/// [`find`] from `i` when fewer than 16 bytes are left: the last 16 bytes of `s` with the ones
+/// before `i` masked off, or the rest padded to 16 when `s` is shorter than that.
+#[inline(always)]
+fn find_tail(s: &[u8], i: usize, set: impl Fn(V) -> V) -> Option<usize> {
+    let rest = s.len().checked_sub(i).filter(|&n| n > 0)?;
+    let m = match s.last_chunk::<16>() {
+        // `rest < 16`, so the skipped part is 1..=15 bytes.
+        Some(last) => set(V::load(last)).mask() >> (16 - rest),
+        None => {
+            let mut chunk = [0u8; 16];
+            chunk.get_mut(..rest)?.copy_from_slice(s.get(i..)?);
+            set(V::load(&chunk)).mask() & ((1 << rest) - 1)
+        }
+    };
+    (m != 0).then(|| i + m.trailing_zeros() as usize)
 }
 
 /// The first `c` at or after `from`.
 #[inline(always)]
 pub(crate) fn find_byte(s: &[u8], from: usize, c: u8) -> Option<usize> {
-    find(s, from, |w| eq(w, c), |b| b == c)
+    find(s, from, |v| v.eq(c))
 }
 
-/// Byte classes for [`find_class`], one bit each.
-pub(crate) mod class {
-    /// Ends a lenient SD-NAME: `=`, SP, `]`, `"`.
-    pub(crate) const NAME_END: u8 = 1;
-    /// Ends a strict SD-NAME: those and anything outside PRINTUSASCII (33..=126).
-    pub(crate) const STRICT_NAME_END: u8 = 2;
-}
-
-const fn classes() -> [u8; 256] {
-    let mut t = [0u8; 256];
-    let mut c = 0;
-    while c < 256 {
-        let b = c as u8;
-        let name_end = matches!(b, b'=' | b' ' | b']' | b'"');
-        if name_end {
-            t[c] |= class::NAME_END;
-        }
-        if name_end || b < 33 || b > 126 {
-            t[c] |= class::STRICT_NAME_END;
-        }
-        c += 1;
-    }
-    t
-}
-
-static CLASSES: [u8; 256] = classes();
-
-/// Whether `c` is in any of the classes in `mask`.
+/// Lanes that end a lenient SD-NAME: `=`, SP, `]`, `"`.
 #[inline(always)]
-pub(crate) fn is(c: u8, mask: u8) -> bool {
-    CLASSES[usize::from(c)] & mask != 0
+pub(crate) fn name_end(v: V) -> V {
+    v.eq(b'=').or(v.eq(b' ')).or(v.eq(b']')).or(v.eq(b'"'))
 }
 
-/// The index of the first byte of `s` at or after `from` in any of the classes in `mask`; `None`
-/// if there is none or `from` is past the end.
+/// Lanes that end a strict SD-NAME: those and anything outside PRINTUSASCII (33..=126).
 #[inline(always)]
-pub(crate) fn find_class(s: &[u8], from: usize, mask: u8) -> Option<usize> {
-    let mut rest = s.get(from..)?;
-    while let Some((chunk, tail)) = rest.split_first_chunk::<8>() {
-        // Spelled out rather than a loop, which the compiler does not always unroll: eight
-        // lookups with no bounds test between them.
-        let &[c0, c1, c2, c3, c4, c5, c6, c7] = chunk;
-        let k = if is(c0, mask) {
-            0
-        } else if is(c1, mask) {
-            1
-        } else if is(c2, mask) {
-            2
-        } else if is(c3, mask) {
-            3
-        } else if is(c4, mask) {
-            4
-        } else if is(c5, mask) {
-            5
-        } else if is(c6, mask) {
-            6
-        } else if is(c7, mask) {
-            7
-        } else {
-            rest = tail;
-            continue;
-        };
-        return Some(s.len() - rest.len() + k);
-    }
-    let at = s.len() - rest.len();
-    rest.iter().position(|&c| is(c, mask)).map(|k| at + k)
+pub(crate) fn strict_name_end(v: V) -> V {
+    // Signed, bytes from 0x80 up are below 33 too.
+    name_end(v).or(v.lt_signed(33)).or(v.eq(0x7f))
 }
 
 /// Whether every byte of `s` is ASCII: words OR-ed together (the compiler vectorises the fold),
@@ -154,20 +95,23 @@ mod tests {
         }
     }
 
-    /// Every string of `a`s up to 39 bytes with `first` at every position (and `second` three
+    /// Every string of `a`s up to 47 bytes with `first` at every position (and `second` three
     /// bytes later, which must not hide it), searched from every start: `search` must agree with
-    /// a byte-by-byte scan for the bytes `hit` accepts.
+    /// a byte-by-byte scan for the bytes `hit` accepts. Lengths below, at and above 16 and 32
+    /// take the padded chunk, whole chunks and the overlapping last chunk.
     fn sweep(
         first: u8,
         second: u8,
         hit: impl Fn(u8) -> bool,
         search: impl Fn(&[u8], usize) -> Option<usize>,
     ) {
-        for len in 0..40 {
-            for at in 0..len {
+        for len in 0..48 {
+            for at in 0..len.max(1) {
                 for from in 0..=len + 1 {
                     let mut s = vec![b'a'; len];
-                    s[at] = first;
+                    if at < len {
+                        s[at] = first;
+                    }
                     if at + 3 < len {
                         s[at + 3] = second;
                     }
@@ -190,47 +134,48 @@ mod tests {
             |c| c == b' ',
             |s, from| find_byte(s, from, b' '),
         );
-        // Bytes that differ from the target by a borrow-prone amount.
+        // Padding bytes (zeros) must not be found, even when the target is zero.
+        sweep(0, 0, |c| c == 0, |s, from| find_byte(s, from, 0));
         let s = [0x21u8, 0x20, 0x1f, 0x00, 0xff, 0x20, 0x21, 0xa0, 0x20];
         assert_eq!(find_byte(&s, 0, 0x20), Some(1));
         assert_eq!(find_byte(&s, 2, 0x20), Some(5));
         assert_eq!(find_byte(&s, 6, 0x20), Some(8));
-        let any = |s: &[u8]| {
-            find(
-                s,
-                0,
-                |w| eq(w, b'=') | eq(w, b']'),
-                |b| b == b'=' || b == b']',
-            )
-        };
+        let any = |s: &[u8]| find(s, 0, |v| v.eq(b'=').or(v.eq(b']')));
+        assert_eq!(any(b"abcdefghijklmnopqrstuvwxyz]k=l"), Some(26));
         assert_eq!(any(b"abcdefghij]k=l"), Some(10));
         assert_eq!(any(b"abc=]"), Some(3));
         assert_eq!(any(b"abcdefgh"), None);
+        assert_eq!(any(b"abcdefghijklmnopqrstuvwxyz"), None);
     }
 
     #[test]
-    fn classes_are_the_sets_the_parsers_use() {
+    fn name_ends_are_the_sets_the_parsers_use() {
         for c in 0..=255u8 {
-            let name_end = matches!(c, b'=' | b' ' | b']' | b'"');
-            assert_eq!(is(c, class::NAME_END), name_end, "{c}");
-            assert_eq!(
-                is(c, class::STRICT_NAME_END),
-                name_end || !(33..=126).contains(&c),
-                "{c}"
-            );
+            let lenient = matches!(c, b'=' | b' ' | b']' | b'"');
+            let strict = lenient || !(33..=126).contains(&c);
+            // In every lane, and found from every start.
+            for lane in 0..20 {
+                let mut s = vec![b'a'; 20];
+                s[lane] = c;
+                let at = |hit: bool| if hit { Some(lane) } else { None };
+                assert_eq!(find(&s, 0, name_end), at(lenient), "{c} {lane}");
+                assert_eq!(find(&s, 0, strict_name_end), at(strict), "{c} {lane}");
+            }
         }
-    }
-
-    #[test]
-    fn find_class_finds_the_first_match_anywhere() {
         sweep(
             b'=',
             b' ',
             |c| c == b'=' || c == b' ',
-            |s, from| find_class(s, from, class::NAME_END),
+            |s, from| find(s, from, name_end),
         );
-        assert_eq!(find_class(b"ab\x7fc=", 0, class::NAME_END), Some(4));
-        assert_eq!(find_class(b"ab\x7fc=", 0, class::STRICT_NAME_END), Some(2));
-        assert_eq!(find_class(b"abcdefghijk", 3, class::NAME_END), None);
+        sweep(
+            0x7f,
+            b'x',
+            |c| c == 0x7f,
+            |s, from| find(s, from, strict_name_end),
+        );
+        assert_eq!(find(b"ab\x7fc=", 0, name_end), Some(4));
+        assert_eq!(find(b"ab\x7fc=", 0, strict_name_end), Some(2));
+        assert_eq!(find(b"abcdefghijk", 3, name_end), None);
     }
 }

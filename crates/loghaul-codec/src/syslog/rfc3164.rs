@@ -23,7 +23,7 @@
 use loghaul_core::{Event, OptSpan, Span, Timestamp};
 
 use super::{Clock, Fail, Pri, parse_pri, set_pri};
-use crate::scan::{eq, find, find_byte};
+use crate::scan::{find, find_byte};
 use crate::time::{Civil, NANOS_PER_SEC, SECS_PER_DAY, parse_bsd, parse_rfc3339};
 
 /// A timestamp found in the frame: the instant (None when the reading is not a real date) and the
@@ -115,13 +115,8 @@ fn word_end(buf: &[u8], pos: usize) -> usize {
 /// appname/procid and returns where MSG starts (one SP after the tag dropped). Without a tag,
 /// returns `pos` so everything is message.
 fn tag(buf: &[u8], pos: usize, bare: bool, event: &mut Event) -> usize {
-    let name_end = find(
-        buf,
-        pos,
-        |w| eq(w, b' ') | eq(w, b'[') | eq(w, b':'),
-        |c| matches!(c, b' ' | b'[' | b':'),
-    )
-    .unwrap_or(buf.len());
+    let name_end =
+        find(buf, pos, |v| v.eq(b' ').or(v.eq(b'[')).or(v.eq(b':'))).unwrap_or(buf.len());
     if name_end <= pos {
         return pos;
     }

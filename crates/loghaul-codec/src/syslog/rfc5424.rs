@@ -22,7 +22,7 @@
 use loghaul_core::{Event, OptSpan, SdElement, SdParam, Span};
 
 use super::{Clock, Fail, Pri, SdOut, parse_pri, set_pri};
-use crate::scan::{class, eq, find, find_byte, find_class};
+use crate::scan::{find, find_byte, name_end, strict_name_end};
 use crate::time::{digit_of, parse_rfc3339, rfc3339_utc_prefix};
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -250,12 +250,12 @@ fn timestamp(
 /// Lenient mode takes any other byte and any length. Returns where the name ends.
 #[inline(always)]
 fn sd_name<const STRICT: bool>(buf: &[u8], pos: usize) -> Result<usize, Fail> {
-    let mask = if STRICT {
-        class::STRICT_NAME_END
+    let end = if STRICT {
+        find(buf, pos, strict_name_end)
     } else {
-        class::NAME_END
-    };
-    let end = find_class(buf, pos, mask).unwrap_or(buf.len());
+        find(buf, pos, name_end)
+    }
+    .unwrap_or(buf.len());
     // `end <= pos` is an empty name, or `pos` past the end.
     if end <= pos || (STRICT && end - pos > 32) {
         return Err(Fail::Other);
@@ -377,22 +377,11 @@ fn sd_param<const STRICT: bool>(buf: &[u8], pos: usize, sd: &mut SdOut<'_>) -> R
     let mut j = value_start;
     let mut escaped = false;
     loop {
-        // Two or three target bytes: the word search beats the class table here. Lenient mode
-        // reads `]` in a value as text, so only strict mode stops at it.
+        // Lenient mode reads `]` in a value as text, so only strict mode stops at it.
         let k = if STRICT {
-            find(
-                buf,
-                j,
-                |w| eq(w, b'"') | eq(w, b'\\') | eq(w, b']'),
-                |c| matches!(c, b'"' | b'\\' | b']'),
-            )
+            find(buf, j, |v| v.eq(b'"').or(v.eq(b'\\')).or(v.eq(b']')))
         } else {
-            find(
-                buf,
-                j,
-                |w| eq(w, b'"') | eq(w, b'\\'),
-                |c| matches!(c, b'"' | b'\\'),
-            )
+            find(buf, j, |v| v.eq(b'"').or(v.eq(b'\\')))
         }
         .ok_or(Fail::Other)?;
         match buf.get(k) {

@@ -4,7 +4,6 @@
 
 use loghaul_core::{Event, SdElement, SdParam, Span};
 
-use crate::scan::{eq, find, find_byte};
 use crate::syslog::{Clock, Fail, Pri, SdOut, parse_pri, set_pri};
 use crate::time::parse_rfc3339;
 
@@ -40,7 +39,12 @@ pub(super) fn looks_like(b: &[u8]) -> bool {
 /// The bytes from `pos` to the next SP (or the end): (start, end).
 #[inline]
 fn token(buf: &[u8], pos: usize) -> (usize, usize) {
-    (pos, find_byte(buf, pos, b' ').unwrap_or(buf.len()).max(pos))
+    (
+        pos,
+        position(buf, pos, |c| c == b' ')
+            .unwrap_or(buf.len())
+            .max(pos),
+    )
 }
 
 /// A header field: NILVALUE or 1..max PRINTUSASCII, followed by SP. Returns the field and the
@@ -177,12 +181,7 @@ fn sd_name(buf: &[u8], pos: usize, strict: bool) -> Result<usize, Fail> {
                 .map(|k| pos + k)
         })
     } else {
-        find(
-            buf,
-            pos,
-            |w| eq(w, b'=') | eq(w, b' ') | eq(w, b']') | eq(w, b'"'),
-            |c| matches!(c, b'=' | b' ' | b']' | b'"'),
-        )
+        position(buf, pos, |c| matches!(c, b'=' | b' ' | b']' | b'"'))
     };
     let len = end.unwrap_or(buf.len()).saturating_sub(pos);
     if len == 0 || (strict && len > 32) {
@@ -271,14 +270,7 @@ fn sd_param(buf: &[u8], pos: usize, strict: bool, sd: &mut SdOut<'_>) -> Result<
     let mut j = value_start;
     let mut escaped = false;
     loop {
-        // Values are short: a word-at-a-time scan beats a memchr3 call here.
-        let k = find(
-            buf,
-            j,
-            |w| eq(w, b'"') | eq(w, b'\\') | eq(w, b']'),
-            |c| matches!(c, b'"' | b'\\' | b']'),
-        )
-        .ok_or(Fail::Other)?;
+        let k = position(buf, j, |c| matches!(c, b'"' | b'\\' | b']')).ok_or(Fail::Other)?;
         match buf[k] {
             b'"' => {
                 j = k;
@@ -303,4 +295,13 @@ fn sd_param(buf: &[u8], pos: usize, strict: bool, sd: &mut SdOut<'_>) -> Result<
         escaped,
     });
     Ok(j + 1)
+}
+
+/// The first byte at or after `from` that `hit` accepts, one byte at a time: the oracle keeps
+/// its own scan, so that it does not share the parser's.
+fn position(buf: &[u8], from: usize, hit: impl Fn(u8) -> bool) -> Option<usize> {
+    buf.get(from..)?
+        .iter()
+        .position(|&c| hit(c))
+        .map(|k| from + k)
 }
