@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every scenario of the lab at full size, with the `bare` loop as the yardstick in each, and
 # leaves the tables, raw runs and charts in bench/results/YYYY-MM-DD/.
-# Usage: bench/run-all.sh [path/to/loghaul] [extra `bench run` options]
+# Usage: [OUT=DIR] bench/run-all.sh [path/to/loghaul] [extra `bench run` options]
+# OUT picks the results folder (default bench/results/YYYY-MM-DD); `--out` among the extra
+# options would be given twice, which `bench run` refuses.
 #
 # The peers must be installed first: sudo scripts/install-peers.sh (idempotent).
 set -euo pipefail
@@ -15,7 +17,7 @@ if [ ! -x "$LOGHAUL" ]; then
 fi
 [ -f /opt/loghaul-peers/env.sh ] && . /opt/loghaul-peers/env.sh
 
-OUT="bench/results/$(date +%F)"
+OUT="${OUT:-bench/results/$(date +%F)}"
 "$LOGHAUL" bench run syslog  --subjects loghaul,rsyslog,syslog-ng,bare              --runs 3 --out "$OUT" "$@"
 "$LOGHAUL" bench run basic   --subjects loghaul,rsyslog,syslog-ng,eventmachine,bare --runs 3 --out "$OUT" "$@"
 "$LOGHAUL" bench run raw     --subjects loghaul,rsyslog,syslog-ng,bare              --runs 3 --out "$OUT" "$@"
