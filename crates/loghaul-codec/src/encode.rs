@@ -27,7 +27,7 @@ use std::net::IpAddr;
 use loghaul_core::names::{FACILITIES, SEVERITIES, facility_name, severity_name};
 use loghaul_core::{Event, EventBatch, Flags, SdElement, SdParam, Span, Timestamp, Value};
 
-use crate::simd::V;
+use crate::simd::{V, lanes};
 
 const REPLACEMENT: &[u8; 3] = b"\xEF\xBF\xBD";
 
@@ -1015,12 +1015,6 @@ fn specials<const VALID: bool>(v: V) -> u32 {
     // As signed bytes, 0x80 and up are below 0x20 too: one compare for controls and non-ASCII.
     let control = if VALID { v.le(0x1f) } else { v.lt_signed(0x20) };
     control.or(v.eq(b'"')).or(v.eq(b'\\')).mask()
-}
-
-/// The mask of the first `n` lanes (all 16 when `n >= 16`).
-#[inline(always)]
-fn lanes(n: usize) -> u32 {
-    (1u32 << n.min(16)) - 1
 }
 
 /// Whether the first `n` bytes of `chunk` (all 16 when `n >= 16`) are plain: none of

@@ -5,7 +5,7 @@
 //! read as its last 16 (already seen bytes masked off), so a scan near the end does not fall
 //! back to a byte loop; only a slice shorter than 16 bytes is copied into a padded chunk.
 
-use crate::simd::V;
+use crate::simd::{V, lanes};
 
 const HI: u64 = 0x8080_8080_8080_8080;
 
@@ -39,7 +39,7 @@ fn find_tail(s: &[u8], i: usize, set: impl Fn(V) -> V) -> Option<usize> {
         None => {
             let mut chunk = [0u8; 16];
             chunk.get_mut(..rest)?.copy_from_slice(s.get(i..)?);
-            set(V::load(&chunk)).mask() & ((1 << rest) - 1)
+            set(V::load(&chunk)).mask() & lanes(rest)
         }
     };
     (m != 0).then(|| i + m.trailing_zeros() as usize)

@@ -10,14 +10,20 @@
 //! version does the same byte by byte; it is also compiled in tests, to hold the SSE2 one to it.
 //!
 //! The intrinsics are `unsafe` to call from code that does not itself enable SSE2 (the compiler
-//! does not count the target's baseline), so each is wrapped once here with a `SAFETY:` note;
-//! see `docs/conventions.md` ("Unsafe code").
+//! does not count the target's baseline), so each is wrapped once here, under one `SAFETY:` note
+//! for all of them; see `docs/conventions.md` ("Unsafe code").
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 pub(crate) use sse2::V;
 
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 pub(crate) use portable::V;
+
+/// The mask of the first `n` lanes (all 16 when `n >= 16`), to AND with [`V::mask`].
+#[inline(always)]
+pub(crate) fn lanes(n: usize) -> u32 {
+    (1u32 << n.min(16)) - 1
+}
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 #[allow(unsafe_code)]
