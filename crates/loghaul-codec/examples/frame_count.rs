@@ -7,9 +7,11 @@
 //!     $CARGO_TARGET_DIR/release/examples/frame_count
 //! ```
 //!
-//! Instructions per event = total Ir / the event count it prints.
+//! Instructions per event = total Ir / the event count it prints. An argument sets the line
+//! length (1..=128 bytes before the newline; default 128): `basic` sends 64.
 
 use std::hint::black_box;
+use std::process::ExitCode;
 
 use bytes::Bytes;
 use loghaul_codec::syslog::Format;
@@ -23,10 +25,18 @@ const LINE: &[u8] = b"gen=0 seq=0000000042 t=1795326819448902199 lorem ipsum dol
 const READ: usize = 128 * 1024;
 const READS: usize = 200;
 
-fn main() {
-    let mut buf = Vec::with_capacity(READ + LINE.len());
-    while buf.len() + LINE.len() < READ {
-        buf.extend_from_slice(LINE);
+fn main() -> ExitCode {
+    let line = match std::env::args().nth(1).map(|a| a.parse::<usize>()) {
+        None => LINE,
+        Some(Ok(n @ 1..=128)) => &LINE[..n],
+        Some(_) => {
+            eprintln!("usage: frame_count [LINE_BYTES, 1..=128]");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut buf = Vec::with_capacity(READ + line.len() + 1);
+    while buf.len() + line.len() < READ {
+        buf.extend_from_slice(line);
         buf.push(b'\n');
     }
     let arena = Bytes::from(buf);
@@ -49,4 +59,5 @@ fn main() {
         events += black_box(batch.events.len());
     }
     println!("{events} events");
+    ExitCode::SUCCESS
 }

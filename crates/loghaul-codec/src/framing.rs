@@ -20,6 +20,8 @@
 
 use memchr::memchr;
 
+use crate::scan;
+
 /// How a stream is split into frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FramingMode {
@@ -230,9 +232,11 @@ impl Framer {
         buf.len()
     }
 
-    /// Newline mode's fast path: every complete line from `pos` on, found with one memchr
-    /// iterator instead of a search per line. Returns where it stopped: at the start of a partial
-    /// line, or of a line too long for `max_length`, which [`Framer::newline`] then handles.
+    /// Newline mode's fast path: every complete line from `pos` on. The bytes are classified 64
+    /// at a time into a mask of newlines whose set bits are the line ends, so a short line costs
+    /// a few instructions instead of a search of its own. Returns where it stopped: at the start
+    /// of a partial line, or of a line too long for `max_length`, which [`Framer::newline`] then
+    /// handles.
     fn newline_run(
         &mut self,
         buf: &[u8],
@@ -240,17 +244,50 @@ impl Framer {
         frames: &mut Vec<Frame>,
         stats: &mut FramingStats,
     ) -> usize {
-        let rest = &buf[pos..];
         let mut start = pos;
-        for i in memchr::memchr_iter(b'\n', rest) {
-            let end = pos + i;
-            if end - start > self.max_length {
-                break;
+        let mut block = pos;
+        while let Some(bytes) = buf.get(block..).and_then(|rest| rest.first_chunk::<64>()) {
+            let newlines = scan::eq_mask64(bytes, b'\n');
+            if !self.lines_ending_in(newlines, block, &mut start, buf, frames, stats) {
+                return start;
             }
-            push_line(buf, start, end, frames, stats);
-            start = end + 1;
+            block += 64;
+        }
+        // The last bytes (fewer than 64) through a zero-padded copy, once per read: zeros are
+        // not newlines.
+        let rest = buf.get(block..).unwrap_or_default();
+        let mut padded = [0u8; 64];
+        if let Some(head) = padded.get_mut(..rest.len()) {
+            head.copy_from_slice(rest);
+            let newlines = scan::eq_mask64(&padded, b'\n');
+            self.lines_ending_in(newlines, block, &mut start, buf, frames, stats);
         }
         start
+    }
+
+    /// Push the lines that end at the set bits of `newlines` (bit k: a newline at `block + k`),
+    /// the first of them starting at `start`, which moves past each; `false` at a line longer
+    /// than `max_length`, with `start` at it.
+    #[inline(always)]
+    fn lines_ending_in(
+        &self,
+        mut newlines: u64,
+        block: usize,
+        start: &mut usize,
+        buf: &[u8],
+        frames: &mut Vec<Frame>,
+        stats: &mut FramingStats,
+    ) -> bool {
+        while newlines != 0 {
+            let end = block + newlines.trailing_zeros() as usize;
+            newlines &= newlines - 1;
+            if end - *start > self.max_length {
+                return false;
+            }
+            push_line(buf, *start, end, frames, stats);
+            *start = end + 1;
+        }
+        true
     }
 
     /// A newline-terminated frame at `pos`; returns where the next frame starts, or `None` when
@@ -355,8 +392,11 @@ fn push_line(
     stats: &mut FramingStats,
 ) {
     let mut end = end;
-    while end > start && matches!(buf[end - 1], b'\r' | b'\0') {
-        end -= 1;
+    // Nearly every line ends in a byte above CR, and then nothing is trimmed: one compare.
+    if end > start && buf.get(end - 1).is_some_and(|&c| c <= b'\r') {
+        while end > start && matches!(buf[end - 1], b'\r' | b'\0') {
+            end -= 1;
+        }
     }
     if end == start {
         stats.empty_frames += 1;

@@ -51,6 +51,16 @@ pub(crate) fn find_byte(s: &[u8], from: usize, c: u8) -> Option<usize> {
     find(s, from, |v| v.eq(c))
 }
 
+/// Bit k set where `block[k] == c`: 64 bytes classified at once, so a caller that wants every
+/// match (all the newlines of a read) walks the set bits instead of starting a search per match.
+#[inline(always)]
+pub(crate) fn eq_mask64(block: &[u8; 64], c: u8) -> u64 {
+    let (chunks, _) = block.as_chunks::<16>();
+    chunks.iter().enumerate().fold(0, |m, (k, chunk)| {
+        m | u64::from(V::load(chunk).eq(c).mask()) << (16 * k)
+    })
+}
+
 /// Lanes that end a lenient SD-NAME: `=`, SP, `]`, `"`.
 #[inline(always)]
 pub(crate) fn name_end(v: V) -> V {
@@ -146,6 +156,21 @@ mod tests {
         assert_eq!(any(b"abc=]"), Some(3));
         assert_eq!(any(b"abcdefgh"), None);
         assert_eq!(any(b"abcdefghijklmnopqrstuvwxyz"), None);
+    }
+
+    #[test]
+    fn mask64_flags_every_match_in_its_lane() {
+        for c in [b'\n', 0, 0xff] {
+            for lane in 0..64 {
+                let mut block = [b'a'; 64];
+                block[lane] = c;
+                block[(lane + 17) % 64] = c;
+                let want = 1u64 << lane | 1u64 << ((lane + 17) % 64);
+                assert_eq!(eq_mask64(&block, c), want, "{c} {lane}");
+            }
+            assert_eq!(eq_mask64(&[b'a'; 64], c), 0);
+            assert_eq!(eq_mask64(&[c; 64], c), u64::MAX);
+        }
     }
 
     #[test]

@@ -68,6 +68,42 @@ fn frame_chunked(mode: FramingMode, max: usize, input: &[u8], chunks: &[usize]) 
     frame_in_chunks(mode, max, input, chunks)
 }
 
+/// Newline framing as RFC 6587 §3.4.2 and the framer's contract say, one byte at a time: a line
+/// without its trailing CRs and NULs (empty ones dropped); a line longer than `max` cut there
+/// and marked, and the rest of it up to the newline dropped.
+fn newline_reference(input: &[u8], max: usize) -> Vec<(Vec<u8>, bool)> {
+    let trimmed = |mut line: &[u8]| {
+        while let [rest @ .., b'\r' | 0] = line {
+            line = rest;
+        }
+        line.to_vec()
+    };
+    let mut out = Vec::new();
+    let mut pos = 0;
+    while pos < input.len() {
+        let window = &input[pos..input.len().min(pos + max + 1)];
+        match window.iter().position(|&c| c == b'\n') {
+            Some(i) => {
+                out.push((trimmed(&window[..i]), false));
+                pos += i + 1;
+            }
+            None if window.len() > max => {
+                out.push((window[..max].to_vec(), true));
+                pos = match input[pos + max..].iter().position(|&c| c == b'\n') {
+                    Some(i) => pos + max + i + 1,
+                    None => input.len(),
+                };
+            }
+            None => {
+                out.push((trimmed(window), false));
+                pos = input.len();
+            }
+        }
+    }
+    out.retain(|(line, _)| !line.is_empty());
+    out
+}
+
 fn received() -> Timestamp {
     Timestamp::from_nanos(1_700_000_000_123_456_000, 6)
 }
@@ -161,6 +197,21 @@ proptest! {
         let all_at_once = frame_chunked(mode, max, &input, &[usize::MAX]);
         prop_assert_eq!(frame_chunked(mode, max, &input, &chunks), all_at_once.clone());
         prop_assert_eq!(frame_chunked(mode, max, &input, &[1]), all_at_once);
+    }
+
+    /// Newline framing against a byte-by-byte reference, over lines that span the framer's
+    /// 64-byte blocks, sit at their edges and run past `max`, in any chunking.
+    #[test]
+    fn newline_framing_matches_a_byte_by_byte_reference(
+        input in prop::collection::vec(
+            prop_oneof![8 => Just(b'a'), 2 => Just(b'\n'), 1 => Just(b'\r'), 1 => Just(0u8), 1 => any::<u8>()],
+            0..1500,
+        ),
+        max in 1usize..300,
+        chunks in prop::collection::vec(1usize..200, 1..6),
+    ) {
+        let (frames, _) = frame_chunked(FramingMode::Newline, max, &input, &chunks);
+        prop_assert_eq!(frames, newline_reference(&input, max));
     }
 
     #[test]
