@@ -115,7 +115,20 @@ pub struct Decoder {
     /// minute misses no change.
     local_minute: i64,
     local_offset: i32,
+    /// SD elements and params per 64 frames in the last batch: the next batch reserves room for
+    /// as many, so its side tables are not grown (and copied) a few times on the way, and a
+    /// stream without structured data reserves none.
+    sd_density: (usize, usize),
 }
+
+/// The structured data per 64 frames reserved before any batch is seen: one element and two
+/// params per frame, a common RFC 5424 shape.
+const SD_DENSITY: (usize, usize) = (64, 128);
+
+/// The most structured data per 64 frames reserved ahead, whatever a batch held: a batch of
+/// pathological frames grows its tables like any other, but does not make later batches
+/// reserve for its like.
+const SD_DENSITY_MAX: usize = 64 * 16;
 
 impl Decoder {
     pub fn new(opts: DecodeOptions) -> Decoder {
@@ -125,6 +138,7 @@ impl Decoder {
             cached_year: 1970,
             local_minute: i64::MIN,
             local_offset: 0,
+            sd_density: SD_DENSITY,
         }
     }
 
@@ -213,11 +227,14 @@ impl Decoder {
             return;
         }
         events.reserve(frames.len());
-        if opts.format == Format::Rfc5424 {
+        let marks = (sd_elements.len(), sd_params.len());
+        if opts.format != Format::Rfc3164 {
             // Most RFC 5424 senders send structured data: growing the side tables from empty
-            // cost a dozen reallocations per batch.
-            sd_elements.reserve(frames.len());
-            sd_params.reserve(2 * frames.len());
+            // cost a dozen reallocations per batch, and more than one when reserved for the
+            // wrong shape.
+            let per = |density: usize| frames.len().saturating_mul(density).div_ceil(64);
+            sd_elements.reserve(per(self.sd_density.0));
+            sd_params.reserve(per(self.sd_density.1));
         }
         for frame in frames {
             // Decoded in place: an event is large, and moving it into the vector would cost a
@@ -240,6 +257,18 @@ impl Decoder {
                 stats,
                 event,
             );
+        }
+        let added = (
+            sd_elements.len().saturating_sub(marks.0),
+            sd_params.len().saturating_sub(marks.1),
+        );
+        if !frames.is_empty() {
+            let density = |n: usize| {
+                n.saturating_mul(64)
+                    .div_ceil(frames.len())
+                    .min(SD_DENSITY_MAX)
+            };
+            self.sd_density = (density(added.0), density(added.1));
         }
     }
 }

@@ -838,3 +838,47 @@ fn local_zone_follows_a_dst_change_between_batches() {
         "2026-03-29T01:00:30Z"
     );
 }
+
+/// A batch reserves its structured-data tables for what the last batch held per frame: after a
+/// batch of frames with three elements and six params each, the next one needs no growth, and
+/// after a batch without structured data, the next one reserves none.
+#[test]
+fn sd_tables_are_reserved_for_the_last_batches_shape() {
+    let line = b"<14>1 2024-03-15T12:00:00Z h a - - [a@1 x=\"1\" y=\"2\"][b@1 x=\"1\" y=\"2\"][c@1 x=\"1\" y=\"2\"] m\n";
+    let input: Vec<u8> = line.repeat(100);
+    let frames: Vec<Frame> = (0..100)
+        .map(|k| Frame {
+            start: (k * line.len()) as u32,
+            end: ((k + 1) * line.len() - 1) as u32,
+            truncated: false,
+        })
+        .collect();
+    let mut decoder = Decoder::new(DecodeOptions::default());
+    let decode = |decoder: &mut Decoder, input: &[u8], frames: &[Frame]| {
+        let mut batch = EventBatch::new(Bytes::copy_from_slice(input), "test".into(), "syslog");
+        let mut stats = DecodeStats::default();
+        decoder.decode_batch(&mut batch, frames, received(), None, &mut stats);
+        batch
+    };
+    let first = decode(&mut decoder, &input, &frames);
+    assert_eq!((first.sd_elements.len(), first.sd_params.len()), (300, 600));
+    // Reserved for one element and two params per frame, so the first batch had to grow.
+    assert!(first.sd_elements.capacity() > 300);
+    let second = decode(&mut decoder, &input, &frames);
+    assert_eq!(
+        (second.sd_elements.len(), second.sd_params.len()),
+        (300, 600)
+    );
+    assert_eq!(second.sd_elements.capacity(), 300);
+    assert_eq!(second.sd_params.capacity(), 600);
+    // A batch with no structured data, then one reserves nothing.
+    let whole = [Frame {
+        start: 0,
+        end: 9,
+        truncated: false,
+    }];
+    decode(&mut decoder, b"<14>hello", &whole);
+    let third = decode(&mut decoder, &input, &frames[..1]);
+    assert_eq!(third.sd_elements.len(), 3);
+    assert!(third.sd_elements.capacity() < 300);
+}
