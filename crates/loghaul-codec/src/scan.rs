@@ -1,4 +1,4 @@
-//! Byte search for the parsers' short scans (tokens, names, values).
+//! Byte search: the parsers' short scans (tokens, names, values), the framer's newline masks.
 //!
 //! [`find`] classifies 16 bytes a step (see [`crate::simd`]): a few compares, one mask and a
 //! `trailing_zeros` per step, whatever the number of target bytes. The last bytes of a slice are
