@@ -228,7 +228,7 @@ impl Decoder {
         }
         events.reserve(frames.len());
         let marks = (sd_elements.len(), sd_params.len());
-        if opts.format != Format::Rfc3164 {
+        if matches!(opts.format, Format::Auto | Format::Rfc5424) {
             // Most RFC 5424 senders send structured data: growing the side tables from empty
             // cost a dozen reallocations per batch, and more than one when reserved for the
             // wrong shape.
