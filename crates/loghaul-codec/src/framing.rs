@@ -391,13 +391,7 @@ fn push_line(
     frames: &mut Vec<Frame>,
     stats: &mut FramingStats,
 ) {
-    let mut end = end;
-    // Nearly every line ends in a byte above CR, and then nothing is trimmed: one compare.
-    if end > start && buf.get(end - 1).is_some_and(|&c| c <= b'\r') {
-        while end > start && matches!(buf[end - 1], b'\r' | b'\0') {
-            end -= 1;
-        }
-    }
+    let end = scan::trim_end(buf, start, end, |c| matches!(c, b'\r' | b'\0'));
     if end == start {
         stats.empty_frames += 1;
     } else {

@@ -61,6 +61,20 @@ pub(crate) fn eq_mask64(block: &[u8; 64], c: u8) -> u64 {
     })
 }
 
+/// `end` moved back over the trailing bytes of `buf[start..end]` that `debris` accepts: line-end
+/// leftovers such as LF, CR and NUL, which must all be at most CR. Nearly every line ends in a
+/// byte above CR, so one compare usually decides.
+#[inline(always)]
+pub(crate) fn trim_end(buf: &[u8], start: usize, end: usize, debris: impl Fn(u8) -> bool) -> usize {
+    let mut end = end;
+    if end > start && buf.get(end - 1).is_some_and(|&c| c <= b'\r') {
+        while end > start && buf.get(end - 1).is_some_and(|&c| debris(c)) {
+            end -= 1;
+        }
+    }
+    end
+}
+
 /// Lanes that end a lenient SD-NAME: `=`, SP, `]`, `"`.
 #[inline(always)]
 pub(crate) fn name_end(v: V) -> V {
@@ -171,6 +185,21 @@ mod tests {
             assert_eq!(eq_mask64(&[b'a'; 64], c), 0);
             assert_eq!(eq_mask64(&[c; 64], c), u64::MAX);
         }
+    }
+
+    #[test]
+    fn trim_end_drops_only_trailing_debris() {
+        let crlf = |c: u8| matches!(c, b'\r' | b'\n' | 0);
+        let cut = |s: &[u8], start: usize| trim_end(s, start, s.len(), crlf);
+        assert_eq!(cut(b"abc\r\n\0", 0), 3);
+        assert_eq!(cut(b"abc", 0), 3);
+        // A tab is below CR but not debris; debris inside the line stays.
+        assert_eq!(cut(b"abc\t\r", 0), 4);
+        assert_eq!(cut(b"a\rbc\n", 0), 4);
+        // Never past `start`, whatever precedes it.
+        assert_eq!(cut(b"\r\r\r", 1), 1);
+        assert_eq!(cut(b"", 0), 0);
+        assert_eq!(trim_end(b"ab\r", 0, 9, crlf), 9, "an end past the slice is left alone");
     }
 
     #[test]

@@ -280,13 +280,7 @@ impl Decoder {
 fn frame_bounds(arena: &[u8], frame: Frame) -> (usize, usize) {
     let end = (frame.end as usize).min(arena.len());
     let start = (frame.start as usize).min(end);
-    let mut end = end;
-    // Nearly every frame ends in a byte above CR, and then nothing is trimmed: one compare.
-    if end > start && arena.get(end - 1).is_some_and(|&c| c <= b'\r') {
-        while end > start && matches!(arena[end - 1], b'\n' | b'\r' | b'\0') {
-            end -= 1;
-        }
-    }
+    let end = crate::scan::trim_end(arena, start, end, |c| matches!(c, b'\n' | b'\r' | b'\0'));
     (start, end)
 }
 
