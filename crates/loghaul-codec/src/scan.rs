@@ -199,7 +199,11 @@ mod tests {
         // Never past `start`, whatever precedes it.
         assert_eq!(cut(b"\r\r\r", 1), 1);
         assert_eq!(cut(b"", 0), 0);
-        assert_eq!(trim_end(b"ab\r", 0, 9, crlf), 9, "an end past the slice is left alone");
+        assert_eq!(
+            trim_end(b"ab\r", 0, 9, crlf),
+            9,
+            "an end past the slice is left alone"
+        );
     }
 
     #[test]
