@@ -174,15 +174,9 @@ pub(super) fn parse(
 /// Lenient mode takes any other byte and any length.
 #[inline]
 fn sd_name(buf: &[u8], pos: usize, strict: bool) -> Result<usize, Fail> {
-    let end = if strict {
-        buf.get(pos..).and_then(|rest| {
-            rest.iter()
-                .position(|&c| matches!(c, b'=' | b' ' | b']' | b'"') || !(33..=126).contains(&c))
-                .map(|k| pos + k)
-        })
-    } else {
-        position(buf, pos, |c| matches!(c, b'=' | b' ' | b']' | b'"'))
-    };
+    let end = position(buf, pos, |c| {
+        matches!(c, b'=' | b' ' | b']' | b'"') || (strict && !(33..=126).contains(&c))
+    });
     let len = end.unwrap_or(buf.len()).saturating_sub(pos);
     if len == 0 || (strict && len > 32) {
         return Err(Fail::Other);
