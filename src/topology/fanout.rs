@@ -260,7 +260,7 @@ mod tests {
         let mut b = EventBatch::new(Bytes::from_static(b"x"), "src".into(), "test");
         b.events = vec![
             Event {
-                message: Span::new(0, 1),
+                message: Span::new(0, 1).into(),
                 ..Event::default()
             };
             n

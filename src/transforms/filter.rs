@@ -36,7 +36,7 @@ pub fn matches(config: &FilterConfig, batch: &EventBatch, event: &Event) -> bool
         }
     }
     if let Some(needle) = &config.contains
-        && memchr::memmem::find(batch.str(event.message), needle.as_bytes()).is_none()
+        && memchr::memmem::find(batch.str(event.message.or_empty()), needle.as_bytes()).is_none()
     {
         return false;
     }

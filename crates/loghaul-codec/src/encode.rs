@@ -25,7 +25,7 @@ use std::io::Write as _;
 use std::net::IpAddr;
 
 use loghaul_core::names::{FACILITIES, SEVERITIES, facility_name, severity_name};
-use loghaul_core::{Event, EventBatch, Flags, SdElement, SdParam, Span, Timestamp, Value};
+use loghaul_core::{Event, EventBatch, Field, Flags, SdElement, SdParam, Span, Timestamp, Value};
 
 use crate::simd::{V, lanes};
 
@@ -38,7 +38,15 @@ const ROOM: usize = 384;
 /// Append one JSON object and `\n` for `event` of `batch` to `out`.
 pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
     let src = Src::of(batch);
-    let (message, message_len) = src.padded(event.message);
+    // Events with a record, a tag or no message (forward, HTTP/JSON) take the general path,
+    // which resolves key collisions; syslog events, the hot path, never need to.
+    let Some(message) = event.message.get() else {
+        return encode_record_json(batch, event, out);
+    };
+    if event.fields.0 != event.fields.1 || event.tag.is_some() {
+        return encode_record_json(batch, event, out);
+    }
+    let (message, message_len) = src.padded(message);
     let mut w = Writer::new(out, ROOM + message_len);
     // A string value's closing quote goes out with the next key (which starts `",`), saving a
     // piece per field; `open` tracks whether one is pending where it can vary.
@@ -96,9 +104,8 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
         }
         None => {}
     }
-    let fields = batch.fields_of(event);
     if batch.source_type == "syslog" {
-        if fields.is_empty() && event.flags.is_empty() {
+        if event.flags.is_empty() {
             // The usual ending, as one constant piece.
             w.put_all(b"\",\"source_type\":\"syslog\"}\n");
             w.finish();
@@ -111,30 +118,189 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
         w.escape(source_type, source_type.len());
         w.put_all(b"\"");
     }
-    for field in fields {
-        w.put_all(b",\"");
-        let (name, len) = src.padded(field.name);
-        w.escape(name, len);
-        w.put_all(b"\":");
-        w.pos = value(w.out, w.pos, src, field.value);
-    }
     if !event.flags.is_empty() {
-        w.put_all(b",\"flags\":[");
-        let mut sep = false;
-        for (flag, name) in [
-            (Flags::PARSE_ERROR, &b"\"parse_error\""[..]),
-            (Flags::TRUNCATED, b"\"truncated\""),
-            (Flags::INVALID_UTF8, b"\"invalid_utf8\""),
-        ] {
-            if event.flags.contains(flag) {
-                if sep {
-                    w.put_all(b",");
-                }
-                w.copy(name);
-                sep = true;
+        w.put_all(b",\"flags\":");
+        flags(&mut w, event.flags);
+    }
+    w.put_all(b"}\n");
+    w.finish();
+}
+
+/// `["parse_error","truncated"]`: the event's condition flags by name.
+fn flags(w: &mut Writer<'_>, flags: Flags) {
+    w.put_all(b"[");
+    let mut sep = false;
+    for (flag, name) in [
+        (Flags::PARSE_ERROR, &b"\"parse_error\""[..]),
+        (Flags::TRUNCATED, b"\"truncated\""),
+        (Flags::INVALID_UTF8, b"\"invalid_utf8\""),
+    ] {
+        if flags.contains(flag) {
+            if sep {
+                w.put_all(b",");
+            }
+            w.copy(name);
+            sep = true;
+        }
+    }
+    w.put_all(b"]");
+}
+
+/// The names loghaul writes for an event's own fields, in output order. A record key equal to
+/// one of them *shadows* it: the record's value is written and loghaul's is not, so every key
+/// appears once and what the sender sent is never overwritten or renamed.
+pub const FIXED_FIELDS: [&str; 14] = [
+    "timestamp",
+    "hostname",
+    "appname",
+    "procid",
+    "msgid",
+    "facility",
+    "severity",
+    "version",
+    "structured_data",
+    "message",
+    "source_ip",
+    "source_type",
+    "tag",
+    "flags",
+];
+
+/// Bit `i` set: the record has a top-level key `FIXED_FIELDS[i]`.
+fn shadowed(src: Src, fields: &[Field]) -> u16 {
+    let mut mask = 0u16;
+    for field in fields {
+        let name = src.str(field.name);
+        // Fixed names are 3 to 15 bytes long and lower-case: most record keys are ruled out
+        // by their length or first byte before any comparison.
+        if !(3..=15).contains(&name.len()) {
+            continue;
+        }
+        for (i, fixed) in FIXED_FIELDS.iter().enumerate() {
+            if fixed.as_bytes() == name {
+                mask |= 1 << i;
             }
         }
-        w.put_all(b"]");
+    }
+    mask
+}
+
+/// The JSON line of an event that carries a record, a tag or no message: loghaul's fields that
+/// the record does not shadow, then the record's keys in the sender's order.
+#[inline(never)]
+fn encode_record_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
+    let src = Src::of(batch);
+    let fields = batch.fields_of(event);
+    let shadow = shadowed(src, fields);
+    let own = |name: &str| {
+        let i = FIXED_FIELDS.iter().position(|f| *f == name).unwrap_or(0);
+        shadow & (1 << i) == 0
+    };
+    let mut w = Writer::new(out, ROOM);
+    w.put_all(b"{");
+    let mut first = true;
+    let mut key = |w: &mut Writer<'_>, name: &[u8]| {
+        if !std::mem::take(&mut first) {
+            w.put_all(b",");
+        }
+        w.put_all(b"\"");
+        w.copy(name);
+        w.put_all(b"\":");
+    };
+    let string = |w: &mut Writer<'_>, span: Span| {
+        let (s, len) = src.padded(span);
+        w.put_all(b"\"");
+        w.escape(s, len);
+        w.put_all(b"\"");
+    };
+    if own("timestamp") {
+        key(&mut w, b"timestamp");
+        w.put_all(b"\"");
+        w.pos = with_vec(w.out, w.pos, |out| write_rfc3339(batch.time_of(event), out));
+        w.put_all(b"\"");
+    }
+    for (name, span) in [
+        ("hostname", event.hostname),
+        ("appname", event.appname),
+        ("procid", event.procid),
+        ("msgid", event.msgid),
+    ] {
+        if let Some(span) = span.get()
+            && own(name)
+        {
+            key(&mut w, name.as_bytes());
+            string(&mut w, span);
+        }
+    }
+    if let Some(name) = event.facility.and_then(facility_name)
+        && own("facility")
+    {
+        key(&mut w, b"facility");
+        w.put_all(b"\"");
+        w.copy(name.as_bytes());
+        w.put_all(b"\"");
+    }
+    if let Some(name) = event.severity.and_then(severity_name)
+        && own("severity")
+    {
+        key(&mut w, b"severity");
+        w.put_all(b"\"");
+        w.copy(name.as_bytes());
+        w.put_all(b"\"");
+    }
+    if let Some(v) = event.version
+        && own("version")
+    {
+        key(&mut w, b"version");
+        w.write_u64(u64::from(v));
+    }
+    if event.structured_data.is_some() && own("structured_data") {
+        key(&mut w, b"structured_data");
+        w.pos = structured_data(w.out, w.pos, src, batch.sd_elements_of(event));
+    }
+    if let Some(span) = event.message.get()
+        && own("message")
+    {
+        key(&mut w, b"message");
+        string(&mut w, span);
+    }
+    if let Some(ip) = batch.source_ip(event)
+        && own("source_ip")
+    {
+        key(&mut w, b"source_ip");
+        w.put_all(b"\"");
+        w.pos = with_vec(w.out, w.pos, |out| write_ip(ip, out));
+        w.put_all(b"\"");
+    }
+    if own("source_type") {
+        key(&mut w, b"source_type");
+        w.put_all(b"\"");
+        let source_type = batch.source_type.as_bytes();
+        w.escape(source_type, source_type.len());
+        w.put_all(b"\"");
+    }
+    if let Some(span) = event.tag.get()
+        && own("tag")
+    {
+        key(&mut w, b"tag");
+        string(&mut w, span);
+    }
+    for field in fields {
+        if !std::mem::take(&mut first) {
+            w.put_all(b",");
+        }
+        let (name, len) = src.padded(field.name);
+        w.put_all(b"\"");
+        w.escape(name, len);
+        w.put_all(b"\":");
+        w.pos = value(w.out, w.pos, src, field.value, 0);
+    }
+    if !event.flags.is_empty() && own("flags") {
+        if !first {
+            w.put_all(b",");
+        }
+        w.put_all(b"\"flags\":");
+        flags(&mut w, event.flags);
     }
     w.put_all(b"}\n");
     w.finish();
@@ -146,6 +312,7 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
 struct Src<'b> {
     arena: &'b [u8],
     sd_params: &'b [SdParam],
+    fields: &'b [Field],
 }
 
 impl<'b> Src<'b> {
@@ -154,6 +321,7 @@ impl<'b> Src<'b> {
         Src {
             arena: &batch.arena,
             sd_params: &batch.sd_params,
+            fields: &batch.fields,
         }
     }
 
@@ -177,6 +345,14 @@ impl<'b> Src<'b> {
             return (rest, end - start);
         }
         (&[], 0)
+    }
+
+    /// The entries of a map or the items of an array, as [`EventBatch::children`].
+    #[inline(always)]
+    fn children(self, start: u32, end: u32) -> &'b [Field] {
+        self.fields
+            .get(start as usize..end as usize)
+            .unwrap_or_default()
     }
 
     /// The params of one element, as [`EventBatch::params_of`].
@@ -219,8 +395,14 @@ static PRI_FIELDS: [([u8; PRI_TEXT], u8); 192] = {
 };
 
 /// Append the message only and `\n`; bytes that are not UTF-8 become U+FFFD, as in JSON.
+///
+/// An event without a message (a record that has no `message` string) is written as its JSON
+/// line instead, so text output never turns a record into an empty line.
 pub fn encode_text(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
-    let msg = batch.str(event.message);
+    let Some(msg) = event.message.get() else {
+        return encode_json(batch, event, out);
+    };
+    let msg = batch.str(msg);
     match std::str::from_utf8(msg) {
         Ok(_) => out.extend_from_slice(msg),
         Err(_) => {
@@ -904,12 +1086,16 @@ where
     }
 }
 
-/// An extra field's value; returns the new `pos`.
+/// Records nested deeper than this are cut: the deeper value is written as `null` (decoders
+/// refuse such input long before, so this only bounds the recursion).
+const MAX_DEPTH: usize = 128;
+
+/// A record value, recursively; returns the new `pos`.
 #[inline(never)]
-fn value(out: &mut Vec<u8>, pos: usize, src: Src, value: Value) -> usize {
+fn value(out: &mut Vec<u8>, pos: usize, src: Src, value: Value, depth: usize) -> usize {
     let mut w = Writer { out, pos };
     match value {
-        Value::Str(span) => {
+        Value::Str(span) | Value::Bytes(span) => {
             w.put_all(b"\"");
             let (s, len) = src.padded(span);
             w.escape(s, len);
@@ -921,6 +1107,7 @@ fn value(out: &mut Vec<u8>, pos: usize, src: Src, value: Value) -> usize {
             }
             w.write_u64(i.unsigned_abs());
         }
+        Value::UInt(u) => w.write_u64(u),
         // JSON has no NaN or infinity; null is the honest rendering.
         Value::Float(f) if !f.is_finite() => w.put_all(b"null"),
         Value::Float(f) => {
@@ -931,9 +1118,45 @@ fn value(out: &mut Vec<u8>, pos: usize, src: Src, value: Value) -> usize {
         Value::Bool(true) => w.put_all(b"true"),
         Value::Bool(false) => w.put_all(b"false"),
         Value::Null => w.put_all(b"null"),
-        // Producers store well-formed JSON here; an empty span would break the document.
-        Value::Json(span) if span.is_empty() => w.put_all(b"null"),
-        Value::Json(span) => w.copy(src.str(span)),
+        _ if depth >= MAX_DEPTH => w.put_all(b"null"),
+        Value::Map(start, end) => {
+            w.put_all(b"{");
+            for (i, field) in src.children(start, end).iter().enumerate() {
+                if i > 0 {
+                    w.put_all(b",");
+                }
+                let (name, len) = src.padded(field.name);
+                w.put_all(b"\"");
+                w.escape(name, len);
+                w.put_all(b"\":");
+                w.pos = self::value(w.out, w.pos, src, field.value, depth + 1);
+            }
+            w.put_all(b"}");
+        }
+        Value::Array(start, end) => {
+            w.put_all(b"[");
+            for (i, field) in src.children(start, end).iter().enumerate() {
+                if i > 0 {
+                    w.put_all(b",");
+                }
+                w.pos = self::value(w.out, w.pos, src, field.value, depth + 1);
+            }
+            w.put_all(b"]");
+        }
+        // JSON has no extension types: the type and the data in hex, so nothing is lost.
+        Value::Ext(ty, span) => {
+            w.put_all(b"{\"ext_type\":");
+            if ty < 0 {
+                w.put_all(b"-");
+            }
+            w.write_u64(u64::from(ty.unsigned_abs()));
+            w.put_all(b",\"hex\":\"");
+            for &b in src.str(span) {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                w.put_all(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+            }
+            w.put_all(b"\"}");
+        }
     }
     w.pos
 }
@@ -1295,6 +1518,13 @@ mod tests {
             }
             out
         }
+        // A record key equal to one of loghaul's own names shadows it (see FIXED_FIELDS).
+        let record_keys: Vec<&[u8]> = batch
+            .fields_of(e)
+            .iter()
+            .map(|f| batch.str(f.name))
+            .collect();
+        let shadowed = |name: &str| record_keys.contains(&name.as_bytes());
         let mut parts: Vec<Vec<u8>> = Vec::new();
         let mut ts = Vec::new();
         write_rfc3339(batch.time_of(e), &mut ts);
@@ -1369,24 +1599,60 @@ mod tests {
             sd.push(b'}');
             parts.push(sd);
         }
-        parts.push([&b"\"message\":"[..], &quoted(batch.str(e.message))].concat());
+        if let Some(m) = e.message.get() {
+            parts.push([&b"\"message\":"[..], &quoted(batch.str(m))].concat());
+        }
         if let Some(ip) = batch.source_ip(e) {
             parts.push(format!("\"source_ip\":\"{ip}\"").into_bytes());
         }
         let source_type = quoted(batch.source_type.as_bytes());
         parts.push([&b"\"source_type\":"[..], &source_type].concat());
-        for f in batch.fields_of(e) {
-            let value = match f.value {
-                Value::Str(span) => quoted(batch.str(span)),
+        if let Some(tag) = e.tag.get() {
+            parts.push([&b"\"tag\":"[..], &quoted(batch.str(tag))].concat());
+        }
+        fn json_value(batch: &EventBatch, v: Value, depth: usize) -> Vec<u8> {
+            match v {
+                Value::Str(span) | Value::Bytes(span) => quoted(batch.str(span)),
                 Value::Int(i) => i.to_string().into_bytes(),
+                Value::UInt(u) => u.to_string().into_bytes(),
                 Value::Float(x) if !x.is_finite() => b"null".to_vec(),
                 Value::Float(x) => format!("{x:?}").into_bytes(),
                 Value::Bool(b) => b.to_string().into_bytes(),
                 Value::Null => b"null".to_vec(),
-                Value::Json(span) if span.is_empty() => b"null".to_vec(),
-                Value::Json(span) => batch.str(span).to_vec(),
-            };
-            parts.push([quoted(batch.str(f.name)), b":".to_vec(), value].concat());
+                _ if depth >= MAX_DEPTH => b"null".to_vec(),
+                Value::Map(..) => {
+                    let entries: Vec<Vec<u8>> = batch
+                        .children(v)
+                        .iter()
+                        .map(|f| {
+                            [
+                                quoted(batch.str(f.name)),
+                                b":".to_vec(),
+                                json_value(batch, f.value, depth + 1),
+                            ]
+                            .concat()
+                        })
+                        .collect();
+                    [b"{".to_vec(), entries.join(&b","[..]), b"}".to_vec()].concat()
+                }
+                Value::Array(..) => {
+                    let items: Vec<Vec<u8>> = batch
+                        .children(v)
+                        .iter()
+                        .map(|f| json_value(batch, f.value, depth + 1))
+                        .collect();
+                    [b"[".to_vec(), items.join(&b","[..]), b"]".to_vec()].concat()
+                }
+                Value::Ext(ty, span) => {
+                    let hex: String = batch.str(span).iter().map(|b| format!("{b:02x}")).collect();
+                    format!("{{\"ext_type\":{ty},\"hex\":\"{hex}\"}}").into_bytes()
+                }
+            }
+        }
+        let mut record = Vec::new();
+        for f in batch.fields_of(e) {
+            let value = json_value(batch, f.value, 0);
+            record.push([quoted(batch.str(f.name)), b":".to_vec(), value].concat());
         }
         if !e.flags.is_empty() {
             let names = [
@@ -1400,6 +1666,22 @@ mod tests {
                 .map(|(_, n)| *n)
                 .collect();
             parts.push(format!("\"flags\":[{}]", set.join(",")).into_bytes());
+        }
+        // Own fields the record shadows are left out; the record goes before the flags.
+        let flags_part = parts.pop_if(|p| p.starts_with(b"\"flags\""));
+        parts.retain(|p| {
+            let name = &p[1..p
+                .iter()
+                .skip(1)
+                .position(|&b| b == b'"')
+                .map_or(1, |i| i + 1)];
+            !shadowed(std::str::from_utf8(name).unwrap_or(""))
+        });
+        parts.extend(record);
+        if let Some(flags) = flags_part
+            && !shadowed("flags")
+        {
+            parts.push(flags);
         }
         [b"{".to_vec(), parts.join(&b","[..]), b"}\n".to_vec()].concat()
     }
@@ -1461,6 +1743,13 @@ mod tests {
                 a.end.max(b.end) as usize,
             ));
         }
+        // loghaul's own names, so that records shadow them now and then.
+        let mut fixed = Vec::new();
+        for name in FIXED_FIELDS {
+            let start = arena.len();
+            arena.extend_from_slice(name.as_bytes());
+            fixed.push(Span::new(start, arena.len()));
+        }
         let n = arena.len() as u32;
         spans.push(Span { start: n, end: n });
         let source_type = r.pick(&["syslog", "http", "we\"ird"]);
@@ -1494,21 +1783,48 @@ mod tests {
                 let params = (first, batch.sd_params.len() as u32);
                 batch.sd_elements.push(SdElement { id, params });
             }
+            // A record of up to 3 keys, some of them loghaul's own names, some values nested
+            // (containers' children go after the container's slots, as decoders lay them out).
+            let scalar = |r: &mut Rng| match r.below(8) {
+                0 => Value::Str(span(r)),
+                1 => Value::Int(r.next() as i64),
+                2 => Value::Float(r.pick(&[1.5, -0.0, 1e300, f64::NAN, 0.1 + 0.2])),
+                3 => Value::Bool(r.below(2) == 0),
+                4 => Value::Null,
+                5 => Value::Bytes(span(r)),
+                6 => Value::UInt(u64::MAX - r.below(3)),
+                _ => Value::Ext(r.pick(&[0, -1, 5]), span(r)),
+            };
             let first_field = batch.fields.len() as u32;
-            for _ in 0..r.below(3) {
-                let value = match r.below(7) {
-                    0 => Value::Str(span(r)),
-                    1 => Value::Int(r.next() as i64),
-                    2 => Value::Float(r.pick(&[1.5, -0.0, 1e300, f64::NAN, 0.1 + 0.2])),
-                    3 => Value::Bool(r.below(2) == 0),
-                    4 => Value::Null,
-                    5 => Value::Json(span(r)),
-                    _ => Value::Json(Span::EMPTY),
-                };
+            let keys = r.below(4) as usize;
+            let name = |r: &mut Rng| match r.below(4) {
+                0 => r.pick(&fixed),
+                _ => span(r),
+            };
+            for _ in 0..keys {
+                let name = name(r);
                 batch.fields.push(Field {
-                    name: span(r),
-                    value,
+                    name,
+                    value: Value::Null,
                 });
+            }
+            for i in 0..keys {
+                let value = match r.below(4) {
+                    0 => {
+                        let (start, n) = (batch.fields.len() as u32, r.below(3) as u32);
+                        for _ in 0..n {
+                            let (name, value) = (name(r), scalar(r));
+                            batch.fields.push(Field { name, value });
+                        }
+                        if r.below(2) == 0 {
+                            Value::Map(start, start + n)
+                        } else {
+                            Value::Array(start, start + n)
+                        }
+                    }
+                    _ => scalar(r),
+                };
+                batch.fields[first_field as usize + i].value = value;
             }
             let opt = |r: &mut Rng| OptSpan::from((r.below(4) > 0).then(|| span(r)));
             let ts = |r: &mut Rng| {
@@ -1522,14 +1838,18 @@ mod tests {
                 appname: opt(r),
                 procid: opt(r),
                 msgid: opt(r),
-                message: span(r),
+                message: if r.below(6) > 0 {
+                    span(r).into()
+                } else {
+                    OptSpan::NONE
+                },
                 facility: (r.below(8) > 0).then(|| r.below(26) as u8),
                 severity: (r.below(8) > 0).then(|| r.below(9) as u8),
                 version: r.pick(&[None, Some(1), Some(1), Some(2), Some(255)]),
                 structured_data: (r.below(3) > 0)
                     .then_some((first_el, batch.sd_elements.len() as u32)),
-                fields: (first_field, batch.fields.len() as u32),
-                tag: OptSpan::NONE,
+                fields: (first_field, first_field + keys as u32),
+                tag: opt(r),
                 // Index 7 is past the table: no address, like NO_PEER.
                 peer: r.pick(&[Event::NO_PEER, 0, 1, 2, 7]),
                 flags: Flags(r.below(8) as u8),
@@ -1620,7 +1940,7 @@ mod tests {
             Value::Float(f64::NAN),
         ] {
             let start = out.len();
-            let pos = value(&mut out, start, Src::of(&b), v);
+            let pos = value(&mut out, start, Src::of(&b), v, 0);
             out.truncate(pos);
             out.push(b' ');
         }

@@ -15,9 +15,11 @@ use std::fmt::Write as _;
 use chrono::format::{Item, StrftimeItems};
 use chrono::{DateTime, TimeZone};
 
-/// Event fields a template may name; any other identifier refers to an extra (structured) field.
-pub const KNOWN_FIELDS: [&str; 9] = [
+/// Event fields a template may name; any other identifier is a key of the event's record (or a
+/// dotted path into it).
+pub const KNOWN_FIELDS: [&str; 10] = [
     "hostname",
+    "message",
     "appname",
     "procid",
     "msgid",

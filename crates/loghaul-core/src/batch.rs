@@ -1,16 +1,30 @@
 //! `EventBatch`: the unit that moves through loghaul. One arena, many events, side tables for
-//! structured data and extra fields, and the finalizer that reports the batch's fate.
+//! structured data and records, and the finalizer that reports the batch's fate.
 //!
 //! ```text
-//! arena:  <13>Oct 11 22:14:15 host app[1]: hello\n<14>Oct 11 ...
-//!                             ^^^^ ^^^ ^    ^^^^^
+//! arena:  <13>Oct 11 22:14:15 host app[1]: hello\n<14>Oct 11 ...   wire bytes, then any bytes
+//!                             ^^^^ ^^^ ^    ^^^^^                  a decoder had to create
 //!                             hostname/appname/procid/message spans of events[0]
 //! sd_elements[e.structured_data.0 .. +1]  -> SdElement { id, params: range into sd_params }
-//! fields[e.fields.0 .. e.fields.1]        -> Field { name, value }
+//! fields[e.fields.0 .. e.fields.1]        -> the event's record: Field { name, value }, where a
+//!                                            value may be Map(a, b) / Array(a, b): fields[a..b]
 //! ```
 //!
+//! Records (what forward and HTTP/JSON senders send) are trees flattened into `fields`: a map's
+//! entries, or an array's items (whose names are empty), sit next to each other in the table and
+//! the parent's [`Value::Map`] or [`Value::Array`] holds their range. A decoder that knows a
+//! container's length up front (msgpack does) reserves its slots, fills them, and appends the
+//! children of nested containers after them, so a record of any depth costs no allocation of its
+//! own: the table grows amortised across the batch.
+//!
+//! Bytes a decoder must create (a decompressed blob, an unescaped string, a tag copied next to
+//! decompressed entries) are appended to the arena it is building, after the wire bytes, before
+//! it is frozen: spans are offsets, so the arena may move while it grows. One batch, one arena.
+//!
 //! Invariant: every `Span` stored in the batch (in events, sd tables and fields) lies inside
-//! `arena`. Decoders uphold it; `str()` still clamps so a bug cannot become a panic.
+//! `arena`, and every container range lies inside `fields` and after the field holding it (so a
+//! walk down a record always terminates). Decoders uphold it; accessors still clamp, so a bug
+//! cannot become a panic.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -36,20 +50,30 @@ pub struct SdParam {
     pub escaped: bool,
 }
 
-/// The value of an extra field.
+/// The value of a record field.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Value {
+    /// Text (a msgpack `str`, a JSON string). Meant to be UTF-8 but not checked on input:
+    /// encoders replace invalid bytes on output, as for every other string.
     Str(Span),
+    /// Binary data (a msgpack `bin`). JSON output writes it as a string, like Fluentd does; the
+    /// forward protocol's output keeps it binary.
+    Bytes(Span),
     Int(i64),
+    /// Unsigned integers past `i64::MAX` (msgpack `uint 64`); smaller ones are [`Value::Int`].
+    UInt(u64),
     Float(f64),
     Bool(bool),
     Null,
-    /// A JSON document kept as text in the arena (nested maps and arrays from JSON or msgpack
-    /// sources); encoders write it verbatim.
-    Json(Span),
+    /// A nested map: its entries are `fields[start..end]`.
+    Map(u32, u32),
+    /// An array: its items are `fields[start..end]` (their names are empty).
+    Array(u32, u32),
+    /// A msgpack extension value kept as sent: its type and its data.
+    Ext(i8, Span),
 }
 
-/// An extra named field of an event.
+/// A named field of a record (or, with an empty name, an item of an array).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Field {
     pub name: Span,
@@ -163,12 +187,59 @@ impl EventBatch {
         event.timestamp.unwrap_or(self.received)
     }
 
-    /// The extra fields of an event.
+    /// The top-level fields of an event's record.
     #[inline]
     pub fn fields_of(&self, event: &Event) -> &[Field] {
         self.fields
             .get(event.fields.0 as usize..event.fields.1 as usize)
             .unwrap_or_default()
+    }
+
+    /// The entries of a map or the items of an array (empty for other values).
+    #[inline]
+    pub fn children(&self, value: Value) -> &[Field] {
+        match value {
+            Value::Map(start, end) | Value::Array(start, end) => self
+                .fields
+                .get(start as usize..end as usize)
+                .unwrap_or_default(),
+            _ => &[],
+        }
+    }
+
+    /// The value at a dotted path into an event's record (`kubernetes.pod_name`): each segment
+    /// names a map entry, or indexes an array when it is a number. `None` when any step is
+    /// missing. The first entry wins when a map repeats a key.
+    pub fn lookup(&self, event: &Event, path: &str) -> Option<Value> {
+        let mut entries = self.fields_of(event);
+        let mut found = None;
+        for segment in path.split('.') {
+            let value = match found {
+                None => {
+                    entries
+                        .iter()
+                        .find(|f| self.str(f.name) == segment.as_bytes())?
+                        .value
+                }
+                Some(Value::Array(..)) => {
+                    let i: usize = segment.parse().ok()?;
+                    entries.get(i)?.value
+                }
+                Some(_) => {
+                    entries
+                        .iter()
+                        .find(|f| self.str(f.name) == segment.as_bytes())?
+                        .value
+                }
+            };
+            entries = self.children(value);
+            found = Some(value);
+            if !matches!(value, Value::Map(..) | Value::Array(..)) {
+                // A scalar ends the walk; a path that goes on below it finds nothing.
+                entries = &[];
+            }
+        }
+        found
     }
 
     /// A batch holding only the events `keep` accepts, sharing this batch's arena, side tables
@@ -203,10 +274,13 @@ mod tests {
     fn spans_resolve_and_clamp() {
         let mut b = EventBatch::new(Bytes::from_static(b"hello world"), "src".into(), "test");
         b.events.push(Event {
-            message: Span::new(6, 11),
+            message: Span::new(6, 11).into(),
             ..Event::default()
         });
-        assert_eq!(b.str(b.events[0].message), b"world");
+        assert_eq!(
+            b.events[0].message.get().map(|m| b.str(m)),
+            Some(&b"world"[..])
+        );
         assert_eq!(b.str(Span::new(6, 99)), b"");
         assert!(b.sd_elements_of(&b.events[0]).is_empty());
         let only_none = b.retain_view(|_, _| false);
@@ -259,5 +333,51 @@ mod tests {
         assert_eq!(batch.time_of(&with), own);
         assert_eq!(batch.time_of(&Event::default()), batch.received);
         assert_eq!(batch.retain_view(|_, _| true).received, batch.received);
+    }
+
+    /// `{"a": {"b": [10, {"c": true}]}, "d": 1}` flattened as a decoder lays it out: a container's
+    /// slots first, its children after them.
+    #[test]
+    fn lookup_walks_nested_maps_and_arrays() {
+        let mut b = EventBatch::new(Bytes::from_static(b"abcd"), "src".into(), "test");
+        let name = |i: usize| Span::new(i, i + 1);
+        let item = |value| Field {
+            name: Span::EMPTY,
+            value,
+        };
+        b.fields = vec![
+            Field {
+                name: name(0),
+                value: Value::Map(2, 3),
+            },
+            Field {
+                name: name(3),
+                value: Value::Int(1),
+            },
+            Field {
+                name: name(1),
+                value: Value::Array(3, 5),
+            },
+            item(Value::Int(10)),
+            item(Value::Map(5, 6)),
+            Field {
+                name: name(2),
+                value: Value::Bool(true),
+            },
+        ];
+        b.events.push(Event {
+            fields: (0, 2),
+            ..Event::default()
+        });
+        let e = b.events[0];
+        assert_eq!(b.lookup(&e, "d"), Some(Value::Int(1)));
+        assert_eq!(b.lookup(&e, "a.b.0"), Some(Value::Int(10)));
+        assert_eq!(b.lookup(&e, "a.b.1.c"), Some(Value::Bool(true)));
+        assert_eq!(b.lookup(&e, "a.b.2"), None);
+        assert_eq!(b.lookup(&e, "a.x"), None);
+        assert_eq!(b.lookup(&e, "d.x"), None, "nothing below a scalar");
+        assert_eq!(b.children(Value::Map(2, 3)).len(), 1);
+        // A range out of the table is empty, never a panic.
+        assert!(b.children(Value::Array(4, 99)).is_empty());
     }
 }

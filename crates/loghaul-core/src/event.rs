@@ -77,6 +77,12 @@ impl OptSpan {
         self.0.start != u32::MAX
     }
 
+    /// The span, or the empty span when absent (for readers that treat both alike).
+    #[inline]
+    pub fn or_empty(self) -> Span {
+        self.get().unwrap_or(Span::EMPTY)
+    }
+
     #[inline]
     pub fn is_none(self) -> bool {
         self.0.start == u32::MAX
@@ -226,8 +232,10 @@ pub struct Event {
     pub appname: OptSpan,
     pub procid: OptSpan,
     pub msgid: OptSpan,
-    /// The message text; present on every event (possibly empty).
-    pub message: Span,
+    /// The message text: always present (possibly empty) on syslog events; on record events
+    /// (forward, HTTP/JSON) the record's top-level `message` string, lifted out of the record,
+    /// and absent when the record has none (see `docs/specs/events.md`).
+    pub message: OptSpan,
     /// Syslog facility code 0..=23.
     pub facility: Option<u8>,
     /// Syslog severity code 0..=7.
@@ -237,9 +245,10 @@ pub struct Event {
     /// Range into [`crate::EventBatch::sd_elements`]; `None` when the sender sent NILVALUE or
     /// the format has no structured data.
     pub structured_data: Option<(u32, u32)>,
-    /// Range into [`crate::EventBatch::fields`] for extra named fields (later sources).
+    /// Range into [`crate::EventBatch::fields`]: the event's record, its top-level keys in the
+    /// order the sender wrote them (nested maps and arrays are ranges further along the table).
     pub fields: (u32, u32),
-    /// Routing tag (Fluentd forward protocol); `None` for syslog.
+    /// Routing tag (the Fluentd forward protocol's tag); `None` for syslog.
     pub tag: OptSpan,
     /// Index into [`crate::EventBatch::peers`] of the sender's address; [`Event::NO_PEER`] when
     /// unknown.
@@ -260,7 +269,7 @@ impl Default for Event {
             appname: OptSpan::NONE,
             procid: OptSpan::NONE,
             msgid: OptSpan::NONE,
-            message: Span::EMPTY,
+            message: OptSpan::NONE,
             facility: None,
             severity: None,
             version: None,

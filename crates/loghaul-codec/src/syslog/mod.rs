@@ -219,7 +219,7 @@ impl Decoder {
             events.resize(first + frames.len(), template);
             for (event, frame) in events.iter_mut().skip(first).zip(frames) {
                 let (start, end) = frame_bounds(arena, *frame);
-                event.message = Span::new(start, end);
+                event.message = Span::new(start, end).into();
                 if frame.truncated {
                     event.flags.insert(Flags::TRUNCATED);
                 }
@@ -303,7 +303,7 @@ fn decode_frame(
     let buf = &arena[..end];
     // Only the fields that differ from the default: the event is large, and writing it whole
     // again would double the cost of creating it.
-    event.message = Span::new(start, end);
+    event.message = Span::new(start, end).into();
     event.peer = peer;
     if frame.truncated {
         event.flags.insert(Flags::TRUNCATED);
@@ -332,7 +332,7 @@ fn decode_frame(
         let flags = event.flags;
         *event = Event {
             timestamp: None,
-            message: Span::new(start, end),
+            message: Span::new(start, end).into(),
             peer,
             flags,
             ..Event::default()

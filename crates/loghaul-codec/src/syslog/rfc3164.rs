@@ -102,7 +102,7 @@ pub(crate) fn parse(
         pos = tag(buf, pos, false, event);
     }
     event.hostname = hostname.into();
-    event.message = Span::new(pos, buf.len());
+    event.message = Span::new(pos, buf.len()).into();
     Ok(())
 }
 

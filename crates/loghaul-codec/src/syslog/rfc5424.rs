@@ -192,7 +192,7 @@ pub(crate) fn parse(
                     // Keep the text: from the bracket on, it all becomes the message.
                     sd.elements.truncate(marks.0);
                     sd.params.truncate(marks.1);
-                    event.message = Span::new(pos, buf.len());
+                    event.message = Span::new(pos, buf.len()).into();
                     return Ok(());
                 }
             }
@@ -200,7 +200,7 @@ pub(crate) fn parse(
         _ if strict => return Err(Fail::Other),
         None => {}
         Some(_) => {
-            event.message = Span::new(pos, buf.len());
+            event.message = Span::new(pos, buf.len()).into();
             return Ok(());
         }
     }
@@ -215,7 +215,7 @@ pub(crate) fn parse(
     if buf[msg..].starts_with(BOM) {
         msg += BOM.len();
     }
-    event.message = Span::new(msg, buf.len());
+    event.message = Span::new(msg, buf.len()).into();
     Ok(())
 }
 

@@ -143,7 +143,7 @@ pub(super) fn parse(
                     // Keep the text: from the bracket on, it all becomes the message.
                     sd.elements.truncate(marks.0);
                     sd.params.truncate(marks.1);
-                    event.message = Span::new(pos, buf.len());
+                    event.message = Span::new(pos, buf.len()).into();
                     return Ok(());
                 }
             }
@@ -151,7 +151,7 @@ pub(super) fn parse(
         _ if strict => return Err(Fail::Other),
         None => {}
         Some(_) => {
-            event.message = Span::new(pos, buf.len());
+            event.message = Span::new(pos, buf.len()).into();
             return Ok(());
         }
     }
@@ -166,7 +166,7 @@ pub(super) fn parse(
     if buf[msg..].starts_with(BOM) {
         msg += BOM.len();
     }
-    event.message = Span::new(msg, buf.len());
+    event.message = Span::new(msg, buf.len()).into();
     Ok(())
 }
 
