@@ -26,7 +26,7 @@ pub fn decode_and_encode(data: &[u8], format: Format) {
         assert_eq!(batch.events.len(), 1, "one event per frame");
         let event = batch.events[0];
         for span in [
-            Some(event.message),
+            event.message.get(),
             event.hostname.get(),
             event.appname.get(),
             event.procid.get(),
