@@ -12,37 +12,54 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 
 use crate::metrics::Registry;
-use crate::topology::ShutdownSignal;
+use crate::net::listener::{self, Conn};
+use crate::pipeline::ShutdownSignal;
 
+/// Most API connections served at once (scrapers and health checks, not clients).
+const MAX_CONNECTIONS: usize = 256;
+
+/// Binds the API's listener (before anything starts, so a busy port fails the start).
+///
+/// # Errors
+///
+/// The address is in use or not available.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
+    listener::bind(addr, None).await
 }
 
-/// Serves until shutdown.
-pub async fn serve(listener: TcpListener, registry: Arc<Registry>, mut shutdown: ShutdownSignal) {
-    loop {
-        let (stream, _) = tokio::select! {
-            _ = shutdown.wait() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(a) => a,
-                Err(error) => {
-                    tracing::warn!(%error, "Failed to accept an API connection.");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
+/// Serves until shutdown; connections in flight then finish their current request.
+pub async fn serve(listener: TcpListener, registry: Arc<Registry>, shutdown: ShutdownSignal) {
+    listener::serve(
+        listener,
+        MAX_CONNECTIONS,
+        None,
+        shutdown,
+        move |conn: Conn| {
+            let registry = registry.clone();
+            async move {
+                let Conn {
+                    stream,
+                    mut shutdown,
+                    ..
+                } = conn;
+                let service = hyper::service::service_fn(move |req| {
+                    let registry = registry.clone();
+                    async move { Ok::<_, Infallible>(handle(&req, &registry)) }
+                });
+                let connection = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service);
+                tokio::pin!(connection);
+                tokio::select! {
+                    _ = connection.as_mut() => {}
+                    _ = shutdown.wait() => {
+                        connection.as_mut().graceful_shutdown();
+                        let _ = connection.await;
+                    }
                 }
-            },
-        };
-        let registry = registry.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let registry = registry.clone();
-                async move { Ok::<_, Infallible>(handle(&req, &registry)) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+            }
+        },
+    )
+    .await;
 }
 
 fn handle(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {

@@ -2,7 +2,10 @@
 
 mod api;
 mod cli;
+mod config;
 mod metrics;
+mod net;
+mod pipeline;
 mod sinks;
 mod sources;
 mod topology;
@@ -14,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context as _;
 use clap::Parser as _;
-use loghaul_config::Config;
+use config::Config;
 use tokio::signal::unix::{SignalKind, signal};
 
 use cli::{Cli, Command, ConfigCommand};
@@ -28,7 +31,7 @@ fn main() -> ExitCode {
         Command::Config {
             command: ConfigCommand::Default,
         } => {
-            print!("{}", Config::default_yaml());
+            print!("{}", config::DEFAULT_YAML);
             Ok(())
         }
         Command::Bench { command } => loghaul_bench::cli::run(command),
@@ -97,7 +100,8 @@ fn tune_malloc() {
 fn run(path: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     let config = match &path {
         Some(p) => Config::load(p).map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))?,
-        None => Config::default_config(),
+        None => config::default_config()
+            .map_err(|e| anyhow::anyhow!("the embedded default configuration is invalid:\n{e}"))?,
     };
     for warning in config.warnings() {
         tracing::warn!("{warning}");

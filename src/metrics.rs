@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use loghaul_config::ComponentKind;
+
 /// What went wrong, for `component_errors_total{kind}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -92,8 +94,8 @@ pub enum Health {
 /// The metrics and health of one component.
 pub struct ComponentMetrics {
     pub id: String,
-    /// `source`, `transform` or `sink`.
-    pub kind: &'static str,
+    /// Where it sits in the graph.
+    pub kind: ComponentKind,
     /// The component's `type` (`syslog`, `file`...).
     pub component_type: &'static str,
     pub received_events: AtomicU64,
@@ -119,7 +121,7 @@ pub struct ComponentMetrics {
 }
 
 impl ComponentMetrics {
-    fn new(id: &str, kind: &'static str, component_type: &'static str) -> ComponentMetrics {
+    fn new(id: &str, kind: ComponentKind, component_type: &'static str) -> ComponentMetrics {
         ComponentMetrics {
             id: id.to_string(),
             kind,
@@ -250,7 +252,7 @@ impl Registry {
     pub fn register(
         &self,
         id: &str,
-        kind: &'static str,
+        kind: ComponentKind,
         component_type: &'static str,
     ) -> Arc<ComponentMetrics> {
         let m = Arc::new(ComponentMetrics::new(id, kind, component_type));
@@ -291,7 +293,7 @@ impl Registry {
             format!(
                 "component_id=\"{}\",component_kind=\"{}\",component_type=\"{}\"",
                 escape_label(&c.id),
-                c.kind,
+                c.kind.as_str(),
                 c.component_type
             )
         };
@@ -327,25 +329,37 @@ impl Registry {
                 "loghaul_open_connections",
                 "gauge",
                 "Client connections open now.",
-                |c| (c.kind == "source").then(|| c.open_connections.load(Ordering::Relaxed)),
+                |c| {
+                    (c.kind == ComponentKind::Source)
+                        .then(|| c.open_connections.load(Ordering::Relaxed))
+                },
             ),
             (
                 "loghaul_buffer_events",
                 "gauge",
                 "Events waiting in the component's input queue.",
-                |c| (c.kind != "source").then(|| c.buffer_events.load(Ordering::Relaxed)),
+                |c| {
+                    (c.kind != ComponentKind::Source)
+                        .then(|| c.buffer_events.load(Ordering::Relaxed))
+                },
             ),
             (
                 "loghaul_buffer_batches",
                 "gauge",
                 "Batches waiting in the component's input queue.",
-                |c| (c.kind != "source").then(|| c.buffer_batches.load(Ordering::Relaxed)),
+                |c| {
+                    (c.kind != ComponentKind::Source)
+                        .then(|| c.buffer_batches.load(Ordering::Relaxed))
+                },
             ),
             (
                 "loghaul_buffer_max_batches",
                 "gauge",
                 "Capacity of the component's input queue, in batches.",
-                |c| (c.kind != "source").then(|| c.buffer_max_batches.load(Ordering::Relaxed)),
+                |c| {
+                    (c.kind != ComponentKind::Source)
+                        .then(|| c.buffer_max_batches.load(Ordering::Relaxed))
+                },
             ),
         ];
         for (name, ty, help, get) in simple {
@@ -429,7 +443,7 @@ mod tests {
     #[test]
     fn renders_counters_and_health() {
         let reg = Registry::default();
-        let m = reg.register("in", "source", "syslog");
+        let m = reg.register("in", ComponentKind::Source, "syslog");
         m.received(3, 30);
         m.error(ErrorKind::Parse, 2);
         m.discarded(DiscardReason::QueueFull, 5);
@@ -448,7 +462,7 @@ mod tests {
             "loghaul_component_discarded_events_total{{{labels},reason=\"queue_full\"}} 5"
         )));
         // Connections are a source's, queues a sink's or transform's.
-        let sink = reg.register("out", "sink", "file");
+        let sink = reg.register("out", ComponentKind::Sink, "file");
         let text = reg.render();
         assert!(text.contains(&format!("loghaul_open_connections{{{labels}}} 0")));
         assert!(!text.contains("loghaul_open_connections{component_id=\"out\""));
@@ -468,7 +482,7 @@ mod tests {
     #[test]
     fn log_limiter_suppresses_floods() {
         let reg = Registry::default();
-        let m = reg.register("in", "source", "syslog");
+        let m = reg.register("in", ComponentKind::Source, "syslog");
         assert_eq!(m.log_allowed(), Some(0));
         assert_eq!(m.log_allowed(), None);
         assert_eq!(m.log_allowed(), None);

@@ -6,24 +6,60 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use loghaul_config::ConsoleSinkConfig;
+use loghaul_config::{ComponentConfig, Validator};
 use loghaul_core::BatchStatus;
+use serde::Deserialize;
 
-use super::encoder::LineEncoder;
+use super::encoder::{Encoding, LineEncoder};
+use super::{BuildSink, BuiltSink, SinkContext};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
-use crate::topology::Input;
-use crate::topology::fanout::Prepare;
+use crate::pipeline::{Input, Prepare};
 
-/// The encoder to give the console sink's input queue.
-pub fn encoder(config: &ConsoleSinkConfig) -> Arc<LineEncoder> {
-    Arc::new(LineEncoder::new(config.encoding, false))
+/// `type: console`, as written.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConsoleSink {
+    /// `json` (one object per line) or `text`. Default `json`.
+    #[serde(default)]
+    pub encoding: Option<Encoding>,
+}
+
+/// A console sink.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsoleSinkConfig {
+    /// Output encoding.
+    pub encoding: Encoding,
+}
+
+impl ComponentConfig for ConsoleSinkConfig {
+    const TYPE: &'static str = "console";
+    type Raw = RawConsoleSink;
+
+    fn validate(raw: RawConsoleSink, _: &mut Validator<'_, '_>) -> Option<ConsoleSinkConfig> {
+        Some(ConsoleSinkConfig {
+            encoding: raw.encoding.unwrap_or_default(),
+        })
+    }
+}
+
+impl BuildSink for ConsoleSinkConfig {
+    fn build(&self, cx: SinkContext) -> anyhow::Result<BuiltSink> {
+        // Senders encode (see `Prepare`); stdout writes block, so the sink gets its own thread.
+        let encoder = Arc::new(LineEncoder::new(self.encoding, false));
+        let prepare: Arc<dyn Prepare> = encoder.clone();
+        let metrics = cx.metrics;
+        Ok(BuiltSink::on_own_thread(
+            Some(prepare),
+            Box::new(move |input| Box::pin(run(encoder, metrics, input))),
+        ))
+    }
 }
 
 pub async fn run(encoder: Arc<LineEncoder>, metrics: Arc<ComponentMetrics>, mut input: Input) {
     metrics.set_health(Health::Running, None);
     while let Some(delivery) = input.recv().await {
-        let ack = delivery.finalizer.ack();
         let events = delivery.len();
+        let ack = delivery.ack;
         let buf = match delivery.prepared {
             Some(prepared) => prepared.bytes,
             None => encoder.prepare(&delivery.batch).bytes,

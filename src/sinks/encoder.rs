@@ -1,14 +1,25 @@
 //! The line encoder sinks hand to their input queues: senders run it (see
-//! [`crate::topology::fanout::Prepare`]), and the sink gets each batch as one buffer of JSON or
+//! [`crate::pipeline::Prepare`]), and the sink gets each batch as one buffer of JSON or
 //! text lines.
 
 use std::sync::Mutex;
 
 use loghaul_codec::encode::{encode_json, encode_text};
-use loghaul_config::Encoding;
 use loghaul_core::EventBatch;
+use serde::Deserialize;
 
-use crate::topology::fanout::{Prepare, Prepared, QUEUE_BATCHES};
+use crate::pipeline::{Prepare, Prepared, QUEUE_BATCHES};
+
+/// How events are written by a line sink (file, console).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    /// One JSON object per line.
+    #[default]
+    Json,
+    /// The message text, one per line.
+    Text,
+}
 
 /// Buffers kept for reuse: enough for a full input queue plus the ones being written.
 const POOL_BUFFERS: usize = QUEUE_BATCHES + 16;

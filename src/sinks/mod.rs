@@ -1,6 +1,12 @@
-//! Sinks: components that write batches out. Each sink runs on its own OS thread with a
-//! single-threaded runtime, because its writes are blocking file or stdout writes that must not
-//! stall the source tasks sharing the main runtime's workers.
+//! Sinks: components that write batches out.
+//!
+//! A sink type is a module here whose config implements [`loghaul_config::ComponentConfig`]
+//! (schema and validation) and [`BuildSink`] (what its input queue needs, and the task that
+//! consumes it), registered by one line in [`SinkConfig`] (see `docs/adding-a-component.md`).
+//!
+//! Sinks whose writes block (files, stdout) ask for their own OS thread with a single-threaded
+//! runtime, so a slow disk never stalls the source tasks on the main runtime's workers; sinks
+//! that only do async network I/O run as tasks on the main runtime.
 
 pub mod blackhole;
 pub mod console;
@@ -10,6 +16,71 @@ pub mod file;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
+use crate::metrics::ComponentMetrics;
+use crate::pipeline::{BoxFuture, Input, Prepare, QUEUE_BATCHES};
+
+loghaul_config::component_set! {
+    /// Every sink type.
+    pub enum SinkConfig: Sink as dyn BuildSink {
+        File(file::FileSinkConfig),
+        Console(console::ConsoleSinkConfig),
+        Blackhole(blackhole::BlackholeSinkConfig),
+    }
+}
+
 /// Bumped on SIGHUP; file sinks compare it to the generation they opened their files under and
 /// reopen everything when it moved (logrotate's `postrotate` sends SIGHUP).
 pub type ReopenGeneration = Arc<AtomicU64>;
+
+/// What a sink is built with.
+pub struct SinkContext {
+    pub metrics: Arc<ComponentMetrics>,
+    /// Moves on SIGHUP (see [`ReopenGeneration`]).
+    pub reopen: ReopenGeneration,
+}
+
+/// Where a sink runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SinkThread {
+    /// Its own OS thread with a single-threaded runtime (blocking writes).
+    Own,
+    /// A task on the main runtime (async I/O only).
+    Shared,
+}
+
+/// The task that consumes a sink's input queue until every upstream is gone, flushing and
+/// committing what it holds before it returns.
+pub type RunSink = Box<dyn FnOnce(Input) -> BoxFuture<'static, ()> + Send>;
+
+/// A sink ready to be wired: what its input queue needs, and the task that consumes it.
+pub struct BuiltSink {
+    /// Per-batch work the senders run before queueing (see [`Prepare`]).
+    pub prepare: Option<Arc<dyn Prepare>>,
+    /// Capacity of the sink's input queue, in batches.
+    pub queue_batches: usize,
+    pub thread: SinkThread,
+    pub run: RunSink,
+}
+
+impl BuiltSink {
+    /// A sink on its own thread with the default queue.
+    pub fn on_own_thread(prepare: Option<Arc<dyn Prepare>>, run: RunSink) -> BuiltSink {
+        BuiltSink {
+            prepare,
+            queue_batches: QUEUE_BATCHES,
+            thread: SinkThread::Own,
+            run,
+        }
+    }
+}
+
+/// How a sink config becomes a running sink.
+pub trait BuildSink: Send + Sync {
+    /// Builds the sink. Nothing may block here: the topology builds every component before any
+    /// runs.
+    ///
+    /// # Errors
+    ///
+    /// Something the sink needs at start is missing, with what and why in the message.
+    fn build(&self, cx: SinkContext) -> anyhow::Result<BuiltSink>;
+}

@@ -1,3 +1,46 @@
 //! Sources: components that accept events from the outside world and push batches downstream.
+//!
+//! A source type is a module here whose config implements [`loghaul_config::ComponentConfig`]
+//! (schema and validation) and [`BuildSource`] (bind, then run), registered by one line in
+//! [`SourceConfig`] (see `docs/adding-a-component.md`).
 
 pub mod syslog;
+
+use std::sync::Arc;
+
+use crate::metrics::ComponentMetrics;
+use crate::pipeline::{BoxFuture, Fanout, ShutdownSignal};
+
+loghaul_config::component_set! {
+    /// Every source type.
+    pub enum SourceConfig: Source as dyn BuildSource {
+        Syslog(syslog::SyslogSourceConfig),
+    }
+}
+
+/// What a source is built with.
+pub struct SourceContext {
+    pub id: Arc<str>,
+    pub metrics: Arc<ComponentMetrics>,
+    /// Where its batches go.
+    pub fanout: Fanout,
+    /// Fires when the server stops: stop accepting, drain, return.
+    pub shutdown: ShutdownSignal,
+    /// Whether to answer clients only once every sink fed by this source has committed their
+    /// events (forward acks, HTTP responses); sources whose protocol has no answer ignore it.
+    pub acknowledgements: bool,
+}
+
+/// A built source: runs until shutdown and its drain are over.
+pub type RunningSource = BoxFuture<'static, ()>;
+
+/// How a source config becomes a running source.
+pub trait BuildSource: Send + Sync {
+    /// Binds everything the source listens on (the topology builds every source before any
+    /// runs, so a busy port fails the start cleanly) and returns the task that runs it.
+    ///
+    /// # Errors
+    ///
+    /// A socket cannot be bound, with the address in the message.
+    fn build(&self, cx: SourceContext) -> BoxFuture<'_, anyhow::Result<RunningSource>>;
+}

@@ -1,30 +1,33 @@
-//! Builds the running graph from a validated [`Config`] and stops it cleanly.
+//! Builds the running graph from a validated [`Config`] and stops it cleanly. It knows no
+//! component type: every component is built through its kind's trait ([`BuildSource`],
+//! [`BuildTransform`], [`BuildSink`]).
 //!
-//! Start order: register metrics, create every input queue, wire each source's and transform's
-//! fan-out to the components that name it in `inputs`, bind every socket (so a busy port fails
-//! the start before anything runs), then spawn sinks, transforms and sources.
+//! Start order: register metrics, build every sink and create its input queue (with the
+//! capacity and [`crate::pipeline::Prepare`] step the sink asks for), create the transforms'
+//! queues, wire each source's and transform's fan-out to the components that name it in
+//! `inputs`, build every source (binding its sockets, so a busy port fails the start before
+//! anything runs), then spawn sinks, transforms and sources.
 //!
 //! Stop order is the data's order: sources stop accepting and drain their connections; when a
 //! source ends, its fan-out's senders drop; a transform ends when all its inputs have; a sink
 //! ends when its queue is closed and empty, after a final flush. Nothing is cut off mid-batch.
 
-pub mod fanout;
-pub mod shutdown;
-
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use loghaul_config::{Config, SinkConfig, SourceConfig, SyslogMode, TransformConfig};
+use loghaul_config::{ComponentKind, ComponentSet as _};
 use tokio::task::JoinHandle;
 
-pub use fanout::{Fanout, Input, InputSender};
-pub use shutdown::{ShutdownSignal, ShutdownTrigger, shutdown_pair};
-
+use crate::config::Config;
 use crate::metrics::Registry;
-use crate::sinks::ReopenGeneration;
-use crate::sources::syslog::{SourceContext, tcp, udp};
+use crate::pipeline::{
+    BoxFuture, Fanout, Input, InputSender, QUEUE_BATCHES, ShutdownSignal, ShutdownTrigger,
+    input_queue, shutdown_pair,
+};
+use crate::sinks::{BuiltSink, ReopenGeneration, SinkContext, SinkThread};
+use crate::sources::{RunningSource, SourceContext};
+use crate::transforms::TransformContext;
 
 /// A running graph.
 pub struct Topology {
@@ -35,19 +38,12 @@ pub struct Topology {
     sinks: Vec<(String, tokio::sync::oneshot::Receiver<()>)>,
 }
 
-/// A sink built before its thread starts (a file sink's encoder must be handed to its queue).
-enum SinkPlan {
-    File(Box<crate::sinks::file::FileSink>),
-    Console(Arc<crate::sinks::encoder::LineEncoder>),
-    Blackhole,
-}
-
-enum Bound {
-    Tcp(tokio::net::TcpListener),
-    Udp(tokio::net::UdpSocket),
-}
-
 /// Starts every component of `config`.
+///
+/// # Errors
+///
+/// A component could not be built (a port in use, a sink's thread that would not start); no
+/// component has started running then.
 pub async fn start(
     config: &Config,
     registry: &Registry,
@@ -56,47 +52,40 @@ pub async fn start(
     let (trigger, signal) = shutdown_pair();
 
     // Input queues for everything that has inputs.
-    let mut senders: HashMap<String, InputSender> = HashMap::new();
-    let mut transform_inputs = Vec::new();
-    for (id, t) in &config.transforms {
-        let TransformConfig::Filter(_) = t;
-        let metrics = registry.register(id, "transform", "filter");
-        let (tx, rx) = fanout::input_queue(metrics.clone(), None);
-        senders.insert(id.clone(), tx);
-        transform_inputs.push((id.clone(), t.clone(), metrics, rx));
+    let mut senders: HashMap<&str, InputSender> = HashMap::new();
+    let mut sinks_built: Vec<(String, BuiltSink, Input)> = Vec::new();
+    for sink in &config.sinks {
+        let metrics = registry.register(&sink.id, ComponentKind::Sink, sink.config.type_name());
+        let built = sink
+            .config
+            .component()
+            .build(SinkContext {
+                metrics: metrics.clone(),
+                reopen: reopen.clone(),
+            })
+            .with_context(|| format!("sink '{}'", sink.id))?;
+        let (tx, rx) = input_queue(metrics, built.prepare.clone(), built.queue_batches);
+        senders.insert(&sink.id, tx);
+        sinks_built.push((sink.id.clone(), built, rx));
     }
-    let mut sink_inputs = Vec::new();
-    for (id, s) in &config.sinks {
-        let ty = match s {
-            SinkConfig::File(_) => "file",
-            SinkConfig::Console(_) => "console",
-            SinkConfig::Blackhole(_) => "blackhole",
-        };
-        let metrics = registry.register(id, "sink", ty);
-        let plan =
-            match s {
-                SinkConfig::File(cfg) => SinkPlan::File(Box::new(
-                    crate::sinks::file::FileSink::new(cfg.clone(), metrics.clone(), reopen.clone()),
-                )),
-                SinkConfig::Console(cfg) => SinkPlan::Console(crate::sinks::console::encoder(cfg)),
-                SinkConfig::Blackhole(_) => SinkPlan::Blackhole,
-            };
-        let prepare: Option<Arc<dyn fanout::Prepare>> = match &plan {
-            SinkPlan::File(sink) => Some(sink.encoder()),
-            SinkPlan::Console(encoder) => Some(encoder.clone()),
-            SinkPlan::Blackhole => None,
-        };
-        let (tx, rx) = fanout::input_queue(metrics.clone(), prepare);
-        senders.insert(id.clone(), tx);
-        sink_inputs.push((id.clone(), plan, metrics, rx));
+    let mut transform_inputs = Vec::new();
+    for transform in &config.transforms {
+        let metrics = registry.register(
+            &transform.id,
+            ComponentKind::Transform,
+            transform.config.type_name(),
+        );
+        let (tx, rx) = input_queue(metrics.clone(), None, QUEUE_BATCHES);
+        senders.insert(&transform.id, tx);
+        transform_inputs.push((transform, metrics, rx));
     }
     // Who reads from whom.
     let mut downstream: HashMap<&str, Vec<InputSender>> = HashMap::new();
     let consumers = config
         .transforms
         .iter()
-        .map(|(id, t)| (id, t.inputs()))
-        .chain(config.sinks.iter().map(|(id, s)| (id, s.inputs())));
+        .map(|t| (t.id.as_str(), &t.inputs))
+        .chain(config.sinks.iter().map(|s| (s.id.as_str(), &s.inputs)));
     for (id, inputs) in consumers {
         for input in inputs {
             if let Some(tx) = senders.get(id) {
@@ -110,85 +99,55 @@ pub async fn start(
     // Only fan-outs may hold senders from here on, or queues would never close at shutdown.
     drop(senders);
 
-    // Bind every source before anything starts.
-    let mut bound = Vec::new();
-    for (id, s) in &config.sources {
-        let SourceConfig::Syslog(cfg) = s;
-        let socket = match cfg.mode {
-            SyslogMode::Tcp => Bound::Tcp(
-                tcp::bind(cfg.address, cfg.receive_buffer)
-                    .await
-                    .with_context(|| {
-                        format!("source '{id}': cannot listen on tcp {}", cfg.address)
-                    })?,
-            ),
-            SyslogMode::Udp => Bound::Udp(
-                udp::bind(cfg.address, cfg.receive_buffer)
-                    .with_context(|| format!("source '{id}': cannot bind udp {}", cfg.address))?,
-            ),
-        };
-        bound.push((id.clone(), cfg.clone(), socket));
-    }
-
-    let mut sinks = Vec::new();
-    for (id, plan, metrics, input) in sink_inputs {
-        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-        let name = id.clone();
-        std::thread::Builder::new()
-            .name(format!("sink-{id}"))
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(error) => {
-                        tracing::error!(%error, component = %name, "Failed to start the sink's runtime.");
-                        return;
-                    }
-                };
-                rt.block_on(async move {
-                    match plan {
-                        SinkPlan::File(sink) => sink.run(input).await,
-                        SinkPlan::Console(encoder) => {
-                            crate::sinks::console::run(encoder, metrics, input).await
-                        }
-                        SinkPlan::Blackhole => crate::sinks::blackhole::run(metrics, input).await,
-                    }
-                });
-                let _ = done_tx.send(());
+    // Build (and so bind) every source before anything runs.
+    let mut sources_built: Vec<RunningSource> = Vec::new();
+    for source in &config.sources {
+        let metrics =
+            registry.register(&source.id, ComponentKind::Source, source.config.type_name());
+        let fanout = Fanout::new(
+            downstream.remove(source.id.as_str()).unwrap_or_default(),
+            metrics.clone(),
+        );
+        let running = source
+            .config
+            .component()
+            .build(SourceContext {
+                id: source.id.as_str().into(),
+                metrics,
+                fanout,
+                shutdown: signal.clone(),
+                acknowledgements: source.acknowledgements,
             })
-            .with_context(|| format!("sink '{id}': cannot start its thread"))?;
-        sinks.push((id, done_rx));
+            .await
+            .with_context(|| format!("source '{}'", source.id))?;
+        sources_built.push(running);
     }
 
-    let mut transforms = Vec::new();
-    for (id, cfg, metrics, input) in transform_inputs {
+    let mut transforms_built: Vec<BoxFuture<'static, ()>> = Vec::new();
+    for (transform, metrics, input) in transform_inputs {
         let fanout = Fanout::new(
-            downstream.remove(id.as_str()).unwrap_or_default(),
+            downstream.remove(transform.id.as_str()).unwrap_or_default(),
             metrics.clone(),
         );
-        let TransformConfig::Filter(cfg) = cfg;
-        transforms.push(tokio::spawn(crate::transforms::filter::run(
-            cfg, metrics, input, fanout,
-        )));
-    }
-
-    let mut sources = Vec::new();
-    for (id, cfg, socket) in bound {
-        let metrics = registry.register(&id, "source", "syslog");
-        let fanout = Fanout::new(
-            downstream.remove(id.as_str()).unwrap_or_default(),
-            metrics.clone(),
-        );
-        let ctx = Arc::new(SourceContext::new(id.as_str().into(), cfg, metrics, fanout));
-        let task = match socket {
-            Bound::Tcp(l) => tokio::spawn(tcp::run(l, ctx, signal.clone())),
-            Bound::Udp(s) => tokio::spawn(udp::run(s, ctx, signal.clone())),
-        };
-        sources.push(task);
+        let task = transform
+            .config
+            .component()
+            .build(TransformContext {
+                metrics,
+                input,
+                fanout,
+            })
+            .with_context(|| format!("transform '{}'", transform.id))?;
+        transforms_built.push(task);
     }
     drop(downstream);
+
+    let mut sinks = Vec::new();
+    for (id, built, input) in sinks_built {
+        sinks.push((id.clone(), spawn_sink(&id, built, input)?));
+    }
+    let transforms = transforms_built.into_iter().map(tokio::spawn).collect();
+    let sources = sources_built.into_iter().map(tokio::spawn).collect();
 
     Ok(Topology {
         trigger,
@@ -197,6 +156,45 @@ pub async fn start(
         transforms,
         sinks,
     })
+}
+
+/// Starts a sink where it asked to run; the receiver resolves when it has finished.
+fn spawn_sink(
+    id: &str,
+    built: BuiltSink,
+    input: Input,
+) -> anyhow::Result<tokio::sync::oneshot::Receiver<()>> {
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let run = (built.run)(input);
+    match built.thread {
+        SinkThread::Shared => {
+            tokio::spawn(async move {
+                run.await;
+                let _ = done_tx.send(());
+            });
+        }
+        SinkThread::Own => {
+            let name = id.to_owned();
+            std::thread::Builder::new()
+                .name(format!("sink-{id}"))
+                .spawn(move || {
+                    let rt = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .build()
+                    {
+                        Ok(rt) => rt,
+                        Err(error) => {
+                            tracing::error!(%error, component = %name, "Failed to start the sink's runtime.");
+                            return;
+                        }
+                    };
+                    rt.block_on(run);
+                    let _ = done_tx.send(());
+                })
+                .with_context(|| format!("sink '{id}': cannot start its thread"))?;
+        }
+    }
+    Ok(done_rx)
 }
 
 impl Topology {

@@ -6,11 +6,132 @@
 
 use std::sync::Arc;
 
-use loghaul_config::FilterConfig;
-use loghaul_core::{Event, EventBatch};
+use loghaul_config::raw::RawName;
+use loghaul_config::{ComponentConfig, Validator, facility_hint, severity_hint};
+use loghaul_core::{BatchStatus, Event, EventBatch, names};
+use serde::Deserialize;
 
+use super::{BuildTransform, TransformContext};
 use crate::metrics::{ComponentMetrics, DiscardReason, Health};
-use crate::topology::{Fanout, Input};
+use crate::pipeline::{BoxFuture, Fanout, Input};
+
+/// `type: filter`, as written.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawFilter {
+    /// Keep events at least this severe (`emerg` .. `debug`, aliases such as `warn` accepted).
+    #[serde(default)]
+    pub min_severity: Option<RawName>,
+    /// Keep only events from these facilities.
+    #[serde(default)]
+    pub facilities: Option<Vec<RawName>>,
+    /// Keep only events from these app names.
+    #[serde(default)]
+    pub appnames: Option<Vec<String>>,
+    /// Keep only events whose message contains this text.
+    #[serde(default)]
+    pub contains: Option<String>,
+}
+
+/// A filter transform. Unset conditions match everything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FilterConfig {
+    /// Keep events whose severity code is at most this (0 = emerg is the most severe).
+    pub min_severity: Option<u8>,
+    /// Keep events whose facility code is one of these.
+    pub facilities: Option<Vec<u8>>,
+    /// Keep events whose app name is one of these.
+    pub appnames: Option<Vec<String>>,
+    /// Keep events whose message contains this.
+    pub contains: Option<String>,
+}
+
+impl ComponentConfig for FilterConfig {
+    const TYPE: &'static str = "filter";
+    type Raw = RawFilter;
+
+    fn validate(f: RawFilter, cx: &mut Validator<'_, '_>) -> Option<FilterConfig> {
+        let min_severity = match &f.min_severity {
+            None => Some(None),
+            Some(RawName(name)) => match name
+                .parse::<u8>()
+                .ok()
+                .filter(|c| *c < 8)
+                .or_else(|| names::severity_code(name))
+            {
+                Some(c) => Some(Some(c)),
+                None => {
+                    cx.error(
+                        &["min_severity"],
+                        format!("unknown severity `{name}`"),
+                        Some(severity_hint(name)),
+                    );
+                    None
+                }
+            },
+        };
+        let facilities = match &f.facilities {
+            None => Some(None),
+            Some(list) => {
+                let mut codes = Some(Vec::new());
+                if list.is_empty() {
+                    cx.error(
+                        &["facilities"],
+                        "`facilities: []` matches no event",
+                        Some("remove `facilities` to keep every facility".to_owned()),
+                    );
+                    codes = None;
+                }
+                for (i, RawName(name)) in list.iter().enumerate() {
+                    let idx = i.to_string();
+                    match name
+                        .parse::<u8>()
+                        .ok()
+                        .filter(|c| *c < 24)
+                        .or_else(|| names::facility_code(name))
+                    {
+                        Some(c) => {
+                            if let Some(v) = codes.as_mut() {
+                                v.push(c);
+                            }
+                        }
+                        None => {
+                            cx.error(
+                                &["facilities", &idx],
+                                format!("unknown facility `{name}`"),
+                                Some(facility_hint(name)),
+                            );
+                            codes = None;
+                        }
+                    }
+                }
+                codes.map(Some)
+            }
+        };
+        let appnames_ok = if f.appnames.as_ref().is_some_and(Vec::is_empty) {
+            cx.error(
+                &["appnames"],
+                "`appnames: []` matches no event",
+                Some("remove `appnames` to keep every app".to_owned()),
+            );
+            false
+        } else {
+            true
+        };
+        Some(FilterConfig {
+            min_severity: min_severity?,
+            facilities: facilities?,
+            appnames: appnames_ok.then_some(f.appnames)?,
+            contains: f.contains,
+        })
+    }
+}
+
+impl BuildTransform for FilterConfig {
+    fn build(&self, cx: TransformContext) -> anyhow::Result<BoxFuture<'static, ()>> {
+        Ok(Box::pin(run(self.clone(), cx.metrics, cx.input, cx.fanout)))
+    }
+}
 
 /// Whether `event` passes `config`.
 pub fn matches(config: &FilterConfig, batch: &EventBatch, event: &Event) -> bool {
@@ -50,11 +171,16 @@ pub async fn run(
     fanout: Fanout,
 ) {
     metrics.set_health(Health::Running, None);
-    while let Some(batch) = input.recv().await {
-        let kept = batch.retain_view(|b, e| matches(&config, b, e));
-        metrics.discarded(DiscardReason::Filtered, (batch.len() - kept.len()) as u64);
-        drop(batch);
+    while let Some(delivery) = input.recv().await {
+        let kept = delivery.retain_view(|b, e| matches(&config, b, e));
+        metrics.discarded(
+            DiscardReason::Filtered,
+            (delivery.len() - kept.len()) as u64,
+        );
+        // The kept view carries the batch's finalizer on to the sinks; this transform's part
+        // is done once it is handed on (or was, for a view with no event left, filtered away).
         fanout.send(kept).await;
+        delivery.ack.commit(BatchStatus::Delivered);
     }
     metrics.set_health(Health::Stopped, None);
 }

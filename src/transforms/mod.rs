@@ -1,3 +1,38 @@
-//! Transforms: stateless functions over a batch, run as tasks between their inputs and outputs.
+//! Transforms: functions over a batch, run as tasks between their inputs and outputs.
+//!
+//! A transform type is a module here whose config implements
+//! [`loghaul_config::ComponentConfig`] and [`BuildTransform`], registered by one line in
+//! [`TransformConfig`].
 
 pub mod filter;
+
+use std::sync::Arc;
+
+use crate::metrics::ComponentMetrics;
+use crate::pipeline::{BoxFuture, Fanout, Input};
+
+loghaul_config::component_set! {
+    /// Every transform type.
+    pub enum TransformConfig: Transform as dyn BuildTransform {
+        Filter(filter::FilterConfig),
+    }
+}
+
+/// What a transform is built with.
+pub struct TransformContext {
+    pub metrics: Arc<ComponentMetrics>,
+    /// Its input queue; it ends when every upstream has.
+    pub input: Input,
+    /// Where its batches go.
+    pub fanout: Fanout,
+}
+
+/// How a transform config becomes a running transform.
+pub trait BuildTransform: Send + Sync {
+    /// The task that runs the transform until its input is closed and drained.
+    ///
+    /// # Errors
+    ///
+    /// Something the transform needs at start is missing.
+    fn build(&self, cx: TransformContext) -> anyhow::Result<BoxFuture<'static, ()>>;
+}

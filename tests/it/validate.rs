@@ -2,7 +2,7 @@
 //! (`FILE:LINE:COL: error: ...`) for every broken config and exits non-zero; `loghaul run` with
 //! a broken config fails the same way before it binds anything.
 //!
-//! The broken configs live with the config crate (crates/loghaul-config/tests/broken/*.yaml);
+//! The broken configs live in tests/broken/*.yaml;
 //! the first line of each says what must be reported:
 //!
 //! ```text
@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::harness::*;
 
 fn broken_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/loghaul-config/tests/broken")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broken")
 }
 
 /// Writes `text` (after [`render`]) to a fresh temp dir as `name`.

@@ -120,7 +120,7 @@ fn connection(
     let (format, mode) = wire(scenario);
     let mut c = Connection {
         peer,
-        framer: Framer::new(mode, loghaul_config::DEFAULT_MAX_LENGTH),
+        framer: Framer::new(mode, loghaul_codec::framing::DEFAULT_MAX_LENGTH),
         decoder: Decoder::new(DecodeOptions {
             format,
             ..DecodeOptions::default()

@@ -22,6 +22,9 @@ use memchr::memchr;
 
 use crate::scan;
 
+/// The longest frame sources accept by default (their `max_length`): 100KiB.
+pub const DEFAULT_MAX_LENGTH: usize = 100 * 1024;
+
 /// How a stream is split into frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum FramingMode {

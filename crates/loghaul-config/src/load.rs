@@ -14,12 +14,12 @@ use std::path::Path;
 
 use serde::de::DeserializeOwned;
 
+use crate::component::{Component, ComponentKind, ComponentLoader, ComponentSet, Registry};
 use crate::diagnostic::{ConfigErrors, Diagnostic, Pos, did_you_mean};
 use crate::node::{DeError, Entry, Extra, Node, NodeDe};
-use crate::raw::{
-    Component, ComponentMap, RawApi, RawConfig, RawDuration, RawSink, RawSource, RawTransform,
-};
+use crate::raw::{RawApi, RawDuration, RawTop};
 use crate::runtime::Config;
+use crate::validate::{Ctx, Declared, Validator};
 
 /// The syntax a configuration is written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,26 +52,23 @@ impl ConfigFormat {
 pub(crate) const TOP_KEYS: [&str; 5] =
     ["api", "shutdown_timeout", "sources", "transforms", "sinks"];
 
-/// Where a component id was declared, kept even when the component itself failed to load.
-#[derive(Clone, Debug)]
-pub(crate) struct DeclaredId {
-    pub id: String,
-    /// `source`, `transform` or `sink`.
-    pub kind: &'static str,
-    pub key_pos: Option<Pos>,
+/// What reading the sections produced: the top-level values and every component that loaded.
+pub(crate) struct Loaded<R: Registry> {
+    pub api: Option<RawApi>,
+    pub shutdown_timeout: Option<RawDuration>,
+    pub sources: Vec<Component<R::Source>>,
+    pub transforms: Vec<Component<R::Transform>>,
+    pub sinks: Vec<Component<R::Sink>>,
 }
 
-/// What reading the raw types produced.
-pub(crate) struct Loaded {
-    pub raw: RawConfig,
-    pub declared: Vec<DeclaredId>,
-}
+/// The keys every component may have, read by the loader itself rather than by the type.
+const OUTER_KEYS: [&str; 3] = ["type", "inputs", "acknowledgements"];
 
 /// Reads a file and loads it.
-pub(crate) fn load_path(
+pub(crate) fn load_path<R: Registry>(
     path: &Path,
     vars: &dyn Fn(&str) -> Option<String>,
-) -> Result<Config, ConfigErrors> {
+) -> Result<Config<R>, ConfigErrors> {
     let origin = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| {
         let hint = match e.kind() {
@@ -100,12 +97,12 @@ pub(crate) fn load_path(
 }
 
 /// Loads configuration text.
-pub(crate) fn load_str(
+pub(crate) fn load_str<R: Registry>(
     text: &str,
     format: ConfigFormat,
     origin: &str,
     vars: &dyn Fn(&str) -> Option<String>,
-) -> Result<Config, ConfigErrors> {
+) -> Result<Config<R>, ConfigErrors> {
     let text = crate::interpolate::interpolate(text, format != ConfigFormat::Json, vars).map_err(
         |errs| {
             ConfigErrors(
@@ -119,8 +116,7 @@ pub(crate) fn load_str(
     )?;
     let root = parse_node(&text, format, origin)?;
     let mut diags = Vec::new();
-    let loaded = read_raw(&root, origin, &mut diags);
-    let config = crate::validate::validate(&loaded, &root, origin, &mut diags);
+    let config = crate::validate::validate::<R>(&root, origin, &mut diags);
     let (mut errors, warnings): (Vec<_>, Vec<_>) =
         diags.into_iter().partition(Diagnostic::is_error);
     match config {
@@ -228,169 +224,215 @@ fn culprit_index(node: &Node, pos: Pos) -> Option<usize> {
 }
 
 /// Deserializes one top-level value, turning every error into a diagnostic.
-fn read<T: DeserializeOwned>(
-    entry: &Entry,
-    origin: &str,
-    diags: &mut Vec<Diagnostic>,
-) -> Option<T> {
-    collect_all(&entry.value, entry.key_pos, Some(&entry.key), &[], |de| {
+fn read<T: DeserializeOwned>(entry: &Entry, cx: &mut Ctx<'_>) -> Option<T> {
+    match collect_all(&entry.value, entry.key_pos, Some(&entry.key), &[], |de| {
         T::deserialize(de)
-    })
-    .map_err(|errs| diags.extend(errs.into_iter().map(|e| de_diag(origin, e))))
-    .ok()
+    }) {
+        Ok(v) => Some(v),
+        Err(errs) => {
+            for e in errs {
+                cx.errors += 1;
+                cx.diags.push(de_diag(cx.origin, e));
+            }
+            None
+        }
+    }
 }
 
-/// Builds the raw types section by section, component by component.
-pub(crate) fn read_raw(root: &Node, origin: &str, diags: &mut Vec<Diagnostic>) -> Loaded {
-    let mut raw = RawConfig::default();
-    let mut declared = Vec::new();
+/// Deserializes a component's raw schema from its entry, leaving out the keys in `skip`.
+pub(crate) fn deserialize_component<T: DeserializeOwned>(
+    entry: &Entry,
+    skip: &[&str],
+    v: &mut Validator<'_, '_>,
+) -> Option<T> {
+    match collect_all(&entry.value, entry.key_pos, None, skip, |de| {
+        T::deserialize(de)
+    }) {
+        Ok(raw) => Some(raw),
+        Err(errs) => {
+            for e in errs {
+                v.cx.errors += 1;
+                v.cx.diags.push(de_diag(v.cx.origin, e));
+            }
+            None
+        }
+    }
+}
+
+/// Reads the top-level sections, component by component.
+pub(crate) fn read_sections<R: Registry>(
+    cx: &mut Ctx<'_>,
+    declared: &mut Vec<Declared>,
+) -> Loaded<R> {
+    let mut loaded = Loaded {
+        api: None,
+        shutdown_timeout: None,
+        sources: Vec::new(),
+        transforms: Vec::new(),
+        sinks: Vec::new(),
+    };
+    let root = cx.root;
     if root.is_null() {
-        return Loaded { raw, declared };
+        return loaded;
     }
     let Some(entries) = root.entries() else {
-        diags.push(
-            Diagnostic::error(
-                origin,
-                root.pos,
-                "the configuration must be a map of sections",
-            )
-            .with_hint(Some(format!("top-level keys: {}", TOP_KEYS.join(", ")))),
+        cx.error(
+            root.pos,
+            "the configuration must be a map of sections",
+            Some(format!("top-level keys: {}", TOP_KEYS.join(", "))),
         );
-        return Loaded { raw, declared };
+        return loaded;
     };
+    let mut top = RawTop::default();
     for entry in entries {
         match entry.key.as_str() {
-            "api" => raw.api = read::<RawApi>(entry, origin, diags),
-            "shutdown_timeout" => raw.shutdown_timeout = read::<RawDuration>(entry, origin, diags),
-            "sources" => {
-                raw.sources = read_components::<RawSource>(entry, origin, diags, &mut declared)
-            }
+            "api" => top.api = read::<RawApi>(entry, cx),
+            "shutdown_timeout" => top.shutdown_timeout = read::<RawDuration>(entry, cx),
+            "sources" => loaded.sources = read_components::<R, R::Source>(entry, cx, declared),
             "transforms" => {
-                raw.transforms =
-                    read_components::<RawTransform>(entry, origin, diags, &mut declared)
+                loaded.transforms = read_components::<R, R::Transform>(entry, cx, declared)
             }
-            "sinks" => raw.sinks = read_components::<RawSink>(entry, origin, diags, &mut declared),
-            other => diags.push(
-                Diagnostic::error(
-                    origin,
-                    entry.key_pos,
-                    format!("unknown top-level key `{other}`"),
-                )
-                .with_hint(Some(did_you_mean(other, &TOP_KEYS, "valid keys"))),
+            "sinks" => loaded.sinks = read_components::<R, R::Sink>(entry, cx, declared),
+            other => cx.error(
+                entry.key_pos,
+                format!("unknown top-level key `{other}`"),
+                Some(did_you_mean(other, &TOP_KEYS, "valid keys")),
             ),
         }
     }
-    Loaded { raw, declared }
+    loaded.api = top.api;
+    loaded.shutdown_timeout = top.shutdown_timeout;
+    loaded
 }
 
-/// The section a component type belongs to, for "that is a sink type" hints.
-fn kind_of_type(ty: &str) -> Option<&'static str> {
+/// The kind a component type belongs to, for "that is a sink type" hints.
+fn kind_of_type<R: Registry>(ty: &str) -> Option<ComponentKind> {
     [
-        (RawSource::KIND, RawSource::TYPES),
-        (RawTransform::KIND, RawTransform::TYPES),
-        (RawSink::KIND, RawSink::TYPES),
+        (R::Source::KIND, R::Source::TYPES),
+        (R::Transform::KIND, R::Transform::TYPES),
+        (R::Sink::KIND, R::Sink::TYPES),
     ]
     .into_iter()
     .find(|(_, types)| types.contains(&ty))
     .map(|(kind, _)| kind)
 }
 
-fn read_components<T: Component>(
+fn read_components<R: Registry, S: ComponentSet>(
     section: &Entry,
-    origin: &str,
-    diags: &mut Vec<Diagnostic>,
-    declared: &mut Vec<DeclaredId>,
-) -> ComponentMap<T> {
+    cx: &mut Ctx<'_>,
+    declared: &mut Vec<Declared>,
+) -> Vec<Component<S>> {
     let mut out = Vec::new();
     if section.value.is_null() {
-        return ComponentMap(out);
+        return out;
     }
+    let kind = S::KIND;
+    let first_type = S::TYPES.first().copied().unwrap_or("TYPE");
     let Some(entries) = section.value.entries() else {
-        diags.push(
-            Diagnostic::error(
-                origin,
-                section.value.pos,
-                format!(
-                    "`{}` must be a map of {} ids to {}s",
-                    section.key,
-                    T::KIND,
-                    T::KIND
-                ),
-            )
-            .with_hint(Some(format!(
-                "e.g. {}: {{ my_{}: {{ type: {}, ... }} }}",
-                section.key,
-                T::KIND,
-                T::TYPES[0]
-            ))),
+        cx.error(
+            section.value.pos,
+            format!("`{}` must be a map of {kind} ids to {kind}s", section.key),
+            Some(format!(
+                "e.g. {}: {{ my_{kind}: {{ type: {first_type}, ... }} }}",
+                section.key
+            )),
         );
-        return ComponentMap(out);
+        return out;
     };
-    let types = T::TYPES.join(", ");
+    let types = S::TYPES.join(", ");
     for entry in entries {
         let id = &entry.key;
-        declared.push(DeclaredId {
+        let mut decl = Declared {
             id: id.clone(),
-            kind: T::KIND,
+            kind,
             key_pos: entry.key_pos,
-        });
-        if entry.value.entries().is_none() {
-            diags.push(
-                Diagnostic::error(
-                    origin,
-                    entry.value.pos.or(entry.key_pos),
-                    format!("{} `{id}` must be a map with a `type` key", T::KIND),
-                )
-                .with_hint(Some(format!("{} types: {types}", T::KIND))),
-            );
-            continue;
+            inputs: Vec::new(),
+            resources: Vec::new(),
+        };
+        let component = read_component::<R, S>(entry, cx, &types, &mut decl);
+        if let Some(component) = component {
+            decl.resources = component.config.resources();
+            out.push(component);
         }
-        let Some(type_entry) = entry.value.entry("type") else {
-            diags.push(
-                Diagnostic::error(
-                    origin,
-                    entry.key_pos,
-                    format!("{} `{id}` has no `type`", T::KIND),
-                )
-                .with_hint(Some(format!(
-                    "add `type: {}` (one of: {types})",
-                    T::TYPES[0]
-                ))),
+        declared.push(decl);
+    }
+    out
+}
+
+/// One component: its type, the keys every component has, then its type's own config.
+fn read_component<R: Registry, S: ComponentSet>(
+    entry: &Entry,
+    cx: &mut Ctx<'_>,
+    types: &str,
+    decl: &mut Declared,
+) -> Option<Component<S>> {
+    let (kind, id) = (S::KIND, &entry.key);
+    let first_type = S::TYPES.first().copied().unwrap_or("TYPE");
+    if entry.value.entries().is_none() {
+        cx.error(
+            entry.value.pos.or(entry.key_pos),
+            format!("{kind} `{id}` must be a map with a `type` key"),
+            Some(format!("{kind} types: {types}")),
+        );
+        return None;
+    }
+    let Some(type_entry) = entry.value.entry("type") else {
+        cx.error(
+            entry.key_pos,
+            format!("{kind} `{id}` has no `type`"),
+            Some(format!("add `type: {first_type}` (one of: {types})")),
+        );
+        return None;
+    };
+    let Some(ty) = type_entry.value.scalar_text() else {
+        cx.error(
+            type_entry.value.pos,
+            "`type` must be a string",
+            Some(format!("{kind} types: {types}")),
+        );
+        return None;
+    };
+    // The keys every component has are read here, once, for every type.
+    let mut skip: Vec<&str> = vec!["type"];
+    let inputs = match entry.value.entry("inputs") {
+        Some(e) if kind != ComponentKind::Source => {
+            skip.push("inputs");
+            read::<Vec<String>>(e, cx).unwrap_or_default()
+        }
+        _ => Vec::new(),
+    };
+    decl.inputs.clone_from(&inputs);
+    let acknowledgements = match entry.value.entry("acknowledgements") {
+        Some(e) if kind == ComponentKind::Source => {
+            skip.push("acknowledgements");
+            read::<bool>(e, cx).unwrap_or(true)
+        }
+        _ => true,
+    };
+    debug_assert!(skip.iter().all(|k| OUTER_KEYS.contains(k)));
+    let loader = ComponentLoader {
+        entry,
+        skip: &skip,
+        validator: Validator { cx, kind, id },
+    };
+    match S::load(&ty, loader) {
+        Some(config) => Some(Component {
+            id: id.clone(),
+            inputs,
+            acknowledgements,
+            config: config?,
+        }),
+        None => {
+            let hint = match kind_of_type::<R>(&ty) {
+                Some(other) => format!("`{ty}` is a {other} type; {kind} types: {types}"),
+                None => did_you_mean(&ty, S::TYPES, &format!("{kind} types")),
+            };
+            cx.error(
+                type_entry.value.pos,
+                format!("unknown {kind} type `{ty}`"),
+                Some(hint),
             );
-            continue;
-        };
-        let Some(ty) = type_entry.value.scalar_text() else {
-            diags.push(
-                Diagnostic::error(origin, type_entry.value.pos, "`type` must be a string")
-                    .with_hint(Some(format!("{} types: {types}", T::KIND))),
-            );
-            continue;
-        };
-        if T::TYPES.contains(&ty.as_str()) {
-            let result = collect_all(&entry.value, entry.key_pos, None, &["type"], |de| {
-                T::from_type(&ty, de)
-                    .unwrap_or_else(|| Err(serde::de::Error::custom("unknown type")))
-            });
-            match result {
-                Ok(component) => out.push((id.clone(), component)),
-                Err(errs) => diags.extend(errs.into_iter().map(|e| de_diag(origin, e))),
-            }
-        } else {
-            {
-                let hint = match kind_of_type(&ty) {
-                    Some(kind) => format!("`{ty}` is a {kind} type; {} types: {types}", T::KIND),
-                    None => did_you_mean(&ty, T::TYPES, &format!("{} types", T::KIND)),
-                };
-                diags.push(
-                    Diagnostic::error(
-                        origin,
-                        type_entry.value.pos,
-                        format!("unknown {} type `{ty}`", T::KIND),
-                    )
-                    .with_hint(Some(hint)),
-                );
-            }
+            None
         }
     }
-    ComponentMap(out)
 }

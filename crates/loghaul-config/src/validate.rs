@@ -15,62 +15,59 @@ use std::time::Duration;
 
 use loghaul_core::names;
 
+use crate::component::{ComponentKind, Protocol, Registry, Resource};
 use crate::diagnostic::{Diagnostic, Pos, closest, did_you_mean};
-use crate::load::Loaded;
 use crate::node::Node;
-use crate::raw::{RawDuration, RawName, RawSink, RawSize, RawSource, RawTransform};
-use crate::runtime::{
-    ApiConfig, BlackholeSinkConfig, Config, ConsoleSinkConfig, FileSinkConfig, FilterConfig,
-    SinkConfig, SourceConfig, SyslogMode, SyslogSourceConfig, TimeZoneSetting, TransformConfig,
-};
-use crate::template::PathTemplate;
+use crate::raw::{RawDuration, RawSize};
+use crate::runtime::{ApiConfig, Config, TimeZoneSetting};
 use crate::units::{DURATION_HINT, SIZE_HINT, parse_duration, parse_size};
 
 /// Default API address.
 pub const DEFAULT_API_ADDRESS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8686);
 /// Default `shutdown_timeout`.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default syslog `max_length`: 100KiB.
-pub const DEFAULT_MAX_LENGTH: usize = 100 * 1024;
-/// Default syslog `max_connections`.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
-/// Default file sink `flush_interval`.
-pub const DEFAULT_FLUSH_INTERVAL: Duration = Duration::from_secs(1);
-/// Default file sink `idle_timeout`.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default file sink `max_open_files`.
-pub const DEFAULT_MAX_OPEN_FILES: usize = 256;
 
 const ADDRESS_HINT: &str =
     "write HOST:PORT with an IP address or localhost, e.g. \"0.0.0.0:5514\" or \"[::]:5514\"";
-const TZ_HINT: &str = "use UTC, local, or a fixed offset such as +02:00 or -05:30";
+/// The hint for a bad time zone setting.
+pub const TZ_HINT: &str = "use UTC, local, or a fixed offset such as +02:00 or -05:30";
 
 /// Diagnostics with positions looked up in the node tree.
-struct Ctx<'a> {
-    origin: &'a str,
-    root: &'a Node,
-    diags: &'a mut Vec<Diagnostic>,
-    errors: usize,
+pub(crate) struct Ctx<'a> {
+    pub(crate) origin: &'a str,
+    pub(crate) root: &'a Node,
+    pub(crate) diags: &'a mut Vec<Diagnostic>,
+    pub(crate) errors: usize,
 }
 
 impl Ctx<'_> {
     /// Position of the key at `path` (for sequence elements: the element).
-    fn key_pos(&self, path: &[&str]) -> Option<Pos> {
+    pub(crate) fn key_pos(&self, path: &[&str]) -> Option<Pos> {
         self.root.find(path).and_then(|(k, _)| k)
     }
 
     /// Position of the value at `path`, falling back to its key.
-    fn val_pos(&self, path: &[&str]) -> Option<Pos> {
+    pub(crate) fn val_pos(&self, path: &[&str]) -> Option<Pos> {
         self.root.find(path).and_then(|(k, n)| n.pos.or(k))
     }
 
-    fn error(&mut self, pos: Option<Pos>, message: impl Into<String>, hint: Option<String>) {
+    pub(crate) fn error(
+        &mut self,
+        pos: Option<Pos>,
+        message: impl Into<String>,
+        hint: Option<String>,
+    ) {
         self.errors += 1;
         self.diags
             .push(Diagnostic::error(self.origin, pos, message).with_hint(hint));
     }
 
-    fn warn(&mut self, pos: Option<Pos>, message: impl Into<String>, hint: Option<String>) {
+    pub(crate) fn warn(
+        &mut self,
+        pos: Option<Pos>,
+        message: impl Into<String>,
+        hint: Option<String>,
+    ) {
         self.diags
             .push(Diagnostic::warning(self.origin, pos, message).with_hint(hint));
     }
@@ -248,7 +245,8 @@ fn id_is_valid(id: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
-fn severity_hint(name: &str) -> String {
+/// The hint for an unknown severity name: the closest name and the accepted ones.
+pub fn severity_hint(name: &str) -> String {
     let mut all: Vec<&str> = names::SEVERITIES.to_vec();
     all.extend([
         "emergency",
@@ -265,7 +263,8 @@ fn severity_hint(name: &str) -> String {
     }
 }
 
-fn facility_hint(name: &str) -> String {
+/// The hint for an unknown facility name: the closest name and the accepted ones.
+pub fn facility_hint(name: &str) -> String {
     let list = format!(
         "accepted: {} (or a code 0-23)",
         names::FACILITIES.join(", ")
@@ -276,27 +275,142 @@ fn facility_hint(name: &str) -> String {
     }
 }
 
-/// Validates the loaded raw config into a [`Config`], pushing diagnostics.
-pub(crate) fn validate(
-    loaded: &Loaded,
+/// A component's view of validation: reports at positions inside its own entry, and the
+/// helpers that parse sizes, durations and addresses with the project's hints.
+pub struct Validator<'v, 'a> {
+    pub(crate) cx: &'v mut Ctx<'a>,
+    pub(crate) kind: ComponentKind,
+    pub(crate) id: &'v str,
+}
+
+impl Validator<'_, '_> {
+    /// The component's id.
+    pub fn id(&self) -> &str {
+        self.id
+    }
+
+    fn path<'p>(&'p self, key: &'p [&'p str]) -> Vec<&'p str> {
+        let mut path = vec![self.kind.section(), self.id];
+        path.extend_from_slice(key);
+        path
+    }
+
+    /// Whether the entry sets `key` (a dotted path is given as several keys).
+    pub fn has(&self, key: &[&str]) -> bool {
+        self.cx.root.find(&self.path(key)).is_some()
+    }
+
+    /// An error at the value of `key` (the entry itself when `key` is empty).
+    pub fn error(&mut self, key: &[&str], message: impl Into<String>, hint: Option<String>) {
+        let pos = self.cx.val_pos(&self.path(key));
+        self.cx.error(pos, message, hint);
+    }
+
+    /// An error at `key` itself rather than its value (for keys that should not be there).
+    pub fn error_at_key(&mut self, key: &[&str], message: impl Into<String>, hint: Option<String>) {
+        let pos = self.cx.key_pos(&self.path(key));
+        self.cx.error(pos, message, hint);
+    }
+
+    /// A warning at the value of `key`.
+    pub fn warn(&mut self, key: &[&str], message: impl Into<String>, hint: Option<String>) {
+        let pos = self.cx.val_pos(&self.path(key));
+        self.cx.warn(pos, message, hint);
+    }
+
+    /// A size (`64KiB`), or `default` when not set.
+    pub fn size(
+        &mut self,
+        raw: Option<&RawSize>,
+        key: &'static str,
+        default: usize,
+        nonzero: bool,
+    ) -> Option<usize> {
+        let path = self
+            .path(&[key])
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>();
+        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        self.cx.size(raw, &path, default, nonzero)
+    }
+
+    /// A duration (`500ms`), or `default` when not set.
+    pub fn duration(
+        &mut self,
+        raw: Option<&RawDuration>,
+        key: &'static str,
+        default: Duration,
+        nonzero: bool,
+    ) -> Option<Duration> {
+        let path = self
+            .path(&[key])
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>();
+        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        self.cx.duration(raw, &path, default, nonzero)
+    }
+
+    /// A count that must be positive, or `default` when not set.
+    pub fn positive(
+        &mut self,
+        value: Option<usize>,
+        key: &'static str,
+        default: usize,
+    ) -> Option<usize> {
+        let path = self
+            .path(&[key])
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>();
+        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        self.cx.positive(value, &path, default)
+    }
+
+    /// A listening address `HOST:PORT` at `key` (a path of keys for nested values).
+    pub fn address(&mut self, text: &str, key: &[&str]) -> Option<SocketAddr> {
+        let path = self
+            .path(key)
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>();
+        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        self.cx.address(text, &path)
+    }
+}
+
+/// What loading found of one component, kept even when its type's config failed to load, so
+/// that components naming it as an input get no spurious "unknown input".
+pub(crate) struct Declared {
+    pub id: String,
+    pub kind: ComponentKind,
+    pub key_pos: Option<Pos>,
+    pub inputs: Vec<String>,
+    pub resources: Vec<Resource>,
+}
+
+/// Validates the loaded document into a [`Config`], pushing diagnostics.
+pub(crate) fn validate<R: Registry>(
     root: &Node,
     origin: &str,
     diags: &mut Vec<Diagnostic>,
-) -> Option<Config> {
+) -> Option<Config<R>> {
     let mut cx = Ctx {
         origin,
         root,
         diags,
         errors: 0,
     };
-    let raw = &loaded.raw;
+    let mut declared: Vec<Declared> = Vec::new();
+    let loaded = crate::load::read_sections::<R>(&mut cx, &mut declared);
 
     // Ids: syntax and uniqueness across sections (within a section the parsers already refuse
     // duplicate keys).
-    let mut seen: HashMap<&str, &'static str> = HashMap::new();
-    let mut declared: Vec<_> = loaded.declared.iter().collect();
-    declared.sort_by_key(|d| d.key_pos);
-    for d in &declared {
+    let mut seen: HashMap<&str, ComponentKind> = HashMap::new();
+    let mut order: Vec<&Declared> = declared.iter().collect();
+    order.sort_by_key(|d| d.key_pos);
+    for d in &order {
         if !id_is_valid(&d.id) {
             cx.error(
                 d.key_pos,
@@ -317,18 +431,19 @@ pub(crate) fn validate(
         }
     }
     // With duplicate ids (already an error) the first declaration wins.
-    let mut kind_of: HashMap<&str, &str> = HashMap::new();
-    for d in &declared {
+    let mut kind_of: HashMap<&str, ComponentKind> = HashMap::new();
+    for d in &order {
         kind_of.entry(d.id.as_str()).or_insert(d.kind);
     }
-    for (kind, section) in [("source", "sources"), ("sink", "sinks")] {
+    for kind in [ComponentKind::Source, ComponentKind::Sink] {
+        let section = kind.section();
         // A section that is there but not a map has its own error already.
         let malformed = root
             .find(&[section])
             .is_some_and(|(_, n)| !n.is_null() && n.entries().is_none());
-        if !malformed && !loaded.declared.iter().any(|d| d.kind == kind) {
+        if !malformed && !declared.iter().any(|d| d.kind == kind) {
             let pos = cx.key_pos(&[section]);
-            let example = if kind == "source" {
+            let example = if kind == ComponentKind::Source {
                 "sources: { syslog_udp: { type: syslog, mode: udp, address: \"0.0.0.0:5514\" } }"
             } else {
                 "sinks: { out: { type: console, inputs: [...] } }"
@@ -342,7 +457,7 @@ pub(crate) fn validate(
     }
 
     // API.
-    let api_raw = raw.api.clone().unwrap_or_default();
+    let api_raw = loaded.api.clone().unwrap_or_default();
     let api = match &api_raw.address {
         Some(a) => cx.address(a, &["api", "address"]),
         None => Some(DEFAULT_API_ADDRESS),
@@ -350,309 +465,72 @@ pub(crate) fn validate(
     let api_enabled = api_raw.enabled.unwrap_or(true);
 
     let shutdown_timeout = cx.duration(
-        raw.shutdown_timeout.as_ref(),
+        loaded.shutdown_timeout.as_ref(),
         &["shutdown_timeout"],
         DEFAULT_SHUTDOWN_TIMEOUT,
         false,
     );
 
-    // Sources.
-    let mut sources = Vec::new();
-    let mut binds: Vec<(&str, SyslogMode, SocketAddr)> = Vec::new();
-    for (id, source) in &raw.sources.0 {
-        let RawSource::Syslog(s) = source;
-        let p = |k: &'static str| ["sources", id.as_str(), k];
-        let address = cx.address(&s.address, &p("address"));
-        if s.mode == SyslogMode::Udp {
-            for (key, why) in [
-                ("framing", "each UDP datagram is one message"),
-                ("max_connections", "UDP has no connections"),
-            ] {
-                if cx.root.find(&p(key)).is_some() {
-                    cx.error(
-                        cx.key_pos(&p(key)),
-                        format!("`{key}` applies only to TCP sources; source `{id}` is UDP"),
-                        Some(format!("remove `{key}`: {why}")),
-                    );
-                }
-            }
-        }
-        let max_length = cx.size(
-            s.max_length.as_ref(),
-            &p("max_length"),
-            DEFAULT_MAX_LENGTH,
-            true,
-        );
-        let receive_buffer = match &s.receive_buffer {
-            None => Some(None),
-            Some(r) => cx.size(Some(r), &p("receive_buffer"), 0, true).map(Some),
-        };
-        let max_connections = cx.positive(
-            s.max_connections,
-            &p("max_connections"),
-            DEFAULT_MAX_CONNECTIONS,
-        );
-        let timezone = match &s.timezone {
-            None => Some(TimeZoneSetting::Utc),
-            Some(t) => match parse_timezone(t) {
-                Ok(tz) => Some(tz),
-                Err(msg) => {
-                    cx.error(cx.val_pos(&p("timezone")), msg, Some(TZ_HINT.to_owned()));
-                    None
-                }
-            },
-        };
-        if let Some(addr) = address {
-            binds.push((id, s.mode, addr));
-        }
-        if let (
-            Some(address),
-            Some(max_length),
-            Some(receive_buffer),
-            Some(max_connections),
-            Some(timezone),
-        ) = (
-            address,
-            max_length,
-            receive_buffer,
-            max_connections,
-            timezone,
-        ) {
-            sources.push((
-                id.clone(),
-                SourceConfig::Syslog(SyslogSourceConfig {
-                    mode: s.mode,
-                    address,
-                    format: s.format.unwrap_or_default(),
-                    framing: s.framing.unwrap_or_default(),
-                    max_length,
-                    max_connections,
-                    receive_buffer,
-                    strict: s.strict.unwrap_or(false),
-                    timezone,
-                }),
-            ));
-        }
-    }
-
-    // Listening-address collisions, reported on the later source.
-    for (j, (id_b, mode_b, addr_b)) in binds.iter().enumerate() {
-        for (id_a, mode_a, addr_a) in &binds[..j] {
-            if mode_a == mode_b && addresses_overlap(*addr_a, *addr_b) {
-                let proto = if *mode_b == SyslogMode::Tcp {
-                    "TCP"
-                } else {
-                    "UDP"
-                };
+    // Listening-address collisions, reported on the later component.
+    let claims: Vec<(&Declared, &Resource)> = declared
+        .iter()
+        .flat_map(|d| d.resources.iter().map(move |r| (d, r)))
+        .collect();
+    for (j, (b, rb)) in claims.iter().enumerate() {
+        for (a, ra) in &claims[..j] {
+            if ra.protocol == rb.protocol && addresses_overlap(ra.address, rb.address) {
                 cx.error(
-                    cx.val_pos(&["sources", id_b, "address"]),
-                    format!("source `{id_b}` and source `{id_a}` both listen on {proto} port {} ({addr_b} overlaps {addr_a})", addr_b.port()),
-                    Some("give each source its own port, or bind them to distinct addresses".to_owned()),
+                    cx.val_pos(&[b.kind.section(), &b.id, rb.key]),
+                    format!(
+                        "{} `{}` and {} `{}` both listen on {} port {} ({} overlaps {})",
+                        b.kind,
+                        b.id,
+                        a.kind,
+                        a.id,
+                        rb.protocol.as_str(),
+                        rb.address.port(),
+                        rb.address,
+                        ra.address
+                    ),
+                    Some(
+                        "give each source its own port, or bind them to distinct addresses"
+                            .to_owned(),
+                    ),
                 );
             }
         }
-        if let (Some(api_addr), true, SyslogMode::Tcp) = (api, api_enabled, mode_b)
-            && addresses_overlap(api_addr, *addr_b)
+        if let (Some(api_addr), true, Protocol::Tcp) = (api, api_enabled, rb.protocol)
+            && addresses_overlap(api_addr, rb.address)
         {
             cx.error(
-                cx.val_pos(&["sources", id_b, "address"]),
-                format!("TCP source `{id_b}` listens on the API's address {api_addr}"),
+                cx.val_pos(&[b.kind.section(), &b.id, rb.key]),
+                format!(
+                    "TCP {} `{}` listens on the API's address {api_addr}",
+                    b.kind, b.id
+                ),
                 Some("use another port, or move the API with `api.address`".to_owned()),
             );
         }
     }
 
-    // Transforms.
-    let mut transforms = Vec::new();
-    for (id, transform) in &raw.transforms.0 {
-        let RawTransform::Filter(f) = transform;
-        let base = ["transforms", id.as_str()];
-        let min_severity = match &f.min_severity {
-            None => Some(None),
-            Some(RawName(name)) => match name
-                .parse::<u8>()
-                .ok()
-                .filter(|c| *c < 8)
-                .or_else(|| names::severity_code(name))
-            {
-                Some(c) => Some(Some(c)),
-                None => {
-                    cx.error(
-                        cx.val_pos(&[base[0], base[1], "min_severity"]),
-                        format!("unknown severity `{name}`"),
-                        Some(severity_hint(name)),
-                    );
-                    None
-                }
-            },
-        };
-        let facilities = match &f.facilities {
-            None => Some(None),
-            Some(list) => {
-                let mut codes = Some(Vec::new());
-                if list.is_empty() {
-                    cx.error(
-                        cx.val_pos(&[base[0], base[1], "facilities"]),
-                        "`facilities: []` matches no event",
-                        Some("remove `facilities` to keep every facility".to_owned()),
-                    );
-                    codes = None;
-                }
-                for (i, RawName(name)) in list.iter().enumerate() {
-                    let idx = i.to_string();
-                    match name
-                        .parse::<u8>()
-                        .ok()
-                        .filter(|c| *c < 24)
-                        .or_else(|| names::facility_code(name))
-                    {
-                        Some(c) => {
-                            if let Some(v) = codes.as_mut() {
-                                v.push(c);
-                            }
-                        }
-                        None => {
-                            cx.error(
-                                cx.val_pos(&[base[0], base[1], "facilities", &idx]),
-                                format!("unknown facility `{name}`"),
-                                Some(facility_hint(name)),
-                            );
-                            codes = None;
-                        }
-                    }
-                }
-                codes.map(Some)
-            }
-        };
-        if f.appnames.as_ref().is_some_and(Vec::is_empty) {
-            cx.error(
-                cx.val_pos(&[base[0], base[1], "appnames"]),
-                "`appnames: []` matches no event",
-                Some("remove `appnames` to keep every app".to_owned()),
-            );
-        }
-        if let (Some(min_severity), Some(facilities)) = (min_severity, facilities) {
-            transforms.push((
-                id.clone(),
-                TransformConfig::Filter(FilterConfig {
-                    inputs: f.inputs.clone(),
-                    min_severity,
-                    facilities,
-                    appnames: f.appnames.clone(),
-                    contains: f.contains.clone(),
-                }),
-            ));
-        }
-    }
-
-    // Sinks.
-    let mut sinks = Vec::new();
-    for (id, sink) in &raw.sinks.0 {
-        match sink {
-            RawSink::File(f) => {
-                let p = |k: &'static str| ["sinks", id.as_str(), k];
-                let path = match PathTemplate::parse(&f.path) {
-                    Ok((t, warnings)) => {
-                        for w in warnings {
-                            cx.warn(cx.val_pos(&p("path")), w, None);
-                        }
-                        Some(t)
-                    }
-                    Err(e) => {
-                        cx.error(
-                            cx.val_pos(&p("path")),
-                            format!("{} (at character {})", e.message, e.offset + 1),
-                            Some(e.hint),
-                        );
-                        None
-                    }
-                };
-                let flush_interval = cx.duration(
-                    f.flush_interval.as_ref(),
-                    &p("flush_interval"),
-                    DEFAULT_FLUSH_INTERVAL,
-                    true,
-                );
-                let idle_timeout = cx.duration(
-                    f.idle_timeout.as_ref(),
-                    &p("idle_timeout"),
-                    DEFAULT_IDLE_TIMEOUT,
-                    true,
-                );
-                let max_open_files = cx.positive(
-                    f.max_open_files,
-                    &p("max_open_files"),
-                    DEFAULT_MAX_OPEN_FILES,
-                );
-                if let (
-                    Some(path),
-                    Some(flush_interval),
-                    Some(idle_timeout),
-                    Some(max_open_files),
-                ) = (path, flush_interval, idle_timeout, max_open_files)
-                {
-                    sinks.push((
-                        id.clone(),
-                        SinkConfig::File(FileSinkConfig {
-                            inputs: f.inputs.clone(),
-                            path,
-                            path_raw: f.path.clone(),
-                            encoding: f.encoding.unwrap_or_default(),
-                            flush_interval,
-                            idle_timeout,
-                            max_open_files,
-                        }),
-                    ));
-                }
-            }
-            RawSink::Console(c) => sinks.push((
-                id.clone(),
-                SinkConfig::Console(ConsoleSinkConfig {
-                    inputs: c.inputs.clone(),
-                    encoding: c.encoding.unwrap_or_default(),
-                }),
-            )),
-            RawSink::Blackhole(b) => sinks.push((
-                id.clone(),
-                SinkConfig::Blackhole(BlackholeSinkConfig {
-                    inputs: b.inputs.clone(),
-                }),
-            )),
-        }
-    }
-
-    // Inputs, over every component that loaded (failed ones have already been reported).
-    let input_lists: Vec<(&str, &str, &[String])> = raw
-        .transforms
-        .0
+    // Inputs, over every component that was declared (failed ones have been reported).
+    let readable: Vec<&str> = order
         .iter()
-        .map(|(id, RawTransform::Filter(f))| ("transform", id.as_str(), f.inputs.as_slice()))
-        .chain(raw.sinks.0.iter().map(|(id, s)| {
-            let inputs = match s {
-                RawSink::File(f) => f.inputs.as_slice(),
-                RawSink::Console(c) => c.inputs.as_slice(),
-                RawSink::Blackhole(b) => b.inputs.as_slice(),
-            };
-            ("sink", id.as_str(), inputs)
-        }))
-        .collect();
-    let readable: Vec<&str> = loaded
-        .declared
-        .iter()
-        .filter(|d| d.kind != "sink")
+        .filter(|d| d.kind != ComponentKind::Sink)
         .map(|d| d.id.as_str())
         .collect();
     let mut read_ids: HashSet<&str> = HashSet::new();
-    for (kind, id, inputs) in &input_lists {
-        let section = if *kind == "transform" {
-            "transforms"
-        } else {
-            "sinks"
-        };
-        if inputs.is_empty() {
+    for d in declared.iter().filter(|d| d.kind != ComponentKind::Source) {
+        let (kind, id, section) = (d.kind, d.id.as_str(), d.kind.section());
+        if d.inputs.is_empty() {
             let example = readable.first().copied().unwrap_or("my_source");
+            let pos = cx
+                .root
+                .find(&[section, id, "inputs"])
+                .and_then(|(k, n)| n.pos.or(k))
+                .or(d.key_pos);
             cx.error(
-                cx.val_pos(&[section, id, "inputs"]),
+                pos,
                 format!("{kind} `{id}` has no inputs"),
                 Some(format!(
                     "list at least one source or transform id, e.g. inputs: [{example}]"
@@ -660,7 +538,7 @@ pub(crate) fn validate(
             );
         }
         let mut listed = HashSet::new();
-        for (i, input) in inputs.iter().enumerate() {
+        for (i, input) in d.inputs.iter().enumerate() {
             let idx = i.to_string();
             let pos = cx.val_pos(&[section, id, "inputs", &idx]);
             read_ids.insert(input.as_str());
@@ -673,7 +551,7 @@ pub(crate) fn validate(
                 continue;
             }
             match kind_of.get(input.as_str()) {
-                Some(&"sink") => cx.error(
+                Some(ComponentKind::Sink) => cx.error(
                     pos,
                     format!("input `{input}` is a sink; sinks cannot be inputs"),
                     Some("inputs name sources or transforms".to_owned()),
@@ -693,10 +571,15 @@ pub(crate) fn validate(
         }
     }
 
-    report_cycles(&mut cx, raw);
+    let graph: Vec<(&str, &[String])> = declared
+        .iter()
+        .filter(|d| d.kind == ComponentKind::Transform)
+        .map(|d| (d.id.as_str(), d.inputs.as_slice()))
+        .collect();
+    report_cycles(&mut cx, &graph);
 
-    for d in &loaded.declared {
-        if d.kind != "sink" && !read_ids.contains(d.id.as_str()) {
+    for d in &declared {
+        if d.kind != ComponentKind::Sink && !read_ids.contains(d.id.as_str()) {
             cx.warn(
                 d.key_pos,
                 format!(
@@ -721,21 +604,15 @@ pub(crate) fn validate(
             None
         },
         shutdown_timeout: shutdown_timeout?,
-        sources,
-        transforms,
-        sinks,
+        sources: loaded.sources,
+        transforms: loaded.transforms,
+        sinks: loaded.sinks,
         warnings: Vec::new(),
     })
 }
 
 /// Reports each cycle among transforms once, in data-flow order (`a -> b` means b reads a).
-fn report_cycles(cx: &mut Ctx<'_>, raw: &crate::raw::RawConfig) {
-    let graph: Vec<(&str, &[String])> = raw
-        .transforms
-        .0
-        .iter()
-        .map(|(id, RawTransform::Filter(f))| (id.as_str(), f.inputs.as_slice()))
-        .collect();
+fn report_cycles(cx: &mut Ctx<'_>, graph: &[(&str, &[String])]) {
     let index: HashMap<&str, usize> = graph
         .iter()
         .enumerate()

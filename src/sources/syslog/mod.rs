@@ -6,20 +6,54 @@
 //! never ends a connection's service to anyone else: it is counted, logged at a limited rate, and
 //! (except for empty frames) still delivered as an event flagged for what was wrong.
 
+pub mod config;
 pub mod tcp;
 pub mod udp;
 
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use loghaul_codec::framing::{FramingMode, FramingStats};
 use loghaul_codec::syslog::{DecodeOptions, DecodeStats, Format, TimeZone};
-use loghaul_config::{Framing, SyslogFormat, SyslogSourceConfig, TimeZoneSetting};
+use loghaul_config::TimeZoneSetting;
 
+pub use config::{Framing, SyslogFormat, SyslogMode, SyslogSourceConfig};
+
+use super::{BuildSource, RunningSource, SourceContext};
 use crate::metrics::{ComponentMetrics, ErrorKind};
-use crate::topology::Fanout;
+use crate::pipeline::{BoxFuture, Fanout};
+
+impl BuildSource for SyslogSourceConfig {
+    fn build(&self, cx: SourceContext) -> BoxFuture<'_, anyhow::Result<RunningSource>> {
+        Box::pin(async move {
+            let SourceContext {
+                id,
+                metrics,
+                fanout,
+                shutdown,
+                ..
+            } = cx;
+            let ctx = Arc::new(SyslogContext::new(id, self.clone(), metrics, fanout));
+            let running: RunningSource = match self.mode {
+                SyslogMode::Tcp => {
+                    let listener = crate::net::listener::bind(self.address, self.receive_buffer)
+                        .await
+                        .with_context(|| format!("cannot listen on tcp {}", self.address))?;
+                    Box::pin(tcp::run(listener, ctx, shutdown))
+                }
+                SyslogMode::Udp => {
+                    let socket = crate::net::udp::bind(self.address, self.receive_buffer)
+                        .with_context(|| format!("cannot bind udp {}", self.address))?;
+                    Box::pin(udp::run(socket, ctx, shutdown))
+                }
+            };
+            Ok(running)
+        })
+    }
+}
 
 /// What every connection (or the datagram loop) of one syslog source shares.
-pub struct SourceContext {
+pub struct SyslogContext {
     pub id: Arc<str>,
     pub config: SyslogSourceConfig,
     pub metrics: Arc<ComponentMetrics>,
@@ -28,15 +62,15 @@ pub struct SourceContext {
     pub decode: DecodeOptions,
 }
 
-impl SourceContext {
+impl SyslogContext {
     pub fn new(
         id: Arc<str>,
         config: SyslogSourceConfig,
         metrics: Arc<ComponentMetrics>,
         fanout: Fanout,
-    ) -> SourceContext {
+    ) -> SyslogContext {
         let decode = decode_options(&config);
-        SourceContext {
+        SyslogContext {
             id,
             config,
             metrics,

@@ -22,13 +22,11 @@ use loghaul_codec::syslog::{DecodeStats, Decoder};
 use loghaul_core::{EventBatch, Timestamp};
 use tokio::net::UdpSocket;
 
-use super::SourceContext;
+use super::SyslogContext;
 use crate::metrics::{ErrorKind, Health};
-use crate::topology::ShutdownSignal;
-use crate::topology::fanout::Shedding;
+use crate::pipeline::Shedding;
+use crate::pipeline::ShutdownSignal;
 
-/// SO_RCVBUF requested when `receive_buffer` is not configured.
-const DEFAULT_RECEIVE_BUFFER: usize = 4 * 1024 * 1024;
 /// Arena size per batch.
 const ARENA_SIZE: usize = 512 * 1024;
 /// Largest UDP payload: the arena must have this much room before each receive.
@@ -47,42 +45,8 @@ const QUEUE_WAIT: std::time::Duration = std::time::Duration::from_millis(250);
 /// How often the kernel's drop count for the socket is read.
 const DROPS_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Binds the socket, with SO_RCVBUF set when configured.
-pub fn bind(addr: SocketAddr, receive_buffer: Option<usize>) -> std::io::Result<UdpSocket> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    // No SO_REUSEADDR: on Linux it lets a second UDP socket bind the same port, and the newest
-    // socket then silently takes the datagrams. A port in use must fail the start instead.
-    // The OS default (208KiB on Linux) holds about 500 short loopback datagrams, a few
-    // milliseconds of a busy sender, so a short stall sheds a burst. Ask for more unless
-    // configured; the kernel caps the request at net.core.rmem_max, so this never fails where
-    // the default would have worked.
-    let wanted = receive_buffer.unwrap_or(DEFAULT_RECEIVE_BUFFER);
-    if let Some(granted) = set_receive_buffer(&socket, wanted)? {
-        tracing::warn!(
-            %addr,
-            wanted,
-            granted,
-            "The kernel capped the UDP receive buffer (net.core.rmem_max): bursts larger than \
-             it are dropped by the kernel before loghaul sees them. Raise it with \
-             `sysctl -w net.core.rmem_max={wanted}`."
-        );
-    }
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    UdpSocket::from_std(socket.into())
-}
-
-/// Sets SO_RCVBUF; returns what the kernel granted when that is less than `wanted`.
-fn set_receive_buffer(socket: &socket2::Socket, wanted: usize) -> std::io::Result<Option<usize>> {
-    socket.set_recv_buffer_size(wanted)?;
-    // Linux reports twice what it granted (the doubling covers its bookkeeping).
-    let granted = socket.recv_buffer_size()? / 2;
-    Ok((granted < wanted).then_some(granted))
-}
-
 /// Receives until shutdown, then drains what the socket already holds.
-pub async fn run(socket: UdpSocket, ctx: Arc<SourceContext>, mut shutdown: ShutdownSignal) {
+pub async fn run(socket: UdpSocket, ctx: Arc<SyslogContext>, mut shutdown: ShutdownSignal) {
     let mut decoder = Decoder::new(ctx.decode);
     let mut frames: Vec<Frame> = Vec::with_capacity(MAX_DATAGRAMS);
     // (first frame index, frame count, sender) per datagram.
@@ -247,7 +211,7 @@ impl KernelDrops {
 
 /// Counts new kernel drops and warns about them (rate-limited). A failed reading (the table
 /// vanished, which only a changed /proc does) stops the counting with one warning.
-fn count_kernel_drops(drops: &mut std::io::Result<KernelDrops>, ctx: &SourceContext) {
+fn count_kernel_drops(drops: &mut std::io::Result<KernelDrops>, ctx: &SyslogContext) {
     let Ok(counter) = drops else {
         return;
     };
@@ -352,6 +316,7 @@ fn split_datagram(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::udp::{bind, set_receive_buffer};
 
     /// Regression: with SO_REUSEADDR a second socket could bind the same UDP port and silently
     /// take the datagrams; a busy port must fail instead.

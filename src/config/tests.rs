@@ -1,7 +1,13 @@
-//! Whole-pipeline tests: text in, `Config` or located diagnostics out.
+//! Whole-pipeline tests of the server's configuration: text in, `Config` or located diagnostics
+//! out, over the real component sets.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use loghaul_config::{ApiConfig, ConfigErrors, ConfigFormat, Diagnostic, TimeZoneSetting};
+
 use super::*;
+use crate::sinks::encoder::Encoding;
+use crate::sources::syslog::config::{DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_LENGTH};
+use crate::sources::syslog::{Framing, SyslogFormat};
 
 fn vars(name: &str) -> Option<String> {
     match name {
@@ -148,9 +154,9 @@ fn valid_yaml_becomes_runtime_types() {
         })
     );
     assert_eq!(c.shutdown_timeout, std::time::Duration::from_secs(90));
-    let ids: Vec<&str> = c.sources.iter().map(|(id, _)| id.as_str()).collect();
+    let ids: Vec<&str> = c.sources.iter().map(|s| s.id.as_str()).collect();
     assert_eq!(ids, ["tcp_in", "udp_in"], "file order is kept");
-    let SourceConfig::Syslog(tcp) = c.source("tcp_in").unwrap();
+    let SourceConfig::Syslog(tcp) = &c.source("tcp_in").unwrap().config;
     assert_eq!(tcp.address, "0.0.0.0:6514".parse().unwrap());
     assert_eq!(tcp.framing, Framing::OctetCounting);
     assert_eq!(tcp.max_length, 65536);
@@ -158,27 +164,28 @@ fn valid_yaml_becomes_runtime_types() {
     assert_eq!(tcp.receive_buffer, Some(4 << 20));
     assert!(tcp.strict);
     assert_eq!(tcp.timezone, TimeZoneSetting::Fixed(7200));
-    let SourceConfig::Syslog(udp) = c.source("udp_in").unwrap();
+    let SourceConfig::Syslog(udp) = &c.source("udp_in").unwrap().config;
     assert_eq!(udp.format, SyslogFormat::Rfc5424);
     assert_eq!(
         (udp.framing, udp.max_length, udp.max_connections),
         (Framing::Auto, DEFAULT_MAX_LENGTH, DEFAULT_MAX_CONNECTIONS)
     );
-    let TransformConfig::Filter(f) = c.transform("important").unwrap();
+    let TransformConfig::Filter(f) = &c.transform("important").unwrap().config;
     assert_eq!(f.min_severity, Some(4));
     assert_eq!(f.facilities, Some(vec![4, 16, 3]));
     assert_eq!(f.appnames.as_deref(), Some(&["sshd".to_owned()][..]));
     assert_eq!(f.contains.as_deref(), Some("Failed"));
-    let Some(SinkConfig::File(file)) = c.sink("archive") else {
+    let archive = c.sink("archive").unwrap();
+    let SinkConfig::File(file) = &archive.config else {
         panic!("archive is a file sink")
     };
-    assert_eq!(file.inputs, ["important"]);
+    assert_eq!(archive.inputs, ["important"]);
     assert!(file.path.has_time && file.path.has_fields);
     assert_eq!(file.encoding, Encoding::Text);
     assert_eq!(file.flush_interval, std::time::Duration::from_millis(500));
     assert_eq!(file.idle_timeout, std::time::Duration::from_secs(300));
     assert_eq!(file.max_open_files, 64);
-    assert_eq!(c.sink("screen").unwrap().inputs(), ["tcp_in", "udp_in"]);
+    assert_eq!(c.sink("screen").unwrap().inputs, ["tcp_in", "udp_in"]);
     assert!(c.warnings().is_empty(), "{:?}", c.warnings());
 }
 
@@ -214,39 +221,30 @@ fn format_by_extension() {
 
 #[test]
 fn default_config_parses() {
-    let parsed = Config::from_str_with_vars(
-        Config::default_yaml(),
-        ConfigFormat::Yaml,
-        "<default>",
-        &|_| None,
-    )
-    .unwrap();
-    assert_eq!(parsed, Config::builtin());
-    assert_eq!(Config::default_config(), Config::builtin());
+    let parsed = default_config().unwrap();
     assert!(parsed.warnings().is_empty());
-    let Some(SinkConfig::File(f)) = parsed.sink("archive") else {
+    let ids: Vec<&str> = parsed.sources.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, ["syslog_tcp", "syslog_udp"]);
+    for source in &parsed.sources {
+        let SourceConfig::Syslog(s) = &source.config;
+        assert_eq!(s.address, "127.0.0.1:5514".parse().unwrap());
+    }
+    let archive = parsed.sink("archive").unwrap();
+    let SinkConfig::File(f) = &archive.config else {
         panic!("default has a file sink")
     };
     assert_eq!(f.path_raw, "./loghaul-data/%Y-%m-%d.jsonl");
+    assert_eq!(archive.inputs, ["syslog_tcp", "syslog_udp"]);
+    assert_eq!(
+        parsed.api,
+        Some(ApiConfig {
+            address: "127.0.0.1:8686".parse().unwrap()
+        })
+    );
     assert!(
-        Config::default_yaml().starts_with('#'),
+        DEFAULT_YAML.starts_with('#'),
         "the default is a commented file"
     );
-}
-
-#[test]
-fn derived_serde_agrees_with_the_loader() {
-    let node = crate::load::parse_node(
-        &interpolate(VALID_YAML, true, &vars).unwrap(),
-        ConfigFormat::Yaml,
-        "t",
-    )
-    .unwrap();
-    let via_serde = raw::raw_from_node_serde(&node).unwrap();
-    let mut diags = Vec::new();
-    let via_loader = crate::load::read_raw(&node, "t", &mut diags).raw;
-    assert!(diags.is_empty());
-    assert_eq!(via_serde, via_loader);
 }
 
 /// Broken configs, each asserting the exact position and hint.
@@ -282,14 +280,14 @@ fn broken_configs_exact_positions_and_hints() {
             6,
             17,
             "invalid size `1.5MiB`",
-            crate::units::SIZE_HINT,
+            loghaul_config::SIZE_HINT,
         ),
         (
             format!("shutdown_timeout: soon\n{SRC}{SINK}"),
             1,
             19,
             "invalid duration `soon`",
-            crate::units::DURATION_HINT,
+            loghaul_config::DURATION_HINT,
         ),
         (
             format!("{SRC}{SINK}    encodng: text\n"),
@@ -550,9 +548,9 @@ sinks:
 fn interpolation_in_the_pipeline() {
     let text = "sources:\n  in:\n    type: syslog\n    mode: udp\n    address: \"${HOST:-127.0.0.1}:${PORT}\"\n    # ${NOT_SET} is only a comment\nsinks:\n  out:\n    type: file\n    inputs: [in]\n    path: \"cost-$$5.log\"\n";
     let c = ok(text);
-    let SourceConfig::Syslog(s) = c.source("in").unwrap();
+    let SourceConfig::Syslog(s) = &c.source("in").unwrap().config;
     assert_eq!(s.address, "127.0.0.1:6514".parse().unwrap());
-    let Some(SinkConfig::File(f)) = c.sink("out") else {
+    let SinkConfig::File(f) = &c.sink("out").unwrap().config else {
         panic!()
     };
     assert_eq!(f.path_raw, "cost-$5.log");
@@ -604,4 +602,108 @@ fn odd_documents() {
         "sources:\n  \"bad id\":\n    type: syslog\n    mode: udp\n    address: \"0.0.0.0:1\"\nsinks:\n  out:\n    type: console\n    inputs: [\"bad id\"]\n",
     );
     at(&e, 2, 3, "invalid source id `bad id`");
+}
+
+// Every file in `tests/broken/` must fail to load with the error its header promises:
+//
+//     # expect: LINE:COL substring-of-the-message
+//     # hint: substring-of-that-error's-hint        (optional)
+//
+// The same files drive the CLI's `loghaul validate` integration test, which reads only the
+// `# expect:` line.
+
+use std::path::Path;
+
+struct Expectation {
+    line: usize,
+    column: usize,
+    message: String,
+    hint: Option<String>,
+}
+
+fn expectation(path: &Path) -> Expectation {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut lines = text.lines();
+    let first = lines.next().unwrap_or_default();
+    let rest = first.strip_prefix("# expect: ").unwrap_or_else(|| {
+        panic!(
+            "{}: first line must be `# expect: LINE:COL message`",
+            path.display()
+        )
+    });
+    let (pos, message) = rest.split_once(' ').unwrap();
+    let (line, column) = pos.split_once(':').unwrap();
+    let hint = lines
+        .next()
+        .and_then(|l| l.strip_prefix("# hint: "))
+        .map(str::to_owned);
+    Expectation {
+        line: line.parse().unwrap(),
+        column: column.parse().unwrap(),
+        message: message.to_owned(),
+        hint,
+    }
+}
+
+#[test]
+fn every_broken_config_fails_where_its_header_says() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/broken");
+    let mut paths: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    paths.retain(|p| p.extension().is_some_and(|e| e == "yaml"));
+    paths.sort();
+    assert!(
+        paths.len() >= 8,
+        "expected at least 8 broken configs, found {}",
+        paths.len()
+    );
+    let mut failures = Vec::new();
+    for path in &paths {
+        let want = expectation(path);
+        let errors = match Config::load(path) {
+            Ok(_) => {
+                failures.push(format!("{}: loaded without errors", path.display()));
+                continue;
+            }
+            Err(e) => e,
+        };
+        let found = errors.iter().find(|d| {
+            d.line == Some(want.line)
+                && d.column == Some(want.column)
+                && d.message.contains(&want.message)
+        });
+        match (found, &want.hint) {
+            (None, _) => failures.push(format!(
+                "{}: no error at {}:{} containing {:?}; got:\n{errors}",
+                path.display(),
+                want.line,
+                want.column,
+                want.message
+            )),
+            (Some(d), Some(h)) if !d.hint.as_deref().unwrap_or_default().contains(h.as_str()) => {
+                failures.push(format!(
+                    "{}: hint {:?} does not contain {h:?}",
+                    path.display(),
+                    d.hint
+                ))
+            }
+            _ => {}
+        }
+        // The file name is the origin, so the CLI prints `FILE:LINE:COL`.
+        assert!(errors.to_string().starts_with(&path.display().to_string()));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn missing_file_is_a_clear_error() {
+    let err = Config::load(Path::new("/nonexistent/loghaul.yaml")).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("/nonexistent/loghaul.yaml: error: cannot read config file:"),
+        "{text}"
+    );
+    assert!(text.contains("hint: check the path"), "{text}");
 }

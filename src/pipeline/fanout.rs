@@ -1,137 +1,40 @@
-//! Bounded batch channels between components, and the fan-out that feeds every downstream.
+//! The fan-out that feeds every downstream of a source or transform, and its shedding variant
+//! for sources that cannot push back.
 //!
-//! A source or transform owns a [`Fanout`]; each downstream transform or sink owns one [`Input`].
-//! A batch is wrapped in one `Arc` and the same allocation goes to every downstream, so fan-out
-//! to N sinks costs N channel sends, not N copies. Queues are bounded in batches (and batches
-//! are bounded in bytes by the sources' read sizes), so memory is bounded: when a sink falls
-//! behind, `send` waits, the source stops reading, and TCP pushes back on the sender.
-//!
-//! A sink may hand its input queue a [`Prepare`] step (the file and console sinks' encoder): the
-//! fan-out runs it on the sending task, so encoding happens on the runtime's worker threads, in
-//! parallel across connections and while the freshly decoded batch is still in that core's cache.
-//! The sink's own thread is left with the writes.
+//! A batch discarded on the way (its downstream is gone, or shed because its queue stayed full)
+//! marks its finalizer `Errored`: whoever waits on it learns the events were not delivered.
 
-use std::ops::Deref;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
-use loghaul_core::EventBatch;
+use loghaul_core::{BatchStatus, EventBatch};
 use tokio::sync::mpsc;
 
+use super::queue::InputSender;
 use crate::metrics::{ComponentMetrics, DiscardReason};
-
-/// Capacity of every component's input queue, in batches.
-pub const QUEUE_BATCHES: usize = 32;
-
-/// A sink's per-batch work that runs on the sender's task instead of the sink's thread.
-pub trait Prepare: Send + Sync {
-    fn prepare(&self, batch: &EventBatch) -> Prepared;
-}
-
-/// What a [`Prepare`] step made of one batch: the batch's encoded bytes, and, when the sink
-/// asked for them, where each event's bytes end (`ends[i]` is the end offset of event `i`).
-#[derive(Debug, Default)]
-pub struct Prepared {
-    pub bytes: Vec<u8>,
-    pub ends: Vec<u32>,
-}
-
-/// One batch as one downstream receives it: the shared batch plus what that downstream's
-/// [`Prepare`] step made of it.
-pub struct Delivery {
-    pub batch: Arc<EventBatch>,
-    pub prepared: Option<Prepared>,
-}
-
-impl Deref for Delivery {
-    type Target = EventBatch;
-
-    fn deref(&self) -> &EventBatch {
-        &self.batch
-    }
-}
-
-/// The sending half a fan-out holds for one downstream component.
-#[derive(Clone)]
-struct Output {
-    tx: mpsc::Sender<Delivery>,
-    downstream: Arc<ComponentMetrics>,
-    prepare: Option<Arc<dyn Prepare>>,
-}
-
-/// The receiving end of a component's input queue; keeps its queue gauges honest.
-pub struct Input {
-    rx: mpsc::Receiver<Delivery>,
-    metrics: Arc<ComponentMetrics>,
-}
-
-/// A new input queue for the component whose metrics are given, and the sender to hand out.
-/// Senders run `prepare`, if given, on every batch before queueing it.
-pub fn input_queue(
-    metrics: Arc<ComponentMetrics>,
-    prepare: Option<Arc<dyn Prepare>>,
-) -> (InputSender, Input) {
-    let (tx, rx) = mpsc::channel(QUEUE_BATCHES);
-    metrics
-        .buffer_max_batches
-        .store(QUEUE_BATCHES as i64, Ordering::Relaxed);
-    (
-        InputSender(Output {
-            tx,
-            downstream: metrics.clone(),
-            prepare,
-        }),
-        Input { rx, metrics },
-    )
-}
-
-/// A handle used while wiring the graph: turns into a fan-out output.
-#[derive(Clone)]
-pub struct InputSender(Output);
-
-impl Input {
-    /// The next batch, or `None` once every upstream is gone (shutdown).
-    pub async fn recv(&mut self) -> Option<Delivery> {
-        let batch = self.rx.recv().await?;
-        self.account(&batch);
-        Some(batch)
-    }
-
-    /// A batch if one is queued right now.
-    pub fn try_recv(&mut self) -> Option<Delivery> {
-        let batch = self.rx.try_recv().ok()?;
-        self.account(&batch);
-        Some(batch)
-    }
-
-    fn account(&self, batch: &EventBatch) {
-        self.metrics
-            .buffer_events
-            .fetch_sub(batch.len() as i64, Ordering::Relaxed);
-        self.metrics.buffer_batches.fetch_sub(1, Ordering::Relaxed);
-        self.metrics.received(batch.len(), batch.arena.len());
-    }
-}
 
 /// Sends each batch to every downstream component.
 #[derive(Clone)]
 pub struct Fanout {
-    outputs: Vec<Output>,
+    outputs: Vec<InputSender>,
     metrics: Arc<ComponentMetrics>,
 }
 
 impl Fanout {
     pub fn new(outputs: Vec<InputSender>, metrics: Arc<ComponentMetrics>) -> Fanout {
-        Fanout {
-            outputs: outputs.into_iter().map(|o| o.0).collect(),
-            metrics,
-        }
+        Fanout { outputs, metrics }
     }
 
     /// Delivers to every downstream, waiting while a queue is full (back-pressure).
     pub async fn send(&self, batch: EventBatch) {
         let n = batch.len();
         if n == 0 {
+            return;
+        }
+        if self.outputs.is_empty() {
+            // Nobody reads this component (validation warned): the events go nowhere.
+            self.metrics
+                .discarded(DiscardReason::DownstreamClosed, n as u64);
+            batch.finalizer.update(BatchStatus::Errored);
             return;
         }
         let bytes = batch.arena.len();
@@ -146,9 +49,11 @@ impl Fanout {
                     out.deliver(permit, &batch, prepared);
                     delivered = true;
                 }
-                Err(_) => self
-                    .metrics
-                    .discarded(DiscardReason::DownstreamClosed, n as u64),
+                Err(_) => {
+                    self.metrics
+                        .discarded(DiscardReason::DownstreamClosed, n as u64);
+                    batch.finalizer.update(BatchStatus::Errored);
+                }
             }
         }
         if delivered {
@@ -216,6 +121,7 @@ impl Shedding {
                 Err(reason) => {
                     *shed |= reason == DiscardReason::QueueFull;
                     self.fanout.metrics.discarded(reason, n as u64);
+                    batch.finalizer.update(BatchStatus::Errored);
                 }
             }
         }
@@ -225,35 +131,14 @@ impl Shedding {
     }
 }
 
-impl Output {
-    /// Queues `batch` into the reserved slot and counts it in the downstream's queue gauges.
-    fn deliver(
-        &self,
-        permit: mpsc::Permit<'_, Delivery>,
-        batch: &Arc<EventBatch>,
-        prepared: Option<Prepared>,
-    ) {
-        // The gauges go up before the send so the receiver's decrement can never see them
-        // negative.
-        self.downstream
-            .buffer_events
-            .fetch_add(batch.len() as i64, Ordering::Relaxed);
-        self.downstream
-            .buffer_batches
-            .fetch_add(1, Ordering::Relaxed);
-        permit.send(Delivery {
-            batch: batch.clone(),
-            prepared,
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metrics::Registry;
+    use crate::metrics::{ComponentKind, Registry};
+    use crate::pipeline::queue::{QUEUE_BATCHES, input_queue};
     use bytes::Bytes;
     use loghaul_core::{Event, Span};
+    use std::sync::atomic::Ordering;
     use std::time::Duration;
 
     fn batch(n: usize) -> EventBatch {
@@ -271,9 +156,17 @@ mod tests {
     #[tokio::test]
     async fn fans_out_one_allocation_to_every_sink() {
         let reg = Registry::default();
-        let (a_tx, mut a) = input_queue(reg.register("a", "sink", "file"), None);
-        let (b_tx, mut b) = input_queue(reg.register("b", "sink", "file"), None);
-        let src = reg.register("s", "source", "syslog");
+        let (a_tx, mut a) = input_queue(
+            reg.register("a", ComponentKind::Sink, "file"),
+            None,
+            QUEUE_BATCHES,
+        );
+        let (b_tx, mut b) = input_queue(
+            reg.register("b", ComponentKind::Sink, "file"),
+            None,
+            QUEUE_BATCHES,
+        );
+        let src = reg.register("s", ComponentKind::Source, "syslog");
         let fan = Fanout::new(vec![a_tx, b_tx], src.clone());
         fan.send(batch(3)).await;
         let (Some(x), Some(y)) = (a.recv().await, b.recv().await) else {
@@ -288,8 +181,12 @@ mod tests {
     #[tokio::test]
     async fn send_waits_while_a_sink_is_full() {
         let reg = Registry::default();
-        let (tx, mut rx) = input_queue(reg.register("a", "sink", "file"), None);
-        let fan = Fanout::new(vec![tx], reg.register("s", "source", "syslog"));
+        let (tx, mut rx) = input_queue(
+            reg.register("a", ComponentKind::Sink, "file"),
+            None,
+            QUEUE_BATCHES,
+        );
+        let fan = Fanout::new(vec![tx], reg.register("s", ComponentKind::Source, "syslog"));
         for _ in 0..QUEUE_BATCHES {
             fan.send(batch(1)).await;
         }
@@ -316,8 +213,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn shedding_waits_out_a_brief_stall() {
         let reg = Registry::default();
-        let (tx, mut rx) = input_queue(reg.register("a", "sink", "file"), None);
-        let src = reg.register("s", "source", "syslog");
+        let (tx, mut rx) = input_queue(
+            reg.register("a", ComponentKind::Sink, "file"),
+            None,
+            QUEUE_BATCHES,
+        );
+        let src = reg.register("s", ComponentKind::Source, "syslog");
         let mut fan = Shedding::new(Fanout::new(vec![tx], src.clone()), Duration::from_secs(1));
         for _ in 0..QUEUE_BATCHES {
             fan.send(batch(1)).await;
@@ -344,8 +245,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn shedding_drops_and_counts_once_the_wait_is_over() {
         let reg = Registry::default();
-        let (tx, mut rx) = input_queue(reg.register("a", "sink", "file"), None);
-        let src = reg.register("s", "source", "syslog");
+        let (tx, mut rx) = input_queue(
+            reg.register("a", ComponentKind::Sink, "file"),
+            None,
+            QUEUE_BATCHES,
+        );
+        let src = reg.register("s", ComponentKind::Source, "syslog");
         let wait = Duration::from_secs(1);
         let mut fan = Shedding::new(Fanout::new(vec![tx], src.clone()), wait);
         for _ in 0..QUEUE_BATCHES {
@@ -384,9 +289,17 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn shedding_one_sink_keeps_feeding_the_other() {
         let reg = Registry::default();
-        let (stuck_tx, _stuck) = input_queue(reg.register("stuck", "sink", "file"), None);
-        let (live_tx, mut live) = input_queue(reg.register("live", "sink", "file"), None);
-        let src = reg.register("s", "source", "syslog");
+        let (stuck_tx, _stuck) = input_queue(
+            reg.register("stuck", ComponentKind::Sink, "file"),
+            None,
+            QUEUE_BATCHES,
+        );
+        let (live_tx, mut live) = input_queue(
+            reg.register("live", ComponentKind::Sink, "file"),
+            None,
+            QUEUE_BATCHES,
+        );
+        let src = reg.register("s", ComponentKind::Source, "syslog");
         let fanout = Fanout::new(vec![stuck_tx, live_tx], src.clone());
         let mut fan = Shedding::new(fanout, Duration::from_secs(1));
         for i in 0..3 * QUEUE_BATCHES {

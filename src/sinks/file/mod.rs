@@ -27,16 +27,30 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use loghaul_config::{FileSinkConfig, TemplatePart, push_path_component};
+use loghaul_config::{TemplatePart, push_path_component};
 use loghaul_core::finalizer::Ack;
 use loghaul_core::names::{facility_name, severity_name};
 use loghaul_core::{BatchStatus, Event, EventBatch, OptSpan, Value};
 
-use super::ReopenGeneration;
+pub mod config;
+
+pub use config::FileSinkConfig;
+
 use super::encoder::{BufferPool, LineEncoder};
+use super::{BuildSink, BuiltSink, ReopenGeneration, SinkContext};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
-use crate::topology::Input;
-use crate::topology::fanout::{Delivery, Prepare, Prepared};
+use crate::pipeline::{Delivery, Input, Prepare, Prepared};
+
+impl BuildSink for FileSinkConfig {
+    fn build(&self, cx: SinkContext) -> anyhow::Result<BuiltSink> {
+        let sink = FileSink::new(self.clone(), cx.metrics, cx.reopen);
+        let prepare: Arc<dyn Prepare> = sink.encoder();
+        Ok(BuiltSink::on_own_thread(
+            Some(prepare),
+            Box::new(move |input| Box::pin(sink.run(input))),
+        ))
+    }
+}
 
 /// A file's buffer is written out once it holds this much.
 const WRITE_THRESHOLD: usize = 256 * 1024;
@@ -193,9 +207,15 @@ impl FileSink {
     }
 
     fn write_batch(&mut self, delivery: Delivery) {
-        let Delivery { batch, prepared } = delivery;
+        let Delivery {
+            batch,
+            prepared,
+            ack,
+        } = delivery;
         if batch.finalizer.is_tracked() {
-            self.pending.push(batch.finalizer.ack());
+            self.pending.push(ack);
+        } else {
+            ack.commit(BatchStatus::Delivered);
         }
         let prepared = match prepared {
             Some(p) if !self.encoder.per_event || p.ends.len() == batch.len() => p,
@@ -548,19 +568,20 @@ mod tests {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use loghaul_config::{Encoding, PathTemplate};
+    use loghaul_config::PathTemplate;
     use loghaul_core::{BatchNotifier, BatchStatusReceiver, Span};
 
     use super::*;
+    use crate::metrics::ComponentKind;
     use crate::metrics::Registry;
-    use crate::topology::{Fanout, fanout::input_queue};
+    use crate::pipeline::{Fanout, QUEUE_BATCHES, input_queue};
+    use crate::sinks::encoder::Encoding;
 
     type TestResult = Result<(), Box<dyn std::error::Error>>;
 
     fn config(path: &str) -> Result<FileSinkConfig, Box<dyn std::error::Error>> {
         let (template, _) = PathTemplate::parse(path).map_err(|e| format!("{e:?}"))?;
         Ok(FileSinkConfig {
-            inputs: vec!["src".into()],
             path: template,
             path_raw: path.to_string(),
             encoding: Encoding::Json,
@@ -587,10 +608,10 @@ mod tests {
     /// Runs a file sink on `path` and returns the fan-out feeding it.
     fn start(path: &str) -> Result<Running, Box<dyn std::error::Error>> {
         let reg = Registry::default();
-        let metrics = reg.register("out", "sink", "file");
+        let metrics = reg.register("out", ComponentKind::Sink, "file");
         let sink = FileSink::new(config(path)?, metrics.clone(), Arc::new(AtomicU64::new(0)));
-        let (tx, input) = input_queue(metrics.clone(), Some(sink.encoder()));
-        let fanout = Fanout::new(vec![tx], reg.register("src", "source", "test"));
+        let (tx, input) = input_queue(metrics.clone(), Some(sink.encoder()), QUEUE_BATCHES);
+        let fanout = Fanout::new(vec![tx], reg.register("src", ComponentKind::Source, "test"));
         Ok((fanout, metrics, tokio::spawn(sink.run(input))))
     }
 
