@@ -1,4 +1,5 @@
-//! Runs every case of the shared syslog fixtures (`/work/shared/testdata/syslog-vectors.jsonl`)
+//! Runs every case of the syslog fixtures (`tests/data/syslog-vectors.jsonl`, sources in
+//! `tests/data/README.md`)
 //! through the framer, the decoder and the JSON encoder, and compares the output with the
 //! expectation (or its `alt_expect` variant). `valid: false` cases must be flagged `parse_error`
 //! in strict mode; valid cases not marked `lenient` must also pass in strict mode.
@@ -22,7 +23,7 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 type FrameExpect = (bool, bool, Vec<Map<String, J>>, Option<Format>);
 
 fn fixtures_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/testdata/syslog-vectors.jsonl")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/syslog-vectors.jsonl")
 }
 
 /// 2026-12-01T00:00:00.5Z: late in the year, so year-less fixture dates stay in the same year
