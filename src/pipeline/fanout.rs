@@ -314,4 +314,101 @@ mod tests {
             2 * QUEUE_BATCHES as u64
         );
     }
+
+    /// A batch whose source waits for its fate, and the receiver that learns it.
+    fn tracked(n: usize) -> (EventBatch, loghaul_core::BatchStatusReceiver) {
+        let (finalizer, rx) = loghaul_core::BatchNotifier::new_with_receiver();
+        let mut b = batch(n);
+        b.finalizer = finalizer;
+        (b, rx)
+    }
+
+    fn sink_queue(reg: &Registry, id: &str) -> (InputSender, crate::pipeline::Input) {
+        input_queue(
+            reg.register(id, ComponentKind::Sink, "file"),
+            None,
+            QUEUE_BATCHES,
+        )
+    }
+
+    /// Delivered only once the sink commits; a batch the sink drops uncommitted is an error.
+    #[tokio::test]
+    async fn acknowledgement_waits_for_the_commit() {
+        let reg = Registry::default();
+        let (tx, mut rx) = sink_queue(&reg, "a");
+        let fan = Fanout::new(vec![tx], reg.register("s", ComponentKind::Source, "test"));
+        let (b, status) = tracked(2);
+        fan.send(b).await;
+        let delivery = rx.recv().await.unwrap_or_else(|| panic!("queued"));
+        delivery.ack.commit(BatchStatus::Delivered);
+        // The batch itself carries the finalizer: the fate is known once the sink lets go.
+        drop(delivery.batch);
+        assert_eq!(status.await, BatchStatus::Delivered);
+
+        let (b, status) = tracked(2);
+        fan.send(b).await;
+        drop(rx.recv().await);
+        assert_eq!(
+            status.await,
+            BatchStatus::Errored,
+            "dropped, never committed"
+        );
+    }
+
+    /// A sink that died with batches still queued: every one of them is reported lost.
+    #[tokio::test]
+    async fn batches_queued_for_a_dead_sink_are_errors() {
+        let reg = Registry::default();
+        let (tx, rx) = sink_queue(&reg, "a");
+        let fan = Fanout::new(vec![tx], reg.register("s", ComponentKind::Source, "test"));
+        let (b1, s1) = tracked(1);
+        let (b2, s2) = tracked(1);
+        fan.send(b1).await;
+        fan.send(b2).await;
+        drop(rx);
+        assert_eq!(s1.await, BatchStatus::Errored);
+        assert_eq!(s2.await, BatchStatus::Errored);
+    }
+
+    /// A downstream that is gone, or no downstream at all: the events went nowhere, and the
+    /// source must not hear "delivered", even when another sink did commit them.
+    #[tokio::test]
+    async fn a_closed_or_missing_downstream_is_an_error() {
+        let reg = Registry::default();
+        let src = reg.register("s", ComponentKind::Source, "test");
+        let (closed_tx, closed_rx) = sink_queue(&reg, "closed");
+        let (live_tx, mut live) = sink_queue(&reg, "live");
+        drop(closed_rx);
+        let fan = Fanout::new(vec![closed_tx, live_tx], src.clone());
+        let (b, status) = tracked(3);
+        fan.send(b).await;
+        let delivery = live
+            .recv()
+            .await
+            .unwrap_or_else(|| panic!("live sink gets it"));
+        delivery.ack.commit(BatchStatus::Delivered);
+        drop(delivery.batch);
+        assert_eq!(status.await, BatchStatus::Errored);
+        assert_eq!(src.discarded_count(DiscardReason::DownstreamClosed), 3);
+
+        let nowhere = Fanout::new(Vec::new(), src.clone());
+        let (b, status) = tracked(1);
+        nowhere.send(b).await;
+        assert_eq!(status.await, BatchStatus::Errored);
+    }
+
+    /// A batch shed for a full queue is an error for its source, not a delivery.
+    #[tokio::test(start_paused = true)]
+    async fn a_shed_batch_is_an_error() {
+        let reg = Registry::default();
+        let (tx, _stuck) = sink_queue(&reg, "a");
+        let src = reg.register("s", ComponentKind::Source, "test");
+        let mut fan = Shedding::new(Fanout::new(vec![tx], src), Duration::from_millis(10));
+        for _ in 0..QUEUE_BATCHES {
+            fan.send(batch(1)).await;
+        }
+        let (b, status) = tracked(1);
+        fan.send(b).await;
+        assert_eq!(status.await, BatchStatus::Errored);
+    }
 }

@@ -49,7 +49,9 @@ pub struct Delivery {
     pub batch: Arc<EventBatch>,
     pub prepared: Option<Prepared>,
     /// Commit it once the batch is handled (written, passed on, filtered); dropping it
-    /// uncommitted reports the batch as `Errored`.
+    /// uncommitted reports the batch as `Errored`. The batch carries its finalizer too, so the
+    /// source learns the fate once every holder has committed *and* let go of the batch: a sink
+    /// keeps neither longer than its write.
     pub ack: Ack,
 }
 
