@@ -14,6 +14,7 @@
 //! batch arena and side tables grow amortised.
 
 pub mod encode;
+pub mod forward;
 pub mod framing;
 mod scan;
 mod simd;

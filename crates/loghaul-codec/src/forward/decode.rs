@@ -1,0 +1,621 @@
+//! Forward-protocol requests to events: one complete request (found by
+//! [`super::Splitter`]) in, its events appended to a batch.
+//!
+//! ```text
+//! Message                  [tag, time, record, option?]
+//! Forward                  [tag, [[time, record], ...], option?]
+//! PackedForward            [tag, str|bin(<[time, record]>*), option?]
+//! CompressedPackedForward  [tag, str|bin(gzip|zstd(<[time, record]>*)), {compressed: "gzip"|"zstd", ...}]
+//! time:   int seconds | EventTime ext 0 (fixext8 or ext8: sec u32, nsec u32) | [time, {metadata}]
+//! option: {size?, chunk?, compressed?, fluent_signal?, metadata?}   (other keys are ignored)
+//! ```
+//!
+//! The mode is told by the type of element 1, as fluentd's in_forward does. Records land in the
+//! batch's `fields` table (see `loghaul_core::batch`); strings stay spans into the arena.
+//!
+//! Two kinds of failure, kept apart because they call for different answers:
+//! - a request that cannot be understood (not msgpack, the wrong shape, a blob that is not what
+//!   `compressed` says, output past `max_decompressed_size`) is a [`RequestError`]: the source
+//!   counts it and closes the connection, and nothing of the request is kept;
+//! - an event that is well-formed msgpack but not a valid event (a time that is a float, a record
+//!   that is not a map, a tag that is not a string) is dropped and counted in [`DecodeStats`],
+//!   like fluentd's `skip_invalid_event`, and the rest of the request is accepted (and acked: a
+//!   retry could never fix it).
+
+use std::io::Read as _;
+
+use bytes::BytesMut;
+use loghaul_core::{Event, EventBatch, Field, OptSpan, Span, Timestamp, Value};
+
+use super::msgpack::{Head, ReadError, Reader};
+
+/// Nesting a record may have (maps and arrays inside the record); deeper records are invalid
+/// events. Deep enough for real documents, shallow enough to bound the decoder's recursion.
+pub const MAX_RECORD_DEPTH: usize = 64;
+
+/// Decompression output kept allocated between requests; larger buffers are freed after use.
+const SCRATCH_KEPT: usize = 4 << 20;
+
+/// What decoding may create.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest output of decompressing one request's entries.
+    pub max_decompressed_size: usize,
+}
+
+/// How a request carried its events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// msgpack `nil`: a heartbeat, no events.
+    Heartbeat,
+    Message,
+    Forward,
+    PackedForward,
+    CompressedPackedForward,
+}
+
+/// What one request was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    pub mode: Mode,
+    /// The option's `chunk` value, as arena offsets: echo it back byte for byte once the
+    /// request's events are committed.
+    pub chunk: Option<(usize, usize)>,
+    /// Events appended to the batch.
+    pub events: usize,
+}
+
+/// A request that cannot be processed: the connection's stream can no longer be trusted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RequestError {
+    /// Not the shape of any forward request, or broken msgpack inside it.
+    Malformed(&'static str),
+    /// `compressed` names a compression loghaul does not know.
+    UnknownCompression(String),
+    /// The entries are not the compressed data `compressed` says they are.
+    Decompress(String),
+    /// Decompressing the entries would produce more than `max_decompressed_size`.
+    TooLarge { limit: usize },
+}
+
+impl std::fmt::Display for RequestError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RequestError::Malformed(why) => write!(f, "malformed request: {why}"),
+            RequestError::UnknownCompression(c) => {
+                write!(
+                    f,
+                    "unknown compression {c:?} (gzip, zstd and text are known)"
+                )
+            }
+            RequestError::Decompress(e) => write!(f, "cannot decompress the entries: {e}"),
+            RequestError::TooLarge { limit } => write!(
+                f,
+                "decompressed entries larger than max_decompressed_size ({limit} bytes)"
+            ),
+        }
+    }
+}
+
+impl From<ReadError> for RequestError {
+    fn from(e: ReadError) -> RequestError {
+        RequestError::Malformed(match e {
+            ReadError::Truncated => "a value runs past the end of the request",
+            ReadError::InvalidMarker => "invalid msgpack marker 0xc1",
+        })
+    }
+}
+
+/// Events dropped (or not events at all), counted for the source's metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DecodeStats {
+    /// Well-formed entries that are no valid event (bad time, record not a map, tag not a
+    /// string, a key that is not a string, nesting past [`MAX_RECORD_DEPTH`]).
+    pub invalid_events: u64,
+    /// Entries of requests whose `fluent_signal` marks metrics or traces, not logs.
+    pub other_signals: u64,
+    /// Top-level values that are no request at all (not an array, not nil): ignored.
+    pub ignored_values: u64,
+}
+
+/// The parsed option map.
+#[derive(Debug, Default)]
+struct Options {
+    chunk: Option<(usize, usize)>,
+    compression: Compression,
+    logs: bool,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Compression {
+    #[default]
+    None,
+    Gzip,
+    Zstd,
+}
+
+/// Decodes requests of one connection; keeps a scratch buffer for decompression.
+#[derive(Debug)]
+pub struct Decoder {
+    limits: Limits,
+    scratch: Vec<u8>,
+    pub stats: DecodeStats,
+}
+
+impl Decoder {
+    pub fn new(limits: Limits) -> Decoder {
+        Decoder {
+            limits,
+            scratch: Vec::new(),
+            stats: DecodeStats::default(),
+        }
+    }
+
+    /// Decodes the complete request at `arena[start..end]` and appends its events to `batch`
+    /// (whose `arena` field is ignored: `arena` is the one being built, and bytes this request
+    /// must create, decompressed entries, are appended to it). Every event gets `peer`.
+    ///
+    /// On error nothing of this request stays in `batch`.
+    ///
+    /// # Errors
+    ///
+    /// The request cannot be processed; see [`RequestError`].
+    pub fn decode(
+        &mut self,
+        arena: &mut BytesMut,
+        start: usize,
+        end: usize,
+        batch: &mut EventBatch,
+        peer: u16,
+    ) -> Result<Request, RequestError> {
+        let (events_before, fields_before) = (batch.events.len(), batch.fields.len());
+        let stats_before = self.stats;
+        let result = self.decode_inner(arena, start, end, batch, peer);
+        if result.is_err() {
+            batch.events.truncate(events_before);
+            batch.fields.truncate(fields_before);
+            self.stats = stats_before;
+        }
+        result
+    }
+
+    fn decode_inner(
+        &mut self,
+        arena: &mut BytesMut,
+        start: usize,
+        end: usize,
+        batch: &mut EventBatch,
+        peer: u16,
+    ) -> Result<Request, RequestError> {
+        let mut r = Reader::new(arena.get(..end).unwrap_or_default(), start);
+        let n = match r.head()? {
+            Head::Nil => {
+                return Ok(Request {
+                    mode: Mode::Heartbeat,
+                    chunk: None,
+                    events: 0,
+                });
+            }
+            Head::Array(n) => n,
+            _ => {
+                self.stats.ignored_values += 1;
+                return Ok(Request {
+                    mode: Mode::Heartbeat,
+                    chunk: None,
+                    events: 0,
+                });
+            }
+        };
+        if !(2..=4).contains(&n) {
+            return Err(RequestError::Malformed(
+                "a request is an array of 2 to 4 elements",
+            ));
+        }
+        // A tag that is not a string makes every event of the request invalid (fluentd drops
+        // them and still acks), but the request is read to the end for its chunk id.
+        let tag = match r.head()? {
+            Head::Str(len) | Head::Bin(len) => {
+                let (s, e) = r.take(len)?;
+                Some(Span::new(s, e))
+            }
+            other => {
+                skip_after_head(&mut r, other)?;
+                None
+            }
+        };
+        let body = r.pos();
+        let mode = match r.clone().head()? {
+            Head::Str(_) | Head::Bin(_) => Mode::PackedForward,
+            Head::Array(_) => Mode::Forward,
+            _ => Mode::Message,
+        };
+        let option_index = if mode == Mode::Message { 3 } else { 2 };
+        if n > option_index + 1 || (mode == Mode::Message && n < 3) {
+            return Err(RequestError::Malformed(
+                "wrong number of elements for the request's mode",
+            ));
+        }
+        // The option comes last: skip to it first, since it says how to read the entries.
+        for _ in 1..option_index {
+            r.skip()?;
+        }
+        let options = if n > option_index {
+            self.options(&mut r)?
+        } else {
+            Options {
+                logs: true,
+                ..Options::default()
+            }
+        };
+        if !r.at(end) {
+            return Err(RequestError::Malformed(
+                "bytes after the request's last element",
+            ));
+        }
+        let mut r = Reader::new(arena.get(..end).unwrap_or_default(), body);
+        let (mode, events) = match mode {
+            Mode::Message => {
+                let valid_from = batch.events.len();
+                self.entry_parts(&mut r, batch, tag, peer)?;
+                (Mode::Message, batch.events.len() - valid_from)
+            }
+            Mode::Forward => {
+                let Head::Array(entries) = r.head()? else {
+                    return Err(RequestError::Malformed("Forward entries are not an array"));
+                };
+                let before = batch.events.len();
+                for _ in 0..entries {
+                    self.entry(&mut r, batch, tag, peer)?;
+                }
+                (Mode::Forward, batch.events.len() - before)
+            }
+            _ => {
+                let Some((blob_start, blob_end)) = r.blob()? else {
+                    return Err(RequestError::Malformed(
+                        "PackedForward entries are not a blob",
+                    ));
+                };
+                let (mode, from, to) = match options.compression {
+                    Compression::None => (Mode::PackedForward, blob_start, blob_end),
+                    c => {
+                        self.decompress(c, arena.get(blob_start..blob_end).unwrap_or_default())?;
+                        let base = arena.len();
+                        arena.extend_from_slice(&self.scratch);
+                        if self.scratch.capacity() > SCRATCH_KEPT {
+                            // One large request must not pin its size for the connection's life.
+                            self.scratch = Vec::new();
+                        }
+                        (Mode::CompressedPackedForward, base, arena.len())
+                    }
+                };
+                let before = batch.events.len();
+                let mut r = Reader::new(arena.get(..to).unwrap_or_default(), from);
+                while !r.at(to) {
+                    self.entry(&mut r, batch, tag, peer)?;
+                }
+                (mode, batch.events.len() - before)
+            }
+        };
+        if !options.logs {
+            // Metrics or traces: counted and skipped, never written as log events.
+            batch.events.truncate(batch.events.len() - events);
+            self.stats.other_signals += events as u64;
+            return Ok(Request {
+                mode,
+                chunk: options.chunk,
+                events: 0,
+            });
+        }
+        Ok(Request {
+            mode,
+            chunk: options.chunk,
+            events,
+        })
+    }
+
+    fn options(&mut self, r: &mut Reader<'_>) -> Result<Options, RequestError> {
+        let mut o = Options {
+            logs: true,
+            ..Options::default()
+        };
+        let n = match r.head()? {
+            Head::Map(n) => n,
+            Head::Nil => return Ok(o),
+            _ => return Err(RequestError::Malformed("the option is not a map")),
+        };
+        for _ in 0..n {
+            let key = r.blob()?.map(|k| r.slice(k));
+            match key {
+                Some(b"chunk") => match r.blob()? {
+                    Some(chunk) => o.chunk = Some(chunk),
+                    None => return Err(RequestError::Malformed("chunk is not a string")),
+                },
+                Some(b"compressed") => match r.blob()?.map(|c| r.slice(c)) {
+                    Some(b"gzip") => o.compression = Compression::Gzip,
+                    Some(b"zstd") => o.compression = Compression::Zstd,
+                    // fluentd's out_forward always sends the key: "text" means uncompressed.
+                    Some(b"text") => o.compression = Compression::None,
+                    Some(other) => {
+                        return Err(RequestError::UnknownCompression(
+                            String::from_utf8_lossy(other).into_owned(),
+                        ));
+                    }
+                    None => return Err(RequestError::Malformed("compressed is not a string")),
+                },
+                Some(b"fluent_signal") => match r.head()? {
+                    Head::Int(signal) => o.logs = signal == 0,
+                    Head::Nil => {}
+                    _ => return Err(RequestError::Malformed("fluent_signal is not an integer")),
+                },
+                _ => r.skip()?,
+            }
+        }
+        Ok(o)
+    }
+
+    fn decompress(&mut self, c: Compression, blob: &[u8]) -> Result<(), RequestError> {
+        let limit = self.limits.max_decompressed_size;
+        self.scratch.clear();
+        // Read one byte past the limit: reaching it means the output is too large, whatever
+        // the rest would have been (the reader stops there, so a bomb costs `limit` bytes).
+        let cap = limit as u64 + 1;
+        let read = match c {
+            Compression::Gzip => flate2::read::MultiGzDecoder::new(blob)
+                .take(cap)
+                .read_to_end(&mut self.scratch),
+            Compression::Zstd => match zstd::stream::read::Decoder::with_buffer(blob) {
+                Ok(d) => d.take(cap).read_to_end(&mut self.scratch),
+                Err(e) => Err(e),
+            },
+            Compression::None => return Ok(()),
+        };
+        if let Err(e) = read {
+            return Err(RequestError::Decompress(e.to_string()));
+        }
+        if self.scratch.len() > limit {
+            self.scratch = Vec::new();
+            return Err(RequestError::TooLarge { limit });
+        }
+        Ok(())
+    }
+
+    /// One `[time, record]` entry.
+    fn entry(
+        &mut self,
+        r: &mut Reader<'_>,
+        batch: &mut EventBatch,
+        tag: Option<Span>,
+        peer: u16,
+    ) -> Result<(), RequestError> {
+        match r.head()? {
+            Head::Array(2) => self.entry_parts(r, batch, tag, peer),
+            Head::Array(n) => {
+                for _ in 0..n {
+                    r.skip()?;
+                }
+                self.stats.invalid_events += 1;
+                Ok(())
+            }
+            other => {
+                skip_after_head(r, other)?;
+                self.stats.invalid_events += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// A time and a record (the rest of an entry, or of a Message-mode request).
+    fn entry_parts(
+        &mut self,
+        r: &mut Reader<'_>,
+        batch: &mut EventBatch,
+        tag: Option<Span>,
+        peer: u16,
+    ) -> Result<(), RequestError> {
+        let time = read_time(r)?;
+        let fields_start = batch.fields.len();
+        let mut event = Event {
+            timestamp: time.unwrap_or(None),
+            tag: tag.into(),
+            peer,
+            ..Event::default()
+        };
+        let valid = match r.head()? {
+            Head::Map(n) => {
+                let (valid, range) = record(r, &mut batch.fields, n, &mut event.message)?;
+                event.fields = range;
+                valid
+            }
+            other => {
+                skip_after_head(r, other)?;
+                false
+            }
+        };
+        if valid && time.is_some() && tag.is_some() {
+            batch.events.push(event);
+        } else {
+            batch.fields.truncate(fields_start);
+            self.stats.invalid_events += 1;
+        }
+        Ok(())
+    }
+}
+
+/// Skips the payload and children of a value whose header `head` was just read.
+fn skip_after_head(r: &mut Reader<'_>, head: Head) -> Result<(), ReadError> {
+    match head {
+        Head::Str(n) | Head::Bin(n) | Head::Ext(_, n) => r.take(n).map(|_| ()),
+        Head::Array(n) => (0..n).try_for_each(|_| r.skip()),
+        Head::Map(n) => (0..2 * n).try_for_each(|_| r.skip()),
+        _ => Ok(()),
+    }
+}
+
+/// An entry's time: `Some(Some(t))`, `Some(None)` for 0 (fluentd reads it as "now": the
+/// receive time stands in), `None` when it is no valid time (the event is dropped).
+fn read_time(r: &mut Reader<'_>) -> Result<Option<Option<Timestamp>>, ReadError> {
+    let head = r.head()?;
+    let time = match head {
+        Head::Int(0) => Some(None),
+        Head::Int(s) => s
+            .checked_mul(1_000_000_000)
+            .map(|n| Some(Timestamp::from_nanos(n, 0))),
+        Head::Ext(0, 8) => {
+            let [sec, nsec] = r.fixed::<8>().map(|d| split_u32s(&d))?;
+            event_time(i64::from(sec), nsec)
+        }
+        // The msgpack Timestamp extension: not what clients send, but unambiguous.
+        Head::Ext(-1, 4) => event_time(i64::from(u32::from_be_bytes(r.fixed::<4>()?)), 0),
+        Head::Ext(-1, 8) => {
+            let v = u64::from_be_bytes(r.fixed::<8>()?);
+            event_time((v & 0x3_ffff_ffff) as i64, (v >> 34) as u32)
+        }
+        Head::Ext(-1, 12) => {
+            let nsec = u32::from_be_bytes(r.fixed::<4>()?);
+            event_time(i64::from_be_bytes(r.fixed::<8>()?), nsec)
+        }
+        // v1.5 metadata: [time, {metadata}]. The time is read; the metadata is not kept.
+        Head::Array(2) => {
+            let time = if matches!(r.clone().head()?, Head::Array(_)) {
+                r.skip()?;
+                None
+            } else {
+                read_time(r)?
+            };
+            r.skip()?;
+            time
+        }
+        other => {
+            // Floats are refused, as fluentd refuses them; so is anything else.
+            skip_after_head(r, other)?;
+            None
+        }
+    };
+    Ok(time)
+}
+
+/// Two big-endian `u32`s.
+fn split_u32s(d: &[u8; 8]) -> [u32; 2] {
+    let [a, b, c, e, f, g, h, i] = *d;
+    [
+        u32::from_be_bytes([a, b, c, e]),
+        u32::from_be_bytes([f, g, h, i]),
+    ]
+}
+
+fn event_time(sec: i64, nsec: u32) -> Option<Option<Timestamp>> {
+    if nsec >= 1_000_000_000 {
+        return None;
+    }
+    if sec == 0 && nsec == 0 {
+        return Some(None);
+    }
+    let nanos = sec
+        .checked_mul(1_000_000_000)?
+        .checked_add(i64::from(nsec))?;
+    Some(Some(Timestamp::from_nanos(nanos, 9)))
+}
+
+/// Decodes a record map of `n` entries into `fields`: its entries' slots first, nested
+/// containers' children after them. The top-level `message` string is lifted into `message`
+/// (see `docs/specs/events.md`). Returns whether the record is valid, and its range.
+fn record(
+    r: &mut Reader<'_>,
+    fields: &mut Vec<Field>,
+    n: usize,
+    message: &mut OptSpan,
+) -> Result<(bool, (u32, u32)), ReadError> {
+    let (valid, start, filled) = container(r, fields, n, true, 0, Some(message))?;
+    Ok((valid, (start as u32, (start + filled) as u32)))
+}
+
+/// The placeholder a slot holds until it is filled.
+const EMPTY: Field = Field {
+    name: Span::EMPTY,
+    value: Value::Null,
+};
+
+/// Reserves `n` slots at the end of `fields` and fills them with the container's children
+/// (map entries, or array items with empty names). Returns (valid, first slot, slots filled):
+/// fewer than `n` when the message was lifted out. Reads the whole container even when it
+/// turns out invalid, so the caller can go on with the next value.
+fn container(
+    r: &mut Reader<'_>,
+    fields: &mut Vec<Field>,
+    n: usize,
+    is_map: bool,
+    depth: usize,
+    mut message: Option<&mut OptSpan>,
+) -> Result<(bool, usize, usize), ReadError> {
+    let start = fields.len();
+    // `n` comes from the wire: reserve no more slots than the bytes left could fill (each
+    // entry takes at least one byte), so a lying header cannot make a huge allocation.
+    let room = n.min(r.remaining());
+    if depth >= MAX_RECORD_DEPTH {
+        for _ in 0..n * if is_map { 2 } else { 1 } {
+            r.skip()?;
+        }
+        return Ok((false, start, 0));
+    }
+    fields.resize(start + room, EMPTY);
+    let mut valid = true;
+    let mut filled = 0;
+    for _ in 0..n {
+        let name = if is_map {
+            match r.blob()? {
+                Some((s, e)) => Span::new(s, e),
+                None => {
+                    // Keys must be strings to be names; skip this entry's value.
+                    valid = false;
+                    r.skip()?;
+                    continue;
+                }
+            }
+        } else {
+            Span::EMPTY
+        };
+        let value = match r.head()? {
+            Head::Nil => Value::Null,
+            Head::Bool(b) => Value::Bool(b),
+            Head::Int(i) => Value::Int(i),
+            Head::UInt(u) => Value::UInt(u),
+            Head::Float(f) => Value::Float(f),
+            Head::Str(len) => {
+                let (s, e) = r.take(len)?;
+                let span = Span::new(s, e);
+                if let Some(m) = message.as_deref_mut()
+                    && m.is_none()
+                    && r.slice((name.start as usize, name.end as usize)) == b"message"
+                {
+                    *m = span.into();
+                    continue;
+                }
+                Value::Str(span)
+            }
+            Head::Bin(len) => {
+                let (s, e) = r.take(len)?;
+                Value::Bytes(Span::new(s, e))
+            }
+            Head::Ext(ty, len) => {
+                let (s, e) = r.take(len)?;
+                Value::Ext(ty, Span::new(s, e))
+            }
+            Head::Map(m) => {
+                let (ok, a, k) = container(r, fields, m, true, depth + 1, None)?;
+                valid &= ok;
+                Value::Map(a as u32, (a + k) as u32)
+            }
+            Head::Array(m) => {
+                let (ok, a, k) = container(r, fields, m, false, depth + 1, None)?;
+                valid &= ok;
+                Value::Array(a as u32, (a + k) as u32)
+            }
+        };
+        match fields.get_mut(start + filled) {
+            Some(slot) => *slot = Field { name, value },
+            None => return Err(ReadError::Truncated),
+        }
+        filled += 1;
+    }
+    Ok((valid, start, filled))
+}

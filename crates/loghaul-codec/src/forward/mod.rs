@@ -1,0 +1,25 @@
+//! The Fluentd forward protocol (v1 with the v1.5 additions): splitting a connection's stream
+//! into requests, decoding requests into events, encoding events into requests, acks and the
+//! handshake. `docs/specs/forward.md` says what real clients send and how loghaul answers.
+//!
+//! ```text
+//! TCP bytes ─Splitter::split─► complete requests ─Decoder::decode─► events in an EventBatch
+//!                                                    (records in its fields table, spans into
+//!                                                     the arena; decompressed entries appended)
+//! events ─encode_entry─► [time, record] entries ─begin/finish_packed─► PackedForward request
+//! ```
+
+mod decode;
+mod encode;
+pub mod handshake;
+pub mod msgpack;
+mod split;
+
+pub use decode::{DecodeStats, Decoder, Limits, MAX_RECORD_DEPTH, Mode, Request, RequestError};
+pub use encode::{
+    PackedStart, begin_packed, encode_entry, encode_record, finish_packed, read_ack, write_ack,
+};
+pub use split::{MAX_DEPTH, SplitError, Splitter};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,529 @@
+//! Wire tests: hand-built msgpack requests in every mode, time encoding and option, and the
+//! bad inputs, split and decoded as a connection would.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write as _;
+
+use bytes::{Bytes, BytesMut};
+use loghaul_core::{EventBatch, Timestamp, Value};
+
+use super::msgpack::*;
+use super::*;
+
+const LIMITS: Limits = Limits {
+    max_decompressed_size: 1 << 20,
+};
+
+/// Splits and decodes a whole stream; returns the requests, the batch (arena frozen), the
+/// stats, and the first error, if any.
+fn decode_stream(stream: &[u8]) -> (Vec<Request>, EventBatch, DecodeStats, Option<String>) {
+    let mut buf = BytesMut::from(stream);
+    let mut splitter = Splitter::new(1 << 20);
+    let mut ranges = Vec::new();
+    let mut at = 0;
+    let mut error = None;
+    loop {
+        match splitter.split(&buf[at..]) {
+            Ok(Some(n)) => {
+                ranges.push((at, at + n));
+                at += n;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                error = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    let mut arena = buf.split_to(at);
+    let mut batch = EventBatch::new(Bytes::new(), "src".into(), "fluent");
+    let mut decoder = Decoder::new(LIMITS);
+    let mut requests = Vec::new();
+    for (s, e) in ranges {
+        match decoder.decode(&mut arena, s, e, &mut batch, 0) {
+            Ok(r) => requests.push(r),
+            Err(e) => {
+                error.get_or_insert(e.to_string());
+                break;
+            }
+        }
+    }
+    batch.arena = arena.freeze();
+    (requests, batch, decoder.stats, error)
+}
+
+fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.split_whitespace().collect();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+fn text(batch: &EventBatch, v: Value) -> String {
+    match v {
+        Value::Str(s) | Value::Bytes(s) => String::from_utf8_lossy(batch.str(s)).into_owned(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn message(batch: &EventBatch, i: usize) -> String {
+    String::from_utf8_lossy(batch.str(batch.events[i].message.or_empty())).into_owned()
+}
+
+/// An entry `[time, {"message": msg, "n": n}]` with `time` already encoded.
+fn entry(out: &mut Vec<u8>, time: &[u8], msg: &str, n: i64) {
+    write_array_len(out, 2);
+    out.extend_from_slice(time);
+    write_map_len(out, 2);
+    write_str(out, b"message");
+    write_str(out, msg.as_bytes());
+    write_str(out, b"n");
+    write_int(out, n);
+}
+
+fn event_time(sec: u32, nsec: u32) -> Vec<u8> {
+    let mut t = Vec::new();
+    write_event_time(&mut t, sec, nsec);
+    t
+}
+
+fn option(out: &mut Vec<u8>, pairs: &[(&str, &str)]) {
+    write_map_len(out, pairs.len());
+    for (k, v) in pairs {
+        write_str(out, k.as_bytes());
+        write_str(out, v.as_bytes());
+    }
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+/// The Message-mode example of the protocol summary, byte for byte.
+#[test]
+fn message_mode_with_event_time() {
+    let bytes = hex(
+        "93 a8 74 61 67 2e 6e 61 6d 65 d7 00 55 ec e6 f8 07 5b cd 15 81 a7 6d 65 73 73 61 67 65 a3 62 61 72",
+    );
+    let (reqs, batch, stats, err) = decode_stream(&bytes);
+    assert_eq!(err, None);
+    assert_eq!(reqs[0].mode, Mode::Message);
+    assert_eq!(reqs[0].chunk, None);
+    assert_eq!(batch.len(), 1);
+    let e = batch.events[0];
+    assert_eq!(batch.str(e.tag.or_empty()), b"tag.name");
+    assert_eq!(message(&batch, 0), "bar");
+    assert_eq!(
+        e.timestamp,
+        Some(Timestamp::from_nanos(1_441_588_984_123_456_789, 9))
+    );
+    // The message was lifted out of the record, which is now empty.
+    assert!(batch.fields_of(&e).is_empty());
+    assert_eq!(stats, DecodeStats::default());
+}
+
+#[test]
+fn every_time_encoding() {
+    let mut ext8 = vec![0xc7, 0x08, 0x00];
+    ext8.extend_from_slice(&1_700_000_000u32.to_be_bytes());
+    ext8.extend_from_slice(&5u32.to_be_bytes());
+    let mut uint32 = Vec::new();
+    write_uint(&mut uint32, 1_700_000_000);
+    let fixint = vec![0x05];
+    let mut with_metadata = Vec::new();
+    write_array_len(&mut with_metadata, 2);
+    with_metadata.extend_from_slice(&event_time(1_700_000_000, 7));
+    write_map_len(&mut with_metadata, 1);
+    write_str(&mut with_metadata, b"otlp");
+    write_str(&mut with_metadata, b"x");
+    let mut int_with_metadata = Vec::new();
+    write_array_len(&mut int_with_metadata, 2);
+    write_int(&mut int_with_metadata, 1_700_000_001);
+    write_map_len(&mut int_with_metadata, 0);
+    let zero = event_time(0, 0);
+    let mut blob = Vec::new();
+    for (i, t) in [
+        &event_time(1_700_000_000, 999_999_999),
+        &ext8,
+        &uint32,
+        &fixint,
+        &with_metadata,
+        &int_with_metadata,
+        &zero,
+    ]
+    .iter()
+    .enumerate()
+    {
+        entry(&mut blob, t, &format!("m{i}"), i as i64);
+    }
+    let mut req = Vec::new();
+    write_array_len(&mut req, 2);
+    write_str(&mut req, b"t");
+    write_bin(&mut req, &blob);
+    let (_, batch, stats, err) = decode_stream(&req);
+    assert_eq!(err, None);
+    assert_eq!(stats.invalid_events, 0);
+    let times: Vec<Option<Timestamp>> = batch.events.iter().map(|e| e.timestamp).collect();
+    assert_eq!(
+        times,
+        [
+            Some(Timestamp::from_nanos(1_700_000_000_999_999_999, 9)),
+            Some(Timestamp::from_nanos(1_700_000_000_000_000_005, 9)),
+            Some(Timestamp::from_nanos(1_700_000_000_000_000_000, 0)),
+            Some(Timestamp::from_nanos(5_000_000_000, 0)),
+            Some(Timestamp::from_nanos(1_700_000_000_000_000_007, 9)),
+            Some(Timestamp::from_nanos(1_700_000_001_000_000_000, 0)),
+            None, // 0 means "now": the receive time stands in.
+        ]
+    );
+}
+
+fn forward_request(tag: &str, entries: &[Vec<u8>], opt: Option<&[(&str, &str)]>) -> Vec<u8> {
+    let mut req = Vec::new();
+    write_array_len(&mut req, 2 + usize::from(opt.is_some()));
+    write_str(&mut req, tag.as_bytes());
+    write_array_len(&mut req, entries.len());
+    for e in entries {
+        req.extend_from_slice(e);
+    }
+    if let Some(o) = opt {
+        option(&mut req, o);
+    }
+    req
+}
+
+fn packed_request(tag: &str, blob: &[u8], as_str: bool, opt: Option<&[(&str, &str)]>) -> Vec<u8> {
+    let mut req = Vec::new();
+    write_array_len(&mut req, 2 + usize::from(opt.is_some()));
+    write_str(&mut req, tag.as_bytes());
+    if as_str {
+        // fluentd's out_forward: str32 holding binary msgpack.
+        req.push(0xdb);
+        req.extend_from_slice(&(blob.len() as u32).to_be_bytes());
+        req.extend_from_slice(blob);
+    } else {
+        write_bin(&mut req, blob);
+    }
+    if let Some(o) = opt {
+        option(&mut req, o);
+    }
+    req
+}
+
+fn entries(n: usize) -> (Vec<Vec<u8>>, Vec<u8>) {
+    let list: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            let mut e = Vec::new();
+            entry(
+                &mut e,
+                &event_time(1_700_000_000 + i as u32, 0),
+                &format!("e{i}"),
+                i as i64,
+            );
+            e
+        })
+        .collect();
+    let blob = list.concat();
+    (list, blob)
+}
+
+#[test]
+fn forward_packed_and_compressed_modes_with_chunks() {
+    let (list, blob) = entries(3);
+    let chunk = "p8n9gmxTQVC8/nh2wlKKeQ==\n"; // out_forward's Base64.encode64 keeps the "\n"
+    let mut stream = forward_request("fwd", &list, Some(&[("chunk", chunk)]));
+    stream.extend(packed_request("pk", &blob, false, Some(&[("size", "3")])));
+    stream.extend(packed_request(
+        "pks",
+        &blob,
+        true,
+        Some(&[("compressed", "text")]),
+    ));
+    stream.extend(packed_request(
+        "gz",
+        &gzip(&blob),
+        false,
+        Some(&[("compressed", "gzip"), ("chunk", "c2")]),
+    ));
+    // Several gzip members, as the spec allows, and sent as str as fluentd does.
+    let mut members = gzip(&list[0]);
+    members.extend(gzip(&[list[1].clone(), list[2].clone()].concat()));
+    stream.extend(packed_request(
+        "gz2",
+        &members,
+        true,
+        Some(&[("compressed", "gzip")]),
+    ));
+    let zstd = zstd::bulk::compress(&blob, 3).unwrap();
+    stream.extend(packed_request(
+        "zs",
+        &zstd,
+        false,
+        Some(&[("compressed", "zstd")]),
+    ));
+    let (reqs, batch, stats, err) = decode_stream(&stream);
+    assert_eq!(err, None);
+    let modes: Vec<Mode> = reqs.iter().map(|r| r.mode).collect();
+    assert_eq!(
+        modes,
+        [
+            Mode::Forward,
+            Mode::PackedForward,
+            Mode::PackedForward,
+            Mode::CompressedPackedForward,
+            Mode::CompressedPackedForward,
+            Mode::CompressedPackedForward,
+        ]
+    );
+    assert!(reqs.iter().all(|r| r.events == 3));
+    assert_eq!(batch.len(), 18);
+    let chunk_of = |r: &Request| r.chunk.map(|(s, e)| batch.arena[s..e].to_vec());
+    assert_eq!(chunk_of(&reqs[0]), Some(chunk.as_bytes().to_vec()));
+    assert_eq!(chunk_of(&reqs[3]), Some(b"c2".to_vec()));
+    assert_eq!(chunk_of(&reqs[1]), None);
+    for (i, e) in batch.events.iter().enumerate() {
+        assert_eq!(message(&batch, i), format!("e{}", i % 3));
+        let fields = batch.fields_of(e);
+        assert_eq!(fields.len(), 1);
+        assert_eq!(batch.str(fields[0].name), b"n");
+        assert_eq!(fields[0].value, Value::Int((i % 3) as i64));
+    }
+    let tags: Vec<&[u8]> = batch
+        .events
+        .iter()
+        .step_by(3)
+        .map(|e| batch.str(e.tag.or_empty()))
+        .collect();
+    assert_eq!(tags, [&b"fwd"[..], b"pk", b"pks", b"gz", b"gz2", b"zs"]);
+    assert_eq!(stats, DecodeStats::default());
+}
+
+#[test]
+fn records_keep_every_value_type_nested() {
+    let mut rec = Vec::new();
+    write_map_len(&mut rec, 9);
+    write_str(&mut rec, b"s");
+    write_str(&mut rec, b"text");
+    write_str(&mut rec, b"b");
+    write_bin(&mut rec, &[0xff, 0x00]);
+    write_str(&mut rec, b"i");
+    write_int(&mut rec, -5);
+    write_str(&mut rec, b"u");
+    write_uint(&mut rec, u64::MAX);
+    write_str(&mut rec, b"f");
+    write_f64(&mut rec, 1.5);
+    write_str(&mut rec, b"t");
+    write_bool(&mut rec, true);
+    write_str(&mut rec, b"z");
+    write_nil(&mut rec);
+    write_str(&mut rec, b"m");
+    write_map_len(&mut rec, 1);
+    write_str(&mut rec, b"list");
+    write_array_len(&mut rec, 2);
+    write_int(&mut rec, 1);
+    write_map_len(&mut rec, 1);
+    write_str(&mut rec, b"deep");
+    write_str(&mut rec, b"yes");
+    write_str(&mut rec, b"x");
+    write_ext(&mut rec, 5, &[1, 2, 3]);
+    let mut req = Vec::new();
+    write_array_len(&mut req, 3);
+    write_str(&mut req, b"tag");
+    write_int(&mut req, 1);
+    req.extend(rec);
+    let (_, batch, _, err) = decode_stream(&req);
+    assert_eq!(err, None);
+    let e = batch.events[0];
+    assert!(e.message.is_none(), "no message key: no message");
+    assert_eq!(batch.fields_of(&e).len(), 9);
+    assert_eq!(text(&batch, batch.lookup(&e, "s").unwrap()), "text");
+    assert!(matches!(batch.lookup(&e, "b"), Some(Value::Bytes(_))));
+    assert_eq!(batch.lookup(&e, "i"), Some(Value::Int(-5)));
+    assert_eq!(batch.lookup(&e, "u"), Some(Value::UInt(u64::MAX)));
+    assert_eq!(batch.lookup(&e, "f"), Some(Value::Float(1.5)));
+    assert_eq!(batch.lookup(&e, "t"), Some(Value::Bool(true)));
+    assert_eq!(batch.lookup(&e, "z"), Some(Value::Null));
+    assert_eq!(batch.lookup(&e, "m.list.0"), Some(Value::Int(1)));
+    assert_eq!(
+        text(&batch, batch.lookup(&e, "m.list.1.deep").unwrap()),
+        "yes"
+    );
+    assert!(matches!(batch.lookup(&e, "x"), Some(Value::Ext(5, s)) if batch.str(s) == [1, 2, 3]));
+}
+
+#[test]
+fn invalid_events_are_dropped_and_counted_the_rest_kept() {
+    let mut blob = Vec::new();
+    entry(&mut blob, &event_time(1, 0), "ok1", 1);
+    // A float time (fluentd refuses those).
+    let mut float = Vec::new();
+    write_f64(&mut float, 1.5);
+    entry(&mut blob, &float, "float", 2);
+    // A record that is not a map.
+    write_array_len(&mut blob, 2);
+    write_int(&mut blob, 1);
+    write_str(&mut blob, b"not a map");
+    // An entry of the wrong length.
+    write_array_len(&mut blob, 3);
+    write_int(&mut blob, 1);
+    write_map_len(&mut blob, 0);
+    write_nil(&mut blob);
+    // A key that is not a string.
+    write_array_len(&mut blob, 2);
+    write_int(&mut blob, 1);
+    write_map_len(&mut blob, 1);
+    write_int(&mut blob, 7);
+    write_map_len(&mut blob, 1);
+    write_str(&mut blob, b"nested");
+    write_int(&mut blob, 1);
+    entry(&mut blob, &event_time(2, 0), "ok2", 6);
+    let stream = packed_request("t", &blob, false, Some(&[("chunk", "c")]));
+    let (reqs, batch, stats, err) = decode_stream(&stream);
+    assert_eq!(err, None);
+    assert_eq!(reqs[0].events, 2);
+    assert!(reqs[0].chunk.is_some(), "the request is still acked");
+    assert_eq!(stats.invalid_events, 4);
+    assert_eq!(
+        (message(&batch, 0), message(&batch, 1)),
+        ("ok1".into(), "ok2".into())
+    );
+    assert_eq!(batch.lookup(&batch.events[1], "n"), Some(Value::Int(6)));
+}
+
+#[test]
+fn a_tag_that_is_not_a_string_drops_the_events_and_keeps_the_ack() {
+    let (list, _) = entries(2);
+    let mut req = Vec::new();
+    write_array_len(&mut req, 3);
+    write_int(&mut req, 42);
+    write_array_len(&mut req, 2);
+    req.extend(list.concat());
+    option(&mut req, &[("chunk", "c")]);
+    let (reqs, batch, stats, err) = decode_stream(&req);
+    assert_eq!(err, None);
+    assert_eq!(
+        (reqs[0].events, batch.len(), stats.invalid_events),
+        (0, 0, 2)
+    );
+    assert!(reqs[0].chunk.is_some());
+}
+
+#[test]
+fn other_signals_heartbeats_and_stray_values() {
+    let (_, blob) = entries(2);
+    let mut req = Vec::new();
+    write_array_len(&mut req, 3);
+    write_str(&mut req, b"m");
+    write_bin(&mut req, &blob);
+    write_map_len(&mut req, 1);
+    write_str(&mut req, b"fluent_signal");
+    write_int(&mut req, 1);
+    let mut stream = vec![0xc0];
+    stream.extend(req);
+    stream.push(0x2a); // a bare integer: ignored, as fluentd does
+    let (reqs, batch, stats, err) = decode_stream(&stream);
+    assert_eq!(err, None);
+    assert_eq!(reqs[0].mode, Mode::Heartbeat);
+    assert_eq!(batch.len(), 0);
+    assert_eq!((stats.other_signals, stats.ignored_values), (2, 1));
+}
+
+#[test]
+fn bad_requests_are_errors_that_keep_nothing() {
+    let (list, blob) = entries(2);
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("one element", vec![0x91, 0xa1, b't'], "array of 2 to 4"),
+        (
+            "five elements",
+            {
+                let mut r = vec![0x95, 0xa1, b't', 0x01, 0x80, 0x80, 0x80];
+                r.truncate(7);
+                r
+            },
+            "array of 2 to 4",
+        ),
+        (
+            "message mode with 2",
+            vec![0x92, 0xa1, b't', 0x01],
+            "wrong number",
+        ),
+        (
+            "truncated packed entries",
+            packed_request("t", &blob[..blob.len() - 3], false, None),
+            "runs past",
+        ),
+        (
+            "not gzip",
+            packed_request("t", b"plain bytes", false, Some(&[("compressed", "gzip")])),
+            "cannot decompress",
+        ),
+        (
+            "snappy",
+            packed_request("t", &blob, false, Some(&[("compressed", "snappy")])),
+            "unknown compression",
+        ),
+        (
+            "option not a map",
+            {
+                let mut r = forward_request("t", &list, None);
+                r[0] = 0x93;
+                r.push(0x01);
+                r
+            },
+            "option is not a map",
+        ),
+    ];
+    for (name, bytes, want) in cases {
+        let (_, batch, _, err) = decode_stream(&bytes);
+        let err = err.unwrap_or_else(|| panic!("{name}: accepted"));
+        assert!(err.contains(want), "{name}: {err}");
+        assert_eq!(batch.len(), 0, "{name}: nothing kept");
+    }
+}
+
+#[test]
+fn a_gzip_bomb_stops_at_the_limit() {
+    let zeros = vec![0u8; 4 << 20];
+    let bomb = gzip(&zeros);
+    assert!(bomb.len() < 64 << 10, "{}", bomb.len());
+    let req = packed_request("t", &bomb, false, Some(&[("compressed", "gzip")]));
+    let (_, _, _, err) = decode_stream(&req);
+    assert!(err.unwrap_or_default().contains("max_decompressed_size"));
+}
+
+#[test]
+fn encoded_entries_decode_to_the_same_events() {
+    let (_, blob) = entries(4);
+    let (_, batch, _, _) = decode_stream(&packed_request("relay", &blob, false, None));
+    let mut out = Vec::new();
+    let start = begin_packed(&mut out, b"relay");
+    for e in &batch.events {
+        encode_entry(&batch, e, false, &mut out);
+    }
+    finish_packed(&mut out, start, batch.len(), Some(b"id\n"), false);
+    let (reqs, again, _, err) = decode_stream(&out);
+    assert_eq!(err, None);
+    assert_eq!(reqs[0].events, 4);
+    assert_eq!(
+        reqs[0].chunk.map(|(s, e)| again.arena[s..e].to_vec()),
+        Some(b"id\n".to_vec())
+    );
+    for (a, b) in batch.events.iter().zip(&again.events) {
+        assert_eq!(a.timestamp, b.timestamp);
+        assert_eq!(
+            batch.str(a.message.or_empty()),
+            again.str(b.message.or_empty())
+        );
+        assert_eq!(batch.lookup(a, "n"), again.lookup(b, "n"));
+    }
+    let mut ack = Vec::new();
+    write_ack(&mut ack, b"id\n");
+    assert_eq!(ack, [0x81, 0xa3, b'a', b'c', b'k', 0xa3, b'i', b'd', b'\n']);
+    assert_eq!(
+        read_ack(&ack).map(|s| &ack[s.start as usize..s.end as usize]),
+        Some(&b"id\n"[..])
+    );
+}
