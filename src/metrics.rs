@@ -26,16 +26,29 @@ pub enum ErrorKind {
     Io,
     /// A connection refused because `max_connections` was reached.
     ConnectionLimit,
+    /// A request that breaks its protocol (the wrong shape, broken msgpack); the connection is
+    /// closed.
+    Protocol,
+    /// Compressed data that does not decompress, or names an unknown compression.
+    Decompression,
+    /// A handshake refused (wrong shared key or password, a malformed PING) or broken off.
+    Auth,
+    /// A peer did not acknowledge in time, or refused what was sent.
+    Ack,
 }
 
 impl ErrorKind {
-    const ALL: [ErrorKind; 6] = [
+    const ALL: [ErrorKind; 10] = [
         ErrorKind::Parse,
         ErrorKind::InvalidUtf8,
         ErrorKind::Oversized,
         ErrorKind::Framing,
         ErrorKind::Io,
         ErrorKind::ConnectionLimit,
+        ErrorKind::Protocol,
+        ErrorKind::Decompression,
+        ErrorKind::Auth,
+        ErrorKind::Ack,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -46,6 +59,10 @@ impl ErrorKind {
             ErrorKind::Framing => "framing",
             ErrorKind::Io => "io",
             ErrorKind::ConnectionLimit => "connection_limit",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::Decompression => "decompression",
+            ErrorKind::Auth => "auth",
+            ErrorKind::Ack => "ack",
         }
     }
 }
@@ -61,14 +78,20 @@ pub enum DiscardReason {
     DownstreamClosed,
     /// A sink failed to write them.
     WriteFailed,
+    /// Well-formed input that is no valid event (a forward entry whose time is a float).
+    Invalid,
+    /// Input of a kind the source does not handle (forward metrics and traces signals).
+    Unsupported,
 }
 
 impl DiscardReason {
-    const ALL: [DiscardReason; 4] = [
+    const ALL: [DiscardReason; 6] = [
         DiscardReason::QueueFull,
         DiscardReason::Filtered,
         DiscardReason::DownstreamClosed,
         DiscardReason::WriteFailed,
+        DiscardReason::Invalid,
+        DiscardReason::Unsupported,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -77,6 +100,8 @@ impl DiscardReason {
             DiscardReason::Filtered => "filtered",
             DiscardReason::DownstreamClosed => "downstream_closed",
             DiscardReason::WriteFailed => "write_failed",
+            DiscardReason::Invalid => "invalid",
+            DiscardReason::Unsupported => "unsupported",
         }
     }
 }

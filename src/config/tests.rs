@@ -156,7 +156,9 @@ fn valid_yaml_becomes_runtime_types() {
     assert_eq!(c.shutdown_timeout, std::time::Duration::from_secs(90));
     let ids: Vec<&str> = c.sources.iter().map(|s| s.id.as_str()).collect();
     assert_eq!(ids, ["tcp_in", "udp_in"], "file order is kept");
-    let SourceConfig::Syslog(tcp) = &c.source("tcp_in").unwrap().config;
+    let SourceConfig::Syslog(tcp) = &c.source("tcp_in").unwrap().config else {
+        panic!("a syslog source")
+    };
     assert_eq!(tcp.address, "0.0.0.0:6514".parse().unwrap());
     assert_eq!(tcp.framing, Framing::OctetCounting);
     assert_eq!(tcp.max_length, 65536);
@@ -164,7 +166,9 @@ fn valid_yaml_becomes_runtime_types() {
     assert_eq!(tcp.receive_buffer, Some(4 << 20));
     assert!(tcp.strict);
     assert_eq!(tcp.timezone, TimeZoneSetting::Fixed(7200));
-    let SourceConfig::Syslog(udp) = &c.source("udp_in").unwrap().config;
+    let SourceConfig::Syslog(udp) = &c.source("udp_in").unwrap().config else {
+        panic!("a syslog source")
+    };
     assert_eq!(udp.format, SyslogFormat::Rfc5424);
     assert_eq!(
         (udp.framing, udp.max_length, udp.max_connections),
@@ -226,7 +230,9 @@ fn default_config_parses() {
     let ids: Vec<&str> = parsed.sources.iter().map(|s| s.id.as_str()).collect();
     assert_eq!(ids, ["syslog_tcp", "syslog_udp"]);
     for source in &parsed.sources {
-        let SourceConfig::Syslog(s) = &source.config;
+        let SourceConfig::Syslog(s) = &source.config else {
+            panic!("a syslog source")
+        };
         assert_eq!(s.address, "127.0.0.1:5514".parse().unwrap());
     }
     let archive = parsed.sink("archive").unwrap();
@@ -308,7 +314,7 @@ fn broken_configs_exact_positions_and_hints() {
             7,
             3,
             "sink `out` has no `type`",
-            "add `type: file` (one of: file, console, blackhole)",
+            "add `type: file` (one of: file, console, blackhole, fluent)",
         ),
         (
             format!("{SRC}sinks:\n  out:\n    type: console\n    inputs: [inn]\n"),
@@ -548,7 +554,9 @@ sinks:
 fn interpolation_in_the_pipeline() {
     let text = "sources:\n  in:\n    type: syslog\n    mode: udp\n    address: \"${HOST:-127.0.0.1}:${PORT}\"\n    # ${NOT_SET} is only a comment\nsinks:\n  out:\n    type: file\n    inputs: [in]\n    path: \"cost-$$5.log\"\n";
     let c = ok(text);
-    let SourceConfig::Syslog(s) = &c.source("in").unwrap().config;
+    let SourceConfig::Syslog(s) = &c.source("in").unwrap().config else {
+        panic!("a syslog source")
+    };
     assert_eq!(s.address, "127.0.0.1:6514".parse().unwrap());
     let SinkConfig::File(f) = &c.sink("out").unwrap().config else {
         panic!()

@@ -3,3 +3,12 @@
 
 pub mod listener;
 pub mod udp;
+
+/// The machine's host name (what the forward handshake calls `self_hostname` by default).
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "loghaul".to_owned())
+}

@@ -12,6 +12,8 @@ pub mod blackhole;
 pub mod console;
 pub mod encoder;
 pub mod file;
+pub mod fluent;
+pub mod template;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -25,6 +27,7 @@ loghaul_config::component_set! {
         File(file::FileSinkConfig),
         Console(console::ConsoleSinkConfig),
         Blackhole(blackhole::BlackholeSinkConfig),
+        Fluent(fluent::FluentSinkConfig),
     }
 }
 

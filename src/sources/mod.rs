@@ -4,6 +4,7 @@
 //! (schema and validation) and [`BuildSource`] (bind, then run), registered by one line in
 //! [`SourceConfig`] (see `docs/adding-a-component.md`).
 
+pub mod fluent;
 pub mod syslog;
 
 use std::sync::Arc;
@@ -15,6 +16,7 @@ loghaul_config::component_set! {
     /// Every source type.
     pub enum SourceConfig: Source as dyn BuildSource {
         Syslog(syslog::SyslogSourceConfig),
+        Fluent(fluent::FluentSourceConfig),
     }
 }
 

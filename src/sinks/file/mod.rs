@@ -27,16 +27,16 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use loghaul_config::{TemplatePart, push_path_component};
+use loghaul_config::TemplatePart;
 use loghaul_core::finalizer::Ack;
-use loghaul_core::names::{facility_name, severity_name};
-use loghaul_core::{BatchStatus, Event, EventBatch, OptSpan, Value};
+use loghaul_core::{BatchStatus, Event, EventBatch};
 
 pub mod config;
 
 pub use config::FileSinkConfig;
 
 use super::encoder::{BufferPool, LineEncoder};
+use super::template::push_field;
 use super::{BuildSink, BuiltSink, ReopenGeneration, SinkContext};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::pipeline::{Delivery, Input, Prepare, Prepared};
@@ -501,65 +501,6 @@ fn open_append(path: &Path) -> std::io::Result<File> {
         std::fs::create_dir_all(dir)?;
     }
     OpenOptions::new().create(true).append(true).open(path)
-}
-
-/// Appends a field's value to a path, made safe by [`push_path_component`].
-///
-/// A name the event's record has (a top-level key, or a dotted path into it) renders the
-/// record's value, as in JSON output, where the record's keys shadow loghaul's own; otherwise
-/// it is one of loghaul's fields. Scalars render as their text (`42`, `1.5`, `true`); maps,
-/// arrays, null and absent fields render as `-`.
-fn push_field(out: &mut String, batch: &EventBatch, event: &Event, name: &str) {
-    let owned;
-    let value: &[u8] = match batch.lookup(event, name) {
-        Some(Value::Str(s) | Value::Bytes(s)) => batch.str(s),
-        Some(Value::Bool(true)) => b"true",
-        Some(Value::Bool(false)) => b"false",
-        Some(Value::Int(i)) => {
-            owned = i.to_string();
-            owned.as_bytes()
-        }
-        Some(Value::UInt(u)) => {
-            owned = u.to_string();
-            owned.as_bytes()
-        }
-        Some(Value::Float(f)) if f.is_finite() => {
-            owned = f.to_string();
-            owned.as_bytes()
-        }
-        Some(_) => b"",
-        None => {
-            let span = |s: OptSpan| s.get().map_or(&[][..], |s| batch.str(s));
-            match name {
-                "hostname" => span(event.hostname),
-                "appname" => span(event.appname),
-                "procid" => span(event.procid),
-                "msgid" => span(event.msgid),
-                "tag" => span(event.tag),
-                "message" => span(event.message),
-                "facility" => event
-                    .facility
-                    .and_then(facility_name)
-                    .unwrap_or("")
-                    .as_bytes(),
-                "severity" => event
-                    .severity
-                    .and_then(severity_name)
-                    .unwrap_or("")
-                    .as_bytes(),
-                "source_type" => batch.source_type.as_bytes(),
-                "source_ip" => {
-                    owned = batch
-                        .source_ip(event)
-                        .map(|ip| ip.to_string())
-                        .unwrap_or_default();
-                    owned.as_bytes()
-                }
-                _ => b"",
-            }
-        }
-    };
-    push_path_component(out, value);
 }
 
 #[cfg(test)]

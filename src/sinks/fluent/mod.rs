@@ -1,0 +1,522 @@
+//! The `fluent` sink: events to Fluentd forward-protocol servers (Fluentd, Fluent Bit, another
+//! loghaul) as PackedForward requests, acknowledged, balanced over several servers with
+//! failover to standbys.
+//!
+//! ```text
+//! senders (Prepare) ─► entries per batch ─► sink task: requests by tag, ≤ max_events/max_bytes
+//!   ─► ready queue ─► a server picked by load_balance ─► link task ─► server
+//!   ◄─ Acked: the requests' acks are committed  /  Failed: back to the front of the ready queue
+//! ```
+//!
+//! Encoding entries is the senders' work (the sink's [`Prepare`] step, on the runtime's
+//! workers); the sink task only cuts them into requests and routes them. A request carries the
+//! acks of every batch with events in it, so a batch counts as delivered only once every
+//! request holding its events was acknowledged by a server (`require_ack`), and a request that
+//! was not is sent again, to another server if its own is down: at least once, never lost while
+//! loghaul runs. When every server is down, requests wait, the input queue fills, and
+//! back-pressure reaches the sources.
+
+pub mod config;
+mod link;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use loghaul_codec::forward::{PackedStart, begin_packed, encode_entry, finish_packed};
+use loghaul_core::finalizer::Ack;
+use loghaul_core::{BatchStatus, EventBatch};
+use tokio::sync::mpsc;
+
+pub use config::FluentSinkConfig;
+use config::{Compression, LoadBalance};
+use link::{LinkEvent, Outgoing};
+
+use super::encoder::BufferPool;
+use super::{BuildSink, BuiltSink, SinkContext, SinkThread};
+use crate::metrics::{ComponentMetrics, Health};
+use crate::pipeline::{Delivery, Input, Prepare, Prepared, QUEUE_BATCHES};
+
+/// Closed requests waiting for a server beyond which the sink stops taking batches (they wait
+/// in its input queue instead, and back-pressure reaches the sources).
+const MAX_READY: usize = 2;
+
+/// The senders' part: a batch's entries, and where each event's entry ends.
+pub struct FluentEncoder {
+    time_as_integer: bool,
+    pool: BufferPool,
+}
+
+impl Prepare for FluentEncoder {
+    fn prepare(&self, batch: &EventBatch) -> Prepared {
+        let mut bytes = self.pool.take();
+        bytes.reserve(batch.arena.len() + 64 * batch.len());
+        let mut ends = Vec::with_capacity(batch.len());
+        for event in &batch.events {
+            encode_entry(batch, event, self.time_as_integer, &mut bytes);
+            ends.push(u32::try_from(bytes.len()).unwrap_or(u32::MAX));
+        }
+        Prepared { bytes, ends }
+    }
+}
+
+impl BuildSink for FluentSinkConfig {
+    fn build(&self, cx: SinkContext) -> anyhow::Result<BuiltSink> {
+        let encoder = Arc::new(FluentEncoder {
+            time_as_integer: self.time_as_integer,
+            pool: BufferPool::default(),
+        });
+        let prepare: Arc<dyn Prepare> = encoder.clone();
+        let config = Arc::new(self.clone());
+        let metrics = cx.metrics;
+        Ok(BuiltSink {
+            prepare: Some(prepare),
+            queue_batches: QUEUE_BATCHES,
+            // Network I/O only: a task on the main runtime.
+            thread: SinkThread::Shared,
+            run: Box::new(move |input| Box::pin(run(config, metrics, encoder, input))),
+        })
+    }
+}
+
+/// A request being filled.
+struct Open {
+    tag: Vec<u8>,
+    request: Vec<u8>,
+    start: PackedStart,
+    events: usize,
+    acks: Vec<Ack>,
+    /// The delivery whose ack this request holds last, so each gets one ack per request.
+    last_delivery: u64,
+}
+
+/// A request ready to send (or to send again).
+struct Chunk {
+    id: Bytes,
+    request: Bytes,
+    events: usize,
+    acks: Vec<Ack>,
+}
+
+/// What the sink knows of one server.
+struct LinkState {
+    tx: mpsc::Sender<Outgoing>,
+    up: bool,
+    in_flight: usize,
+    weight: i64,
+    standby: bool,
+    /// Smooth weighted round robin's running weight.
+    current: i64,
+}
+
+struct Sink {
+    config: Arc<FluentSinkConfig>,
+    metrics: Arc<ComponentMetrics>,
+    encoder: Arc<FluentEncoder>,
+    open: Option<Open>,
+    ready: VecDeque<Chunk>,
+    in_flight: HashMap<u64, (usize, Chunk)>,
+    links: Vec<LinkState>,
+    next_seq: u64,
+    deliveries: u64,
+    tags: Tags,
+}
+
+/// How an event's tag is found.
+struct Tags {
+    template: Option<loghaul_config::PathTemplate>,
+    scratch: String,
+    default: Vec<u8>,
+}
+
+impl Tags {
+    /// The tag of `event`: the configured template, else its own, else `loghaul.SOURCE_TYPE`.
+    fn of<'b>(&'b mut self, batch: &'b EventBatch, event: &loghaul_core::Event) -> &'b [u8] {
+        if let Some(template) = &self.template {
+            super::template::render(template, batch, event, &mut self.scratch);
+            return self.scratch.as_bytes();
+        }
+        if let Some(tag) = event.tag.get() {
+            return batch.str(tag);
+        }
+        self.default.clear();
+        self.default.extend_from_slice(b"loghaul.");
+        self.default.extend_from_slice(batch.source_type.as_bytes());
+        &self.default
+    }
+}
+
+async fn run(
+    config: Arc<FluentSinkConfig>,
+    metrics: Arc<ComponentMetrics>,
+    encoder: Arc<FluentEncoder>,
+    mut input: Input,
+) {
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let mut links = Vec::new();
+    for (i, server) in config.servers.iter().enumerate() {
+        let (tx, rx) = mpsc::channel(config.max_in_flight);
+        tokio::spawn(link::run(i, config.clone(), rx, events_tx.clone()));
+        links.push(LinkState {
+            tx,
+            up: false,
+            in_flight: 0,
+            weight: i64::from(server.weight),
+            standby: server.standby,
+            current: 0,
+        });
+    }
+    drop(events_tx);
+    let config_tag = config.tag.clone();
+    let mut sink = Sink {
+        config,
+        metrics,
+        encoder,
+        open: None,
+        ready: VecDeque::new(),
+        in_flight: HashMap::new(),
+        links,
+        next_seq: 0,
+        deliveries: 0,
+        tags: Tags {
+            template: config_tag,
+            scratch: String::new(),
+            default: Vec::new(),
+        },
+    };
+    sink.metrics.set_health(Health::Running, None);
+    let mut input_open = true;
+    loop {
+        sink.dispatch();
+        if !input_open && sink.ready.is_empty() && sink.in_flight.is_empty() {
+            break;
+        }
+        let take = input_open && sink.ready.len() < MAX_READY;
+        tokio::select! {
+            biased;
+            event = events.recv() => match event {
+                Some(event) => sink.on_link(event),
+                None => break,
+            },
+            delivery = input.recv(), if take => match delivery {
+                Some(delivery) => {
+                    sink.add(delivery);
+                    // Take what is queued now into the same request (bounded by max_events
+                    // and max_bytes), then send: large requests under load, no wait when quiet.
+                    while sink.ready.len() < MAX_READY && let Some(d) = input.try_recv() {
+                        sink.add(d);
+                    }
+                    sink.close_open();
+                }
+                None => {
+                    input_open = false;
+                    sink.close_open();
+                }
+            },
+        }
+    }
+    // Dropping the senders ends the links.
+    sink.links.clear();
+    sink.metrics.set_health(Health::Stopped, None);
+}
+
+impl Sink {
+    /// Cuts one delivery's entries into requests by tag and size.
+    fn add(&mut self, delivery: Delivery) {
+        let Delivery {
+            batch,
+            prepared,
+            ack,
+        } = delivery;
+        let prepared = match prepared {
+            Some(p) if p.ends.len() == batch.len() => p,
+            _ => self.encoder.prepare(&batch),
+        };
+        self.deliveries += 1;
+        let delivery_id = self.deliveries;
+        let mut ack = Some(ack);
+        let mut start = 0usize;
+        for (i, event) in batch.events.iter().enumerate() {
+            let end = prepared.ends.get(i).map_or(start, |e| *e as usize);
+            let entry = prepared.bytes.get(start..end).unwrap_or_default();
+            start = end;
+            let tag = self.tags.of(&batch, event);
+            if self.open.as_ref().is_none_or(|o| o.tag != tag) {
+                let tag = tag.to_vec();
+                self.close_open();
+                self.open_request(tag);
+            }
+            let Some(open) = self.open.as_mut() else {
+                continue;
+            };
+            if open.last_delivery != delivery_id {
+                open.last_delivery = delivery_id;
+                open.acks
+                    .push(ack.take().unwrap_or_else(|| batch.finalizer.ack()));
+            }
+            open.request.extend_from_slice(entry);
+            open.events += 1;
+            let full = open.events >= self.config.max_events
+                || open.request.len() - open.start_len() >= self.config.max_bytes;
+            if full {
+                let tag = open.tag.clone();
+                self.close_open();
+                if i + 1 < batch.len() {
+                    self.open_request(tag);
+                }
+            }
+        }
+        if let Some(ack) = ack {
+            // A batch with no events (or none left to route) is done.
+            ack.commit(BatchStatus::Delivered);
+        }
+        self.encoder.pool.put(prepared.bytes);
+    }
+
+    fn open_request(&mut self, tag: Vec<u8>) {
+        let mut request = self.encoder.pool.take();
+        let start = begin_packed(&mut request, &tag);
+        self.open = Some(Open {
+            tag,
+            request,
+            start,
+            events: 0,
+            acks: Vec::new(),
+            last_delivery: 0,
+        });
+    }
+
+    /// Finishes the open request, if any, and queues it.
+    fn close_open(&mut self) {
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        if open.events == 0 {
+            self.encoder.pool.put(open.request);
+            for ack in open.acks {
+                ack.commit(BatchStatus::Delivered);
+            }
+            return;
+        }
+        let mut id = Vec::new();
+        if self.config.require_ack {
+            id = chunk_id();
+        }
+        let chunk = (!id.is_empty()).then_some(&id[..]);
+        let gzip = self.config.compression == Compression::Gzip;
+        let entries_at = open.start_len();
+        let mut request = open.request;
+        if gzip {
+            let compressed = gzip_bytes(request.get(entries_at..).unwrap_or_default());
+            request.truncate(entries_at);
+            request.extend_from_slice(&compressed);
+        }
+        finish_packed(&mut request, open.start, open.events, chunk, gzip);
+        self.ready.push_back(Chunk {
+            id: Bytes::from(id),
+            request: Bytes::from(request),
+            events: open.events,
+            acks: open.acks,
+        });
+    }
+
+    /// Hands ready requests to servers with room, as `load_balance` says.
+    fn dispatch(&mut self) {
+        while !self.ready.is_empty() {
+            let Some(i) = self.pick() else {
+                return;
+            };
+            let Some(chunk) = self.ready.pop_front() else {
+                return;
+            };
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            let out = Outgoing {
+                seq,
+                chunk: chunk.id.clone(),
+                bytes: chunk.request.clone(),
+            };
+            match self.links.get(i).map(|l| l.tx.try_send(out)) {
+                Some(Ok(())) => {
+                    if let Some(l) = self.links.get_mut(i) {
+                        l.in_flight += 1;
+                    }
+                    self.in_flight.insert(seq, (i, chunk));
+                }
+                _ => {
+                    // The link is busy handing back requests: try again on its next event.
+                    self.ready.push_front(chunk);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The server for the next request: among the primaries that are up (or, when none is,
+    /// the standbys that are up), one with room, by weighted round robin or by fewest
+    /// requests outstanding. `None` when none has room.
+    fn pick(&mut self) -> Option<usize> {
+        let any_primary_up = self.links.iter().any(|l| l.up && !l.standby);
+        let max = self.config.max_in_flight;
+        let candidates: Vec<usize> = (0..self.links.len())
+            .filter(|&i| {
+                let l = &self.links[i];
+                l.up && l.standby != any_primary_up && l.in_flight < max
+            })
+            .collect();
+        if candidates.is_empty() {
+            return None;
+        }
+        match self.config.load_balance {
+            LoadBalance::RoundRobin => {
+                // Smooth weighted round robin (nginx's): each pick adds every weight to its
+                // running total and takes the largest, which then pays the sum back.
+                let total: i64 = candidates.iter().map(|&i| self.links[i].weight).sum();
+                let mut best = candidates[0];
+                for &i in &candidates {
+                    self.links[i].current += self.links[i].weight;
+                    if self.links[i].current > self.links[best].current {
+                        best = i;
+                    }
+                }
+                self.links[best].current -= total;
+                Some(best)
+            }
+            LoadBalance::LeastOutstanding => candidates
+                .iter()
+                .copied()
+                .min_by_key(|&i| (self.links[i].in_flight, self.links[i].current))
+                .inspect(|&i| self.links[i].current += 1),
+        }
+    }
+
+    fn on_link(&mut self, event: LinkEvent) {
+        match event {
+            LinkEvent::Up(i) => {
+                if let Some(l) = self.links.get_mut(i) {
+                    l.up = true;
+                }
+                let address = self.address(i);
+                tracing::info!(component = %self.metrics.id, server = %address, "Connected to forward server.");
+                self.metrics.set_health(Health::Running, None);
+            }
+            LinkEvent::Down(i, kind, reason) => {
+                let was_up = self.links.get(i).is_some_and(|l| l.up);
+                if let Some(l) = self.links.get_mut(i) {
+                    l.up = false;
+                }
+                self.metrics.error(kind, 1);
+                let address = self.address(i);
+                if was_up {
+                    tracing::warn!(component = %self.metrics.id, server = %address, %reason, "Forward server is down; its requests go to the others.");
+                } else {
+                    crate::warn_limited!(self.metrics, server = %address, %reason, "Cannot reach forward server.");
+                }
+                if !self.links.iter().any(|l| l.up) {
+                    self.metrics.set_health(
+                        Health::Degraded,
+                        Some(format!("no forward server is up (last: {reason})")),
+                    );
+                }
+            }
+            LinkEvent::Acked(i, seq) => {
+                if let Some(l) = self.links.get_mut(i) {
+                    l.in_flight = l.in_flight.saturating_sub(1);
+                }
+                if let Some((_, chunk)) = self.in_flight.remove(&seq) {
+                    self.metrics.sent(chunk.events, chunk.request.len());
+                    for ack in chunk.acks {
+                        ack.commit(BatchStatus::Delivered);
+                    }
+                }
+            }
+            LinkEvent::Failed(i, seqs) => {
+                if let Some(l) = self.links.get_mut(i) {
+                    l.in_flight = l.in_flight.saturating_sub(seqs.len());
+                }
+                // Back to the front, in the order they were sent.
+                for seq in seqs.iter().rev() {
+                    if let Some((_, chunk)) = self.in_flight.remove(seq) {
+                        self.ready.push_front(chunk);
+                    }
+                }
+            }
+        }
+    }
+
+    fn address(&self, i: usize) -> &str {
+        self.config
+            .servers
+            .get(i)
+            .map_or("?", |s| s.address.as_str())
+    }
+}
+
+impl Open {
+    /// Where the entries start in `request`.
+    fn start_len(&self) -> usize {
+        self.start.entries_at()
+    }
+}
+
+/// A fresh chunk id: base64 of 16 random bytes, as fluentd's and Fluent Bit's.
+fn chunk_id() -> Vec<u8> {
+    let mut raw = [0u8; 16];
+    if getrandom::fill(&mut raw).is_err() {
+        // Ids only need to differ between requests in flight on one connection.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        raw = nanos.to_le_bytes();
+    }
+    base64(&raw)
+}
+
+fn base64(bytes: &[u8]) -> Vec<u8> {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = Vec::with_capacity(bytes.len().div_ceil(3) * 4);
+    for group in bytes.chunks(3) {
+        let b = [
+            group[0],
+            *group.get(1).unwrap_or(&0),
+            *group.get(2).unwrap_or(&0),
+        ];
+        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for k in 0..4 {
+            if k <= group.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * k) & 63) as usize]);
+            } else {
+                out.push(b'=');
+            }
+        }
+    }
+    out
+}
+
+fn gzip_bytes(data: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut encoder = flate2::write::GzEncoder::new(
+        Vec::with_capacity(data.len() / 4),
+        flate2::Compression::fast(),
+    );
+    // Writing to a Vec cannot fail.
+    let _ = encoder.write_all(data);
+    encoder.finish().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_ids_are_base64_of_16_bytes() {
+        assert_eq!(base64(b"Man"), b"TWFu");
+        assert_eq!(base64(b"Ma"), b"TWE=");
+        assert_eq!(base64(b"M"), b"TQ==");
+        let id = chunk_id();
+        assert_eq!(id.len(), 24);
+        assert!(id.ends_with(b"=="));
+        assert_ne!(chunk_id(), id);
+    }
+}
