@@ -256,6 +256,13 @@ pub struct PackedStart {
     len_at: usize,
 }
 
+impl PackedStart {
+    /// Where the entries start in the request.
+    pub fn entries_at(self) -> usize {
+        self.len_at + 4
+    }
+}
+
 /// Starts a `[tag, bin32(entries), option]` request: append the entries after this, then call
 /// [`finish_packed`].
 pub fn begin_packed(out: &mut Vec<u8>, tag: &[u8]) -> PackedStart {
