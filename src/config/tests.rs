@@ -228,19 +228,24 @@ fn default_config_parses() {
     let parsed = default_config().unwrap();
     assert!(parsed.warnings().is_empty());
     let ids: Vec<&str> = parsed.sources.iter().map(|s| s.id.as_str()).collect();
-    assert_eq!(ids, ["syslog_tcp", "syslog_udp"]);
-    for source in &parsed.sources {
+    assert_eq!(ids, ["syslog_tcp", "syslog_udp", "forward"]);
+    for source in &parsed.sources[..2] {
         let SourceConfig::Syslog(s) = &source.config else {
             panic!("a syslog source")
         };
         assert_eq!(s.address, "127.0.0.1:5514".parse().unwrap());
     }
+    let SourceConfig::Fluent(forward) = &parsed.sources[2].config else {
+        panic!("a fluent source")
+    };
+    assert_eq!(forward.address, "127.0.0.1:24224".parse().unwrap());
+    assert!(forward.security.is_none());
     let archive = parsed.sink("archive").unwrap();
     let SinkConfig::File(f) = &archive.config else {
         panic!("default has a file sink")
     };
     assert_eq!(f.path_raw, "./loghaul-data/%Y-%m-%d.jsonl");
-    assert_eq!(archive.inputs, ["syslog_tcp", "syslog_udp"]);
+    assert_eq!(archive.inputs, ["syslog_tcp", "syslog_udp", "forward"]);
     assert_eq!(
         parsed.api,
         Some(ApiConfig {
