@@ -1,0 +1,89 @@
+//! Fuzz the forward-protocol source's whole read path: the first byte picks a chunk size, the
+//! rest is a connection's stream. It is split into requests (read by read, as a connection
+//! would), each request decoded (all modes, gzip and zstd entries, bounded by small limits),
+//! and every event encoded to JSON and back to a forward entry. Splitting must not depend on
+//! how the reads cut the stream, spans must stay in the arena, JSON must be valid UTF-8, and
+//! re-encoded entries must decode again.
+#![no_main]
+
+use bytes::{Bytes, BytesMut};
+use libfuzzer_sys::fuzz_target;
+use loghaul_codec::encode_json;
+use loghaul_codec::forward::{Decoder, Limits, Splitter, begin_packed, encode_entry, finish_packed};
+use loghaul_core::EventBatch;
+
+const MAX_REQUEST: usize = 64 * 1024;
+const LIMITS: Limits = Limits {
+    max_decompressed_size: 256 * 1024,
+};
+
+/// Request lengths of `stream` fed `step` bytes at a time, and whether it ended in an error.
+fn split(stream: &[u8], step: usize) -> (Vec<usize>, bool) {
+    let mut s = Splitter::new(MAX_REQUEST);
+    let (mut lens, mut start, mut end) = (Vec::new(), 0, 0);
+    while end < stream.len() {
+        end = (end + step).min(stream.len());
+        loop {
+            match s.split(&stream[start..end]) {
+                Ok(Some(n)) => {
+                    lens.push(n);
+                    start += n;
+                }
+                Ok(None) => break,
+                Err(_) => return (lens, true),
+            }
+        }
+    }
+    (lens, false)
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&first, stream)) = data.split_first() else {
+        return;
+    };
+    let whole = split(stream, usize::MAX);
+    let step = usize::from(first % 97) + 1;
+    assert_eq!(split(stream, step), whole, "the reads changed the requests");
+
+    let mut buf = BytesMut::from(stream);
+    let mut arena = BytesMut::new();
+    let mut batch = EventBatch::new(Bytes::new(), "fuzz".into(), "fluent");
+    batch.peers.push([127, 0, 0, 1].into());
+    let mut decoder = Decoder::new(LIMITS);
+    for n in whole.0 {
+        let start = arena.len();
+        arena.unsplit(buf.split_to(n));
+        if decoder.decode(&mut arena, start, start + n, &mut batch, 0).is_err() {
+            break;
+        }
+    }
+    batch.arena = arena.freeze();
+    let mut json = Vec::new();
+    let mut request = Vec::new();
+    let packed = begin_packed(&mut request, b"fuzz");
+    for event in &batch.events {
+        for span in [event.message.get(), event.tag.get()].into_iter().flatten() {
+            assert!(span.start <= span.end && span.end as usize <= batch.arena.len());
+        }
+        for field in batch.fields_of(event) {
+            assert!(field.name.end as usize <= batch.arena.len());
+        }
+        json.clear();
+        encode_json(&batch, event, &mut json);
+        assert!(std::str::from_utf8(&json).is_ok(), "JSON output is UTF-8");
+        encode_entry(&batch, event, false, &mut request);
+    }
+    finish_packed(&mut request, packed, batch.len(), Some(b"c"), false);
+    // What loghaul sends on must read back as the same number of events.
+    let mut again = BytesMut::from(&request[..]);
+    let mut s = Splitter::new(usize::MAX);
+    let Ok(Some(n)) = s.split(&again) else {
+        panic!("an encoded request is one complete value");
+    };
+    assert_eq!(n, again.len());
+    let mut out = EventBatch::new(Bytes::new(), "fuzz".into(), "fluent");
+    let r = Decoder::new(LIMITS)
+        .decode(&mut again, 0, n, &mut out, 0)
+        .unwrap_or_else(|e| panic!("re-encoded request: {e}"));
+    assert_eq!(r.events, batch.len(), "re-encoded events decode again");
+});
