@@ -66,18 +66,22 @@ pub async fn run(
         .unwrap_or_default();
     let mut backoff = RECONNECT_MIN;
     loop {
-        let reason = match connect(&address, &config).await {
+        let (kind, reason, failed) = match connect(&address, &config).await {
             Ok(stream) => {
                 backoff = RECONNECT_MIN;
                 let _ = events.send(LinkEvent::Up(index));
-                match serve(index, stream, &config, &mut rx, &events).await {
+                match serve(stream, &config, &mut rx, &events, index).await {
                     Ended::Closed => return,
-                    Ended::Broken(kind, reason) => (kind, reason),
+                    Ended::Broken(kind, reason, failed) => (kind, reason, failed),
                 }
             }
-            Err(reason) => reason,
+            Err((kind, reason)) => (kind, reason, Vec::new()),
         };
-        let _ = events.send(LinkEvent::Down(index, reason.0, reason.1));
+        // Down first, so the sink does not hand the failed requests straight back to this link.
+        let _ = events.send(LinkEvent::Down(index, kind, reason));
+        if !failed.is_empty() {
+            let _ = events.send(LinkEvent::Failed(index, failed));
+        }
         // Down: hand back whatever reaches us until it is time to try again.
         let until = Instant::now() + backoff;
         backoff = (backoff * 2).min(config.reconnect_max_interval);
@@ -96,7 +100,8 @@ pub async fn run(
 enum Ended {
     /// The sink is done with this link.
     Closed,
-    Broken(ErrorKind, String),
+    /// The connection broke: what kind of failure, why, and the requests it did not get acked.
+    Broken(ErrorKind, String, Vec<u64>),
 }
 
 /// Connects and, with a shared key, completes the handshake.
@@ -198,11 +203,11 @@ async fn client_handshake(
 
 /// Writes requests and reads their acks until the connection breaks or the sink is done.
 async fn serve(
-    index: usize,
     stream: TcpStream,
     config: &FluentSinkConfig,
     rx: &mut mpsc::Receiver<Outgoing>,
     events: &mpsc::UnboundedSender<LinkEvent>,
+    index: usize,
 ) -> Ended {
     let (mut rd, mut wr) = stream.into_split();
     let mut outstanding: VecDeque<(Outgoing, Instant)> = VecDeque::new();
@@ -274,10 +279,7 @@ async fn serve(
     while let Ok(o) = rx.try_recv() {
         failed.push(o.seq);
     }
-    if !failed.is_empty() {
-        let _ = events.send(LinkEvent::Failed(index, failed));
-    }
-    Ended::Broken(broken.0, broken.1)
+    Ended::Broken(broken.0, broken.1, failed)
 }
 
 async fn sleep_until_opt(deadline: Option<Instant>) {

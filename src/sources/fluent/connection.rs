@@ -76,6 +76,7 @@ pub async fn serve(mut conn: Conn, ctx: Arc<FluentContext>) {
         pending: VecDeque::new(),
         ctx,
         close: false,
+        failed: false,
     };
     c.run(&mut conn, &mut buf).await;
 }
@@ -86,8 +87,10 @@ struct Connection {
     splitter: Splitter,
     decoder: Decoder,
     pending: VecDeque<Pending>,
-    /// Stop reading: the stream broke or an ack could not be given.
+    /// Stop reading: the stream broke, or an ack could not be given.
     close: bool,
+    /// An ack could not be given: answer nothing more on this connection.
+    failed: bool,
 }
 
 impl Connection {
@@ -131,8 +134,9 @@ impl Connection {
             self.ctx.metrics.error(ErrorKind::Protocol, 1);
             crate::warn_limited!(self.ctx.metrics, peer = %self.peer, bytes = buf.len(), "A forward connection ended in the middle of a request.");
         }
-        // Answer what is owed before closing: the client is waiting for these.
-        while !self.pending.is_empty() && !self.close {
+        // Answer what is owed before closing (the requests before a broken one too): the client
+        // is waiting for these.
+        while !self.pending.is_empty() && !self.failed {
             let status = front_status(&mut self.pending).await;
             if let Some(front) = self.pending.front_mut() {
                 front.status = None;
@@ -250,6 +254,7 @@ impl Connection {
                 crate::warn_limited!(self.ctx.metrics, peer = %self.peer, ?status, requests, "Withheld acks for events a sink did not commit; closing the connection so the client resends them.");
                 self.pending.clear();
                 self.close = true;
+                self.failed = true;
                 break;
             }
             for chunk in &front.chunks {
@@ -264,6 +269,7 @@ impl Connection {
             crate::warn_limited!(self.ctx.metrics, %error, peer = %self.peer, "Failed to write acks to a forward client.");
             self.pending.clear();
             self.close = true;
+            self.failed = true;
         }
     }
 
