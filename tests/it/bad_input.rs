@@ -1,4 +1,4 @@
-//! The "Bad input" list, one regression test each. Every test asserts three things:
+//! Hostile and broken syslog input, one regression test each. Every test asserts three things:
 //! (a) a well-behaved client sending during or after the bad one is still served (its event
 //! arrives), (b) the matching metric counted the bad input, and (c) the server did not crash:
 //! `/health` is 200 at the end and SIGTERM ends it with exit 0.

@@ -1,4 +1,4 @@
-//! Acceptance 1: util-linux `logger` (a real client) sends RFC 3164 and RFC 5424 over TCP (newline
+//! util-linux `logger` (a real client) sends RFC 3164 and RFC 5424 over TCP (newline
 //! and octet-counted framing) and UDP; the file holds exactly the expected fields.
 //!
 //! What logger 2.38 puts on the wire (captured with a raw listener on this machine):

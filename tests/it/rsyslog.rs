@@ -1,4 +1,4 @@
-//! Acceptance 2: Debian's rsyslogd, with its own private config, relays 100,000 numbered
+//! Debian's rsyslogd, with its own private config, relays 100,000 numbered
 //! messages to loghaul with omfwd over TCP: all arrive, none twice.
 //!
 //! ```text

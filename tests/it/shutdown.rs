@@ -1,4 +1,4 @@
-//! Acceptance 4: clean shutdown loses nothing. 200,000 events over 4 TCP connections, SIGTERM
+//! Clean shutdown loses nothing: 200,000 events over 4 TCP connections, SIGTERM
 //! right after the last write returns (the bytes may still sit unread in the kernel's socket
 //! buffers), then the file must hold all 200,000, each once.
 //!

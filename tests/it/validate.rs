@@ -1,4 +1,4 @@
-//! Acceptance 5 and the config items of "Bad input": `loghaul validate` prints a located error
+//! Broken configurations: `loghaul validate` prints a located error
 //! (`FILE:LINE:COL: error: ...`) for every broken config and exits non-zero; `loghaul run` with
 //! a broken config fails the same way before it binds anything.
 //!
