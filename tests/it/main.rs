@@ -15,10 +15,16 @@
 
 mod harness;
 
+mod api;
 mod bad_input;
+mod config;
+mod console;
+mod file_sink;
 mod formats;
+mod framing;
+mod listener;
 mod logger;
-mod misc;
 mod rsyslog;
 mod shutdown;
+mod transforms;
 mod validate;

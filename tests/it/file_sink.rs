@@ -1,0 +1,205 @@
+//! The file sink: path templates (one file per field value and date, sanitised), reopening
+//! after rotation (SIGHUP, or a rename noticed by itself), and a path that cannot be written.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+#[test]
+fn file_path_template_one_file_per_appname_and_date_sanitised() {
+    let server = Server::start(
+        r#"api: { address: "127.0.0.1:{API}" }
+sources:
+  tcp_in: { type: syslog, mode: tcp, address: "127.0.0.1:{TCP}" }
+sinks:
+  out: { type: file, inputs: [tcp_in], path: "{DIR}/apps/%Y-%m-%d/{{ appname }}.jsonl", flush_interval: 100ms }
+"#,
+    );
+    let wire = [
+        "<13>1 2026-01-02T03:04:05Z host alpha - - - first alpha",
+        "<13>1 2026-01-02T03:04:06Z host beta - - - first beta",
+        "<13>1 2026-01-02T03:04:07Z host ../x - - - climbing out",
+        "<13>1 2025-12-31T23:59:59Z host alpha - - - alpha last year",
+        "<13>1 2026-01-02T03:04:08Z host alpha - - - second alpha",
+    ]
+    .map(|l| format!("{l}\n"))
+    .concat();
+    send_tcp(server.ports.tcp, wire.as_bytes());
+
+    let day = server.path("apps/2026-01-02");
+    let alpha = wait_lines(&day.join("alpha.jsonl"), 2, ARRIVE_TIMEOUT);
+    assert_eq!(
+        alpha.iter().map(message).collect::<Vec<_>>(),
+        ["first alpha", "second alpha"]
+    );
+    let beta = wait_lines(&day.join("beta.jsonl"), 1, ARRIVE_TIMEOUT);
+    assert_eq!(beta.iter().map(message).collect::<Vec<_>>(), ["first beta"]);
+    let last_year = wait_lines(
+        &server.path("apps/2025-12-31/alpha.jsonl"),
+        1,
+        ARRIVE_TIMEOUT,
+    );
+    assert_eq!(
+        message(&last_year[0]),
+        "alpha last year",
+        "strftime uses the event's timestamp (UTC)"
+    );
+
+    // `../x` stays inside the day directory under a sanitised name.
+    let names: BTreeSet<String> = std::fs::read_dir(&day)
+        .expect("read day dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names.len(),
+        3,
+        "three files expected in {}: {names:?}",
+        day.display()
+    );
+    let other = names
+        .iter()
+        .find(|n| *n != "alpha.jsonl" && *n != "beta.jsonl")
+        .expect("the ../x file");
+    assert!(
+        !other.contains('/') && other.ends_with(".jsonl"),
+        "sanitised name {other:?}"
+    );
+    let climbed = wait_lines(&day.join(other), 1, ARRIVE_TIMEOUT);
+    assert_eq!(message(&climbed[0]), "climbing out");
+    assert_eq!(
+        climbed[0]["appname"],
+        json!("../x"),
+        "the field itself is written as sent"
+    );
+    let top: BTreeSet<String> = std::fs::read_dir(server.dir.path())
+        .expect("read temp dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    let expected: BTreeSet<String> = ["apps", "loghaul.yaml", "loghaul.stderr", "loghaul.stdout"]
+        .map(String::from)
+        .into();
+    assert_eq!(top, expected, "nothing may be written outside apps/");
+    assert!(
+        !server.path("apps/x.jsonl").exists(),
+        "../x climbed out of the day directory"
+    );
+    server.finish();
+}
+
+/// Sends numbered lines over one connection, one every 50ms, until `new` holds a line (at most
+/// 200 lines); then checks that `old` holds a prefix and `new` the rest, each number once.
+fn rotation_keeps_order_and_loses_nothing(
+    server: &Server,
+    mut s: std::net::TcpStream,
+    first: u64,
+    old: &Path,
+) {
+    let new = server.out();
+    let mut next = first;
+    let mut reader = LineReader::new(&new);
+    let mut new_lines = 0;
+    for _ in 0..200 {
+        s.write_all(line3164(&format!("seq {next}")).as_bytes())
+            .expect("write");
+        next += 1;
+        new_lines += reader.read_new().len();
+        if new_lines > 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        new_lines > 0,
+        "no line reached a fresh {} after 200 lines: the file was not reopened",
+        new.display()
+    );
+    // Three more after the switch.
+    for _ in 0..3 {
+        s.write_all(line3164(&format!("seq {next}")).as_bytes())
+            .expect("write");
+        next += 1;
+    }
+    drop(s);
+    let deadline = Instant::now() + ARRIVE_TIMEOUT;
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..1000 {
+        a = sequence_numbers(old);
+        b = sequence_numbers(&new);
+        if (a.len() + b.len()) as u64 >= next || Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let all: Vec<u64> = a.iter().chain(&b).copied().collect();
+    assert_each_once(&all, next, "events across the rotated and the fresh file");
+    assert!(!a.is_empty() && !b.is_empty(), "old {a:?}, new {b:?}");
+    assert!(
+        a.iter().max() < b.iter().min(),
+        "the rotated file must hold the older events and the fresh one the newer: old {a:?}, new {b:?}"
+    );
+}
+
+#[test]
+fn sighup_reopens_output_file_after_rename() {
+    let server = Server::start(&syslog_config(""));
+    let mut s = connect(server.ports.tcp);
+    s.write_all(line3164("seq 0").as_bytes()).expect("write");
+    wait_lines(&server.out(), 1, ARRIVE_TIMEOUT);
+    let rotated = server.path("out.jsonl.1");
+    std::fs::rename(server.out(), &rotated).expect("mv out.jsonl out.jsonl.1");
+    server.signal("HUP");
+    rotation_keeps_order_and_loses_nothing(&server, s, 1, &rotated);
+    server.finish();
+}
+
+#[test]
+fn renamed_output_file_is_reopened_without_sighup() {
+    let server = Server::start(&syslog_config(""));
+    let mut s = connect(server.ports.tcp);
+    s.write_all(line3164("seq 0").as_bytes()).expect("write");
+    wait_lines(&server.out(), 1, ARRIVE_TIMEOUT);
+    let rotated = server.path("out.jsonl.1");
+    std::fs::rename(server.out(), &rotated).expect("mv out.jsonl out.jsonl.1");
+    rotation_keeps_order_and_loses_nothing(&server, s, 1, &rotated);
+    server.finish();
+}
+
+#[test]
+fn unwritable_file_sink_makes_health_503_and_counts() {
+    // The path's directory is a regular file, so the sink cannot open its file.
+    let server = Server::start(
+        r#"api: { address: "127.0.0.1:{API}" }
+sources:
+  tcp_in: { type: syslog, mode: tcp, address: "127.0.0.1:{TCP}" }
+sinks:
+  out: { type: file, inputs: [tcp_in], path: "{DIR}/loghaul.yaml/out.jsonl", flush_interval: 100ms }
+"#,
+    );
+    send_tcp(server.ports.tcp, line3164("nowhere to go").as_bytes());
+    server.wait_metric(
+        "loghaul_component_errors_total",
+        "out",
+        Some("kind=\"io\""),
+        1,
+    );
+    server.wait_metric(
+        "loghaul_component_discarded_events_total",
+        "out",
+        Some("reason=\"write_failed\""),
+        1,
+    );
+    let (code, body) = server.health();
+    assert_eq!(code, 503, "/health with a failing sink: {body}");
+    let v: Value = serde_json::from_str(&body)
+        .unwrap_or_else(|e| panic!("/health body is not JSON ({e}): {body}"));
+    assert_eq!(v["status"], json!("unhealthy"), "{body}");
+    assert!(
+        v["components"]["out"].is_string(),
+        "the failing component and its reason: {body}"
+    );
+}
