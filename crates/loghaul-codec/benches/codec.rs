@@ -1,5 +1,6 @@
-//! Codec benchmarks: parse + encode per event for typical RFC 3164 and RFC 5424 lines (measured
-//! over batches of 1000 frames, reported per element), and framing throughput over 1 MiB.
+//! Codec benchmarks: parse + encode per event for typical RFC 3164 and RFC 5424 lines and for a
+//! forward-protocol PackedForward request (measured over batches of 1000 events, reported per
+//! element), and framing throughput over 1 MiB.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -113,5 +114,80 @@ fn framing(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, parse_encode, framing);
+/// A PackedForward request of `BATCH` entries shaped like the lab's: EventTime and a record with
+/// a 100-byte message.
+fn packed_request() -> Vec<u8> {
+    use loghaul_codec::forward::msgpack::*;
+    let mut entries = Vec::new();
+    for i in 0..BATCH {
+        write_array_len(&mut entries, 2);
+        write_event_time(&mut entries, 1_795_326_819, 439_475_000 + i as u32);
+        write_map_len(&mut entries, 1);
+        write_str(&mut entries, b"message");
+        let msg = format!(
+            "gen=0 seq={i:010} t=1795326819448902 lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod"
+        );
+        write_str(&mut entries, &msg.as_bytes()[..100]);
+    }
+    let mut req = Vec::new();
+    write_array_len(&mut req, 3);
+    write_str(&mut req, b"bench.gen");
+    write_bin(&mut req, &entries);
+    write_map_len(&mut req, 1);
+    write_str(&mut req, b"size");
+    write_uint(&mut req, BATCH as u64);
+    req
+}
+
+fn forward(c: &mut Criterion) {
+    use bytes::BytesMut;
+    use loghaul_codec::forward::{Decoder as Fwd, Limits, Splitter, encode_entry};
+    let req = packed_request();
+    let limits = Limits {
+        max_decompressed_size: 1 << 30,
+    };
+    let mut group = c.benchmark_group("forward");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    let mut decoder = Fwd::new(limits);
+    let decode = |decoder: &mut Fwd| {
+        let mut arena = BytesMut::from(&req[..]);
+        let n = Splitter::new(1 << 24)
+            .split(&arena)
+            .ok()
+            .flatten()
+            .unwrap_or(0);
+        let mut batch = EventBatch::new(Bytes::new(), "bench".into(), "fluent");
+        batch.peers.push([192, 0, 2, 1].into());
+        decoder.decode(&mut arena, 0, n, &mut batch, 0).unwrap();
+        batch.arena = arena.freeze();
+        batch
+    };
+    group.bench_function("packed/split+decode", |b| {
+        b.iter(|| black_box(decode(&mut decoder).events.len()))
+    });
+    let batch = decode(&mut decoder);
+    assert_eq!(batch.len(), BATCH);
+    let mut out = Vec::with_capacity(BATCH * 512);
+    group.bench_function("packed/encode_json", |b| {
+        b.iter(|| {
+            out.clear();
+            for e in &batch.events {
+                encode_json(&batch, e, &mut out);
+            }
+            black_box(out.len())
+        })
+    });
+    group.bench_function("packed/encode_entry", |b| {
+        b.iter(|| {
+            out.clear();
+            for e in &batch.events {
+                encode_entry(&batch, e, false, &mut out);
+            }
+            black_box(out.len())
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, parse_encode, forward, framing);
 criterion_main!(benches);

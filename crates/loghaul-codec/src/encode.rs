@@ -192,15 +192,19 @@ fn encode_record_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
     let src = Src::of(batch);
     let fields = batch.fields_of(event);
     let shadow = shadowed(src, fields);
-    let own = |name: &str| {
-        let i = FIXED_FIELDS.iter().position(|f| *f == name).unwrap_or(0);
-        shadow & (1 << i) == 0
-    };
+    // By index into FIXED_FIELDS: a lookup by name per field cost a third of this path.
+    let own = |i: usize| shadow & (1 << i) == 0;
     let mut w = Writer::new(out, ROOM);
-    w.put_all(b"{");
-    let mut first = true;
-    let mut key = |w: &mut Writer<'_>, name: &[u8]| {
-        if !std::mem::take(&mut first) {
+    // The timestamp piece opens the object, as on the fast path.
+    let mut first = !own(0 /* timestamp */);
+    if first {
+        w.put_all(b"{");
+    } else {
+        w.timestamp(batch.time_of(event));
+        w.put_all(b"\"");
+    }
+    let key = |w: &mut Writer<'_>, first: &mut bool, name: &[u8]| {
+        if !std::mem::take(first) {
             w.put_all(b",");
         }
         w.put_all(b"\"");
@@ -213,76 +217,79 @@ fn encode_record_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
         w.escape(s, len);
         w.put_all(b"\"");
     };
-    if own("timestamp") {
-        key(&mut w, b"timestamp");
-        w.put_all(b"\"");
-        w.pos = with_vec(w.out, w.pos, |out| write_rfc3339(batch.time_of(event), out));
-        w.put_all(b"\"");
-    }
-    for (name, span) in [
-        ("hostname", event.hostname),
-        ("appname", event.appname),
-        ("procid", event.procid),
-        ("msgid", event.msgid),
+    for (i, name, span) in [
+        (1, "hostname", event.hostname),
+        (2, "appname", event.appname),
+        (3, "procid", event.procid),
+        (4, "msgid", event.msgid),
     ] {
         if let Some(span) = span.get()
-            && own(name)
+            && own(i)
         {
-            key(&mut w, name.as_bytes());
+            key(&mut w, &mut first, name.as_bytes());
             string(&mut w, span);
         }
     }
     if let Some(name) = event.facility.and_then(facility_name)
-        && own("facility")
+        && own(5 /* facility */)
     {
-        key(&mut w, b"facility");
+        key(&mut w, &mut first, b"facility");
         w.put_all(b"\"");
         w.copy(name.as_bytes());
         w.put_all(b"\"");
     }
     if let Some(name) = event.severity.and_then(severity_name)
-        && own("severity")
+        && own(6 /* severity */)
     {
-        key(&mut w, b"severity");
+        key(&mut w, &mut first, b"severity");
         w.put_all(b"\"");
         w.copy(name.as_bytes());
         w.put_all(b"\"");
     }
     if let Some(v) = event.version
-        && own("version")
+        && own(7 /* version */)
     {
-        key(&mut w, b"version");
+        key(&mut w, &mut first, b"version");
         w.write_u64(u64::from(v));
     }
-    if event.structured_data.is_some() && own("structured_data") {
-        key(&mut w, b"structured_data");
+    if event.structured_data.is_some() && own(8 /* structured_data */) {
+        key(&mut w, &mut first, b"structured_data");
         w.pos = structured_data(w.out, w.pos, src, batch.sd_elements_of(event));
     }
     if let Some(span) = event.message.get()
-        && own("message")
+        && own(9 /* message */)
     {
-        key(&mut w, b"message");
+        key(&mut w, &mut first, b"message");
         string(&mut w, span);
     }
-    if let Some(ip) = batch.source_ip(event)
-        && own("source_ip")
-    {
-        key(&mut w, b"source_ip");
-        w.put_all(b"\"");
-        w.pos = with_vec(w.out, w.pos, |out| write_ip(ip, out));
-        w.put_all(b"\"");
+    match batch.source_ip(event) {
+        Some(IpAddr::V4(v4)) if own(10 /* source_ip */) => {
+            // The fast path's cached `","source_ip":"a.b.c.d` piece, from its comma (or its
+            // key, when nothing came before).
+            let (text, len) = source_ipv4(v4);
+            let from = if std::mem::take(&mut first) { 2 } else { 1 };
+            w.copy(text.get(from..len).unwrap_or_default());
+            w.put_all(b"\"");
+        }
+        Some(ip) if own(10 /* source_ip */) => {
+            key(&mut w, &mut first, b"source_ip");
+            w.put_all(b"\"");
+            w.pos = with_vec(w.out, w.pos, |out| write_ip(ip, out));
+            w.put_all(b"\"");
+        }
+        _ => {}
     }
-    if own("source_type") {
-        key(&mut w, b"source_type");
+    if own(11 /* source_type */) {
+        key(&mut w, &mut first, b"source_type");
         w.put_all(b"\"");
         let source_type = batch.source_type.as_bytes();
         w.escape(source_type, source_type.len());
         w.put_all(b"\"");
     }
     if let Some(span) = event.tag.get()
-        && own("tag")
+        && own(12 /* tag */)
     {
-        key(&mut w, b"tag");
+        key(&mut w, &mut first, b"tag");
         string(&mut w, span);
     }
     for field in fields {
@@ -295,7 +302,7 @@ fn encode_record_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
         w.put_all(b"\":");
         w.pos = value(w.out, w.pos, src, field.value, 0);
     }
-    if !event.flags.is_empty() && own("flags") {
+    if !event.flags.is_empty() && own(13 /* flags */) {
         if !first {
             w.put_all(b",");
         }
