@@ -15,6 +15,9 @@ export PATH="$HOME/.cargo/bin:$PATH"
 step "peers and clients for the tests (rsyslog, logger, syslog-ng, ruby-eventmachine)"
 ./scripts/install-peers.sh
 
+step "forward-protocol clients for the tests (PyPI fluent-logger, npm @fluent-org/logger, fluent-logger-golang)"
+./scripts/install-clients.sh
+
 # 2,000-connection tests need more descriptors than the usual 1024 soft limit.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 

@@ -21,6 +21,7 @@ mod config;
 mod console;
 mod file_sink;
 mod formats;
+mod forward_clients;
 mod framing;
 mod listener;
 mod logger;
