@@ -22,6 +22,7 @@ mod console;
 mod file_sink;
 mod formats;
 mod forward_clients;
+mod forward_wire;
 mod framing;
 mod listener;
 mod logger;

@@ -308,10 +308,6 @@ impl Connection {
         if s.other_signals > 0 {
             m.discarded(DiscardReason::Unsupported, s.other_signals);
         }
-        if s.ignored_values > 0 {
-            m.error(ErrorKind::Protocol, s.ignored_values);
-            crate::warn_limited!(m, peer = %self.peer, count = s.ignored_values, "Ignored top-level values that are no forward request.");
-        }
     }
 }
 

@@ -114,8 +114,6 @@ pub struct DecodeStats {
     pub invalid_events: u64,
     /// Entries of requests whose `fluent_signal` marks metrics or traces, not logs.
     pub other_signals: u64,
-    /// Top-level values that are no request at all (not an array, not nil): ignored.
-    pub ignored_values: u64,
 }
 
 /// The parsed option map.
@@ -197,13 +195,13 @@ impl Decoder {
                 });
             }
             Head::Array(n) => n,
+            // fluentd skips these; no client sends one, and a run of them is another protocol
+            // sent to the wrong port (JSON, HTTP, text: every ASCII byte is a msgpack integer),
+            // so the connection ends here rather than logging it byte by byte.
             _ => {
-                self.stats.ignored_values += 1;
-                return Ok(Request {
-                    mode: Mode::Heartbeat,
-                    chunk: None,
-                    events: 0,
-                });
+                return Err(RequestError::Malformed(
+                    "a top-level value that is neither a request nor a heartbeat (JSON or text sent to a forward port?)",
+                ));
             }
         };
         if !(2..=4).contains(&n) {

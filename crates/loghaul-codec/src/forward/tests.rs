@@ -412,7 +412,7 @@ fn a_tag_that_is_not_a_string_drops_the_events_and_keeps_the_ack() {
 }
 
 #[test]
-fn other_signals_heartbeats_and_stray_values() {
+fn other_signals_and_heartbeats() {
     let (_, blob) = entries(2);
     let mut req = Vec::new();
     write_array_len(&mut req, 3);
@@ -423,12 +423,17 @@ fn other_signals_heartbeats_and_stray_values() {
     write_int(&mut req, 1);
     let mut stream = vec![0xc0];
     stream.extend(req);
-    stream.push(0x2a); // a bare integer: ignored, as fluentd does
     let (reqs, batch, stats, err) = decode_stream(&stream);
     assert_eq!(err, None);
     assert_eq!(reqs[0].mode, Mode::Heartbeat);
     assert_eq!(batch.len(), 0);
-    assert_eq!((stats.other_signals, stats.ignored_values), (2, 1));
+    assert_eq!(stats.other_signals, 2);
+    // Anything else at the top level (here JSON's `[`, an integer to msgpack) ends the stream.
+    let (_, _, _, err) = decode_stream(br#"["tag",1,{"a":1}]"#);
+    assert!(
+        err.unwrap_or_default()
+            .contains("neither a request nor a heartbeat")
+    );
 }
 
 #[test]
