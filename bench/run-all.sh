@@ -22,4 +22,10 @@ OUT="${OUT:-bench/results/$(date +%F)}"
 "$LOGHAUL" bench run basic   --subjects loghaul,rsyslog,syslog-ng,eventmachine,bare --runs 3 --out "$OUT" "$@"
 "$LOGHAUL" bench run raw     --subjects loghaul,rsyslog,syslog-ng,bare              --runs 3 --out "$OUT" "$@"
 "$LOGHAUL" bench run rfc5424 --subjects loghaul,rsyslog,syslog-ng,bare              --runs 3 --out "$OUT" "$@"
+# Fluentd cannot be installed from the registries these machines reach: it joins the forward
+# scenarios as a subject only when LOGHAUL_FLUENTD names a `fluentd` command.
+fwd_subjects=loghaul,bare
+[ -n "${LOGHAUL_FLUENTD:-}" ] && fwd_subjects=loghaul,fluentd,bare
+"$LOGHAUL" bench run forward --subjects "$fwd_subjects"                          --runs 3 --out "$OUT" "$@"
+"$LOGHAUL" bench run forward_relay --subjects loghaul                            --runs 3 --out "$OUT" "$@"
 echo "results in $OUT" >&2

@@ -10,6 +10,13 @@
 //! decodes and counts, publishing the count to a file (as the EventMachine counter does) instead
 //! of writing lines.
 //!
+//! For `forward` it does what loghaul's `fluent` source and file sink do instead: the forward
+//! `Splitter` finds the complete requests of each read, the forward `Decoder` appends their events
+//! to one batch per read (cut at 8MiB of arena, as the source cuts), and the JSON encoder writes
+//! them. The one protocol duty it keeps is the ack: a request with a `chunk` is answered once its
+//! events are written (a client waiting for acks would stall otherwise), in request order. A
+//! stream that breaks the protocol ends its connection, as in loghaul.
+//!
 //! It is a measuring instrument, not a server: a write error ends the process with a message, and
 //! it runs until it is killed.
 
@@ -21,8 +28,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
-use bytes::BytesMut;
+use anyhow::{Context, Result, bail};
+use bytes::{Bytes, BytesMut};
+use loghaul_codec::forward::{self, Limits, Splitter, write_ack};
 use loghaul_codec::{
     DecodeOptions, DecodeStats, Decoder, Format, Frame, Framer, FramingMode, FramingStats,
     encode_json,
@@ -35,14 +43,27 @@ use crate::subjects::Scenario;
 const READ_SIZE: usize = 128 * 1024;
 /// How often the `basic` count is published.
 const PUBLISH_EVERY: Duration = Duration::from_millis(10);
+/// The `fluent` source's defaults (`max_request_size`, `max_decompressed_size` in its config) and
+/// its batch cut (`BATCH_BYTES` in its `connection.rs`).
+const MAX_REQUEST: usize = 16 << 20;
+const MAX_DECOMPRESSED: usize = 256 << 20;
+const BATCH_BYTES: usize = 8 << 20;
 
-/// The wire of `scenario` as loghaul's bench config sets it (see `subjects::loghaul_config`).
-fn wire(scenario: Scenario) -> (Format, FramingMode) {
-    match scenario {
-        Scenario::Basic | Scenario::Raw => (Format::Raw, FramingMode::Newline),
-        Scenario::Syslog => (Format::Rfc3164, FramingMode::Newline),
-        Scenario::Rfc5424 => (Format::Rfc5424, FramingMode::OctetCounting),
-    }
+/// The wire of a scenario as loghaul's bench config sets it (see `subjects::loghaul_config`).
+#[derive(Clone, Copy, Debug)]
+enum Wire {
+    Syslog(Format, FramingMode),
+    Forward,
+}
+
+fn wire(scenario: Scenario) -> Result<Wire> {
+    Ok(match scenario {
+        Scenario::Basic | Scenario::Raw => Wire::Syslog(Format::Raw, FramingMode::Newline),
+        Scenario::Syslog => Wire::Syslog(Format::Rfc3164, FramingMode::Newline),
+        Scenario::Rfc5424 => Wire::Syslog(Format::Rfc5424, FramingMode::OctetCounting),
+        Scenario::Forward => Wire::Forward,
+        Scenario::ForwardRelay => bail!("the bare loop has no relay: run it with `forward`"),
+    })
 }
 
 /// Where a connection's events go.
@@ -59,6 +80,7 @@ enum Sink {
 /// # Errors
 /// The output cannot be created or a connection cannot be accepted.
 pub fn serve(listener: &TcpListener, scenario: Scenario, out: &Path) -> Result<()> {
+    let wire = wire(scenario)?;
     let count = Arc::new(AtomicU64::new(0));
     let file = if scenario == Scenario::Basic {
         let (count, out) = (Arc::clone(&count), out.to_path_buf());
@@ -75,7 +97,12 @@ pub fn serve(listener: &TcpListener, scenario: Scenario, out: &Path) -> Result<(
             None => Sink::Count(Arc::clone(&count)),
         };
         std::thread::spawn(move || {
-            if let Err(e) = connection(stream, peer, scenario, sink) {
+            let served = match (wire, sink) {
+                (Wire::Syslog(format, mode), sink) => connection(stream, peer, format, mode, sink),
+                (Wire::Forward, Sink::File(file)) => forward_connection(stream, peer, &file),
+                (Wire::Forward, Sink::Count(_)) => Ok(()),
+            };
+            if let Err(e) = served {
                 // A lost write is lost data: stop loudly rather than measure a broken run.
                 eprintln!("bare: {e:#}");
                 std::process::exit(1);
@@ -114,10 +141,10 @@ struct Connection {
 fn connection(
     mut stream: TcpStream,
     peer: SocketAddr,
-    scenario: Scenario,
+    format: Format,
+    mode: FramingMode,
     sink: Sink,
 ) -> Result<()> {
-    let (format, mode) = wire(scenario);
     let mut c = Connection {
         peer,
         framer: Framer::new(mode, loghaul_codec::framing::DEFAULT_MAX_LENGTH),
@@ -187,4 +214,100 @@ impl Connection {
         }
         Ok(())
     }
+}
+
+/// Reads one forward-protocol connection to its end (or to a request that breaks the protocol),
+/// appending its events to `file` as JSON lines and answering its chunks once they are written.
+fn forward_connection(mut stream: TcpStream, peer: SocketAddr, file: &Mutex<File>) -> Result<()> {
+    let source: Arc<str> = Arc::from("in");
+    let mut splitter = Splitter::new(MAX_REQUEST);
+    let mut decoder = forward::Decoder::new(Limits {
+        max_decompressed_size: MAX_DECOMPRESSED,
+    });
+    let mut read = vec![0u8; READ_SIZE];
+    let mut pending = BytesMut::with_capacity(2 * READ_SIZE);
+    let mut json = Vec::with_capacity(4 * READ_SIZE);
+    let mut acks = Vec::new();
+    let mut broken = false;
+    while !broken {
+        let n = match stream.read(&mut read) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        pending.extend_from_slice(&read[..n]);
+        let new_batch = || {
+            let mut batch = EventBatch::new(Bytes::new(), Arc::clone(&source), "fluent");
+            batch.peers.push(peer.ip());
+            batch
+        };
+        let mut arena = BytesMut::new();
+        let mut batch = new_batch();
+        loop {
+            let len = match splitter.split(&pending) {
+                Ok(Some(len)) => len,
+                Ok(None) => break,
+                Err(_) => {
+                    broken = true;
+                    break;
+                }
+            };
+            let start = arena.len();
+            arena.unsplit(pending.split_to(len));
+            match decoder.decode(&mut arena, start, start + len, &mut batch, 0) {
+                Ok(request) => {
+                    if let Some((s, e)) = request.chunk {
+                        write_ack(&mut acks, arena.get(s..e).unwrap_or_default());
+                    }
+                }
+                Err(_) => {
+                    broken = true;
+                    break;
+                }
+            }
+            if arena.len() >= BATCH_BYTES {
+                let full = std::mem::replace(&mut batch, new_batch());
+                write_forward(
+                    &mut stream,
+                    std::mem::take(&mut arena),
+                    full,
+                    &mut json,
+                    &mut acks,
+                    file,
+                )?;
+            }
+        }
+        write_forward(&mut stream, arena, batch, &mut json, &mut acks, file)?;
+    }
+    Ok(())
+}
+
+/// Writes one batch of forward events as JSON lines, then the acks of its requests (a client
+/// that went away only ends its connection's acks, never the loop).
+fn write_forward(
+    stream: &mut TcpStream,
+    arena: BytesMut,
+    mut batch: EventBatch,
+    json: &mut Vec<u8>,
+    acks: &mut Vec<u8>,
+    file: &Mutex<File>,
+) -> Result<()> {
+    batch.arena = arena.freeze();
+    batch.received = Timestamp::now();
+    json.clear();
+    for e in &batch.events {
+        encode_json(&batch, e, json);
+    }
+    if !json.is_empty() {
+        let mut f = file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        f.write_all(json).context("writing the output")?;
+    }
+    if !acks.is_empty() {
+        let _ = stream.write_all(acks);
+        acks.clear();
+    }
+    Ok(())
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 
+use crate::fluent::{self, FluentMode, FluentOptions};
 use crate::generator::{self, GenConfig};
 use crate::meter::{self, MeterSource, StopRule};
 use crate::payload::{Format, Framing, PayloadSpec};
@@ -22,11 +23,12 @@ use crate::target::{TargetOptions, TargetUrl};
 /// `loghaul bench ...`
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Generate load: seeded syslog/raw/JSON messages to tcp://, udp:// or file://.
+    /// Generate load: seeded syslog/raw/JSON messages to tcp://, udp://, file:// or fluent://.
     #[command(after_help = "Examples:\n  \
         loghaul bench gen --target tcp://127.0.0.1:5514 --count 1000000 --connections 4\n  \
         loghaul bench gen --target udp://127.0.0.1:5514 --rate 10000 --duration 10s --format rfc5424\n  \
-        loghaul bench gen --target file:///tmp/app.log --rate 1000 --duration 1m --rotate-lines 10000")]
+        loghaul bench gen --target file:///tmp/app.log --rate 1000 --duration 1m --rotate-lines 10000\n  \
+        loghaul bench gen --target fluent://127.0.0.1:24224 --format raw --count 1000000 --fluent-mode packed --batch 1000 --ack")]
     Gen(GenArgs),
     /// Meter what a subject wrote (a file being appended to) or sent (as its TCP destination).
     #[command(after_help = "Examples:\n  \
@@ -36,7 +38,9 @@ pub enum BenchCommand {
     /// Run an experiment: loghaul and its peers, same load, table + chart + raw runs.
     #[command(after_help = "Examples:\n  \
         loghaul bench run syslog --subjects loghaul,rsyslog,syslog-ng --runs 3\n  \
-        loghaul bench run basic --subjects loghaul,eventmachine --events 5000000")]
+        loghaul bench run basic --subjects loghaul,eventmachine --events 5000000\n  \
+        loghaul bench run forward --subjects loghaul,bare,fluentd --runs 3\n  \
+        loghaul bench run forward_relay --subjects loghaul --ack")]
     Run(RunArgs),
     /// A discarding TCP listener, to measure the generator alone.
     #[command(hide = true)]
@@ -49,7 +53,7 @@ pub enum BenchCommand {
 /// Options of `bench gen`.
 #[derive(Debug, Args)]
 pub struct GenArgs {
-    /// tcp://HOST:PORT, udp://HOST:PORT or file://PATH.
+    /// tcp://HOST:PORT, udp://HOST:PORT, file://PATH or fluent://HOST:PORT (Fluentd forward).
     #[arg(long, short = 't')]
     pub target: String,
     /// Message format.
@@ -82,9 +86,41 @@ pub struct GenArgs {
     /// file:// target: rotate (rename to PATH.N) every this many lines; 0 = never.
     #[arg(long, default_value_t = 0)]
     pub rotate_lines: u64,
+    #[command(flatten)]
+    pub fluent: FluentArgs,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// How the fluent:// target (and the forward scenarios' generator) packs its requests.
+#[derive(Debug, Args)]
+pub struct FluentArgs {
+    /// fluent://: request mode (message: one event per request; forward: an array of entries;
+    /// packed: the entries as one blob; compressed: packed and gzipped).
+    #[arg(long, value_enum, default_value = "packed")]
+    pub fluent_mode: FluentMode,
+    /// fluent://: events per request (ignored in message mode: one event each).
+    #[arg(long, default_value_t = fluent::DEFAULT_BATCH)]
+    pub batch: usize,
+    /// fluent://: ask for an ack of every request (a `chunk` option) and wait for them, with up
+    /// to 16 requests per connection in flight.
+    #[arg(long)]
+    pub ack: bool,
+}
+
+impl FluentArgs {
+    fn options(&self) -> Result<FluentOptions> {
+        if self.batch == 0 {
+            bail!("--batch must be at least 1");
+        }
+        Ok(FluentOptions {
+            mode: self.fluent_mode,
+            batch: self.batch,
+            ack: self.ack,
+            tag: fluent::DEFAULT_TAG.to_string(),
+        })
+    }
 }
 
 /// Options of `bench meter`.
@@ -148,7 +184,8 @@ pub struct RunArgs {
     /// Generator connections.
     #[arg(long, default_value_t = 4)]
     pub connections: usize,
-    /// Message size in bytes (default: 64 for basic, 128 otherwise).
+    /// Message size in bytes (default: 64 for basic, 256 for rfc5424, 100 for the forward
+    /// scenarios' message texts, 128 otherwise).
     #[arg(long)]
     pub message_size: Option<usize>,
     /// Payload seed.
@@ -170,6 +207,9 @@ pub struct RunArgs {
     /// latency then: loggen stamps whole seconds).
     #[arg(long, value_enum, default_value = "builtin")]
     pub generator: scenario::Driver,
+    /// The forward scenarios' requests (`--fluent-mode`, `--batch`, `--ack`; ignored elsewhere).
+    #[command(flatten)]
+    pub fluent: FluentArgs,
 }
 
 /// Options of the hidden `bench discard`.
@@ -246,6 +286,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         target,
         target_options: TargetOptions {
             rotate_lines: a.rotate_lines,
+            fluent: a.fluent.options()?,
         },
         payload: PayloadSpec {
             format: a.format,
@@ -372,6 +413,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         keep: a.keep,
         driver: a.generator,
         command: command_line(),
+        fluent: a.fluent.options()?,
     };
     let table = scenario::run(&plan)?;
     println!("{table}");

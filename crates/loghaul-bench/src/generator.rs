@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
-use crate::payload::{PayloadSpec, SeqCounter, build_blocks, now_micros, share, time_digits};
+use crate::payload::{PayloadSpec, SeqCounter, now_micros, share, time_digits};
 use crate::progress::Progress;
 use crate::target::{self, TargetOptions, TargetUrl};
 
@@ -90,8 +90,8 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
     let mut lanes = Vec::with_capacity(cfg.connections);
     for i in 0..cfg.connections {
         let gen_id = cfg.gen_id_base + i as u32;
-        let blocks = build_blocks(&cfg.payload, gen_id)?;
-        let target = target::open(&cfg.target, &cfg.target_options)
+        let blocks = target::build_blocks(&cfg.target, &cfg.target_options, &cfg.payload, gen_id)?;
+        let target = target::open(&cfg.target, &cfg.target_options, gen_id)
             .with_context(|| format!("opening connection {i}"))?;
         let quota = cfg.count.map(|c| share(c, cfg.connections, i));
         let rate = if cfg.rate == 0 {
@@ -227,9 +227,8 @@ fn lane(
         }
         let n = n as usize;
         block.stamp(n, &mut seq, &time_digits(now_micros()));
-        target.send(block, n)?;
+        bytes += target.send(block, n)?;
         sent += n as u64;
-        bytes += block.prefix(n).len() as u64;
         sent_total.fetch_add(n as u64, Ordering::Relaxed);
         which = (which + 1) % blocks.len();
     }

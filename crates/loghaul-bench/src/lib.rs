@@ -2,7 +2,7 @@
 //! experiments that compare loghaul with its peers (`bench run SCENARIO`).
 //!
 //! Layout: [`payload`] builds seeded message blocks, [`target`] sends them (one small impl per
-//! transport), [`generator`] drives connections; [`meter`] turns what a subject wrote into exact
+//! transport; the forward protocol's is [`fluent`]), [`generator`] drives connections; [`meter`] turns what a subject wrote into exact
 //! loss, duplicates, flow and latency, and [`watch`] samples a subject's output cheaply during a
 //! run; [`subjects`] configures loghaul and its peers, [`scenario`] runs them, [`procstat`] charges
 //! them CPU and memory, [`report`] writes the table, raw runs and chart; [`discard`] is a listener
@@ -12,6 +12,7 @@
 pub mod bare;
 pub mod cli;
 pub mod discard;
+pub mod fluent;
 pub mod generator;
 pub mod histogram;
 pub mod meter;

@@ -113,6 +113,14 @@ impl Block {
         }
     }
 
+    /// Ends the frame that the block's bytes end with: `body` is where the message text lies in
+    /// `bytes`, `slot` the offset of its sequence slot.
+    pub fn end_frame(&mut self, body: (usize, usize), slot: usize) {
+        self.frame_ends.push(self.bytes.len());
+        self.bodies.push(body);
+        self.slots.push(slot);
+    }
+
     /// Writes consecutive sequence numbers (taken from `seq`, which advances) and the send time into
     /// the first `n` messages.
     pub fn stamp(&mut self, n: usize, seq: &mut SeqCounter, time: &[u8; TIME_DIGITS]) {
@@ -258,9 +266,46 @@ const MONTHS: &[&str] = &[
 /// # Errors
 /// Fails when the spec cannot produce a message (a zero block size).
 pub fn build_blocks(spec: &PayloadSpec, gen_id: u32) -> Result<Vec<Block>> {
+    let framing = spec.framing;
+    build_blocks_with(spec, gen_id, 1, |block, body, slot| {
+        let frame_start = block.bytes.len();
+        let body_start = match framing {
+            Framing::Newline => frame_start,
+            Framing::OctetCounting => {
+                block
+                    .bytes
+                    .extend_from_slice(format!("{} ", body.len()).as_bytes());
+                block.bytes.len()
+            }
+        };
+        block.bytes.extend_from_slice(body);
+        let body_end = block.bytes.len();
+        if framing == Framing::Newline {
+            block.bytes.push(b'\n');
+        }
+        block.end_frame((body_start, body_end), body_start + slot);
+    })
+}
+
+/// The general form of [`build_blocks`]: the same seeded bodies, each wrapped by `frame`, which
+/// appends the message's frame to the block and ends it with [`Block::end_frame`]. It gets the
+/// body and the offset of the sequence slot within it. A block ends at the first multiple of
+/// `multiple` messages at or past `spec.block_bytes` (the fluent target cuts requests of a fixed
+/// number of events from a block, and a block that is a whole number of them never leaves a
+/// short request behind).
+///
+/// # Errors
+/// Fails when the spec cannot produce a message (a zero block size).
+pub fn build_blocks_with(
+    spec: &PayloadSpec,
+    gen_id: u32,
+    multiple: usize,
+    mut frame: impl FnMut(&mut Block, &[u8], usize),
+) -> Result<Vec<Block>> {
     if spec.block_bytes == 0 || spec.blocks == 0 {
         bail!("block size and block count must be positive");
     }
+    let multiple = multiple.max(1);
     let mut rng = Rng::new(spec.seed);
     // Header timestamps are fixed at generation time: they only have to parse, while the marker
     // carries the real send time.
@@ -274,27 +319,14 @@ pub fn build_blocks(spec: &PayloadSpec, gen_id: u32) -> Result<Vec<Block>> {
             slots: Vec::new(),
         };
         let mut body = Vec::with_capacity(spec.message_size + 256);
-        while block.bytes.len() < spec.block_bytes {
+        while block.bytes.len() < spec.block_bytes || !block.len().is_multiple_of(multiple) {
             body.clear();
             let slot = write_body(&mut body, spec, gen_id, &mut rng, &now);
-            let frame_start = block.bytes.len();
-            let body_start = match spec.framing {
-                Framing::Newline => frame_start,
-                Framing::OctetCounting => {
-                    block
-                        .bytes
-                        .extend_from_slice(format!("{} ", body.len()).as_bytes());
-                    block.bytes.len()
-                }
-            };
-            block.bytes.extend_from_slice(&body);
-            let body_end = block.bytes.len();
-            if spec.framing == Framing::Newline {
-                block.bytes.push(b'\n');
+            let before = block.len();
+            frame(&mut block, &body, slot);
+            if block.len() != before + 1 {
+                bail!("a frame builder must end exactly one frame per message");
             }
-            block.frame_ends.push(block.bytes.len());
-            block.bodies.push((body_start, body_end));
-            block.slots.push(body_start + slot);
         }
         blocks.push(block);
     }

@@ -109,7 +109,8 @@ pub fn process_cpu_secs(pid: u32) -> Option<f64> {
     Some(ticks as f64 / USER_HZ)
 }
 
-/// Samples a tree's RSS every 50ms in the background, keeping the peak.
+/// Samples the RSS of one or more trees (a subject of several processes) every 50ms in the
+/// background, keeping the peak of their sum.
 #[derive(Debug)]
 pub struct RssSampler {
     stop: Arc<AtomicBool>,
@@ -118,8 +119,8 @@ pub struct RssSampler {
 }
 
 impl RssSampler {
-    /// Starts sampling `root`'s tree.
-    pub fn start(root: u32) -> Self {
+    /// Starts sampling the trees of `roots`.
+    pub fn start(roots: Vec<u32>) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let peak = Arc::new(AtomicU64::new(0));
         let handle = {
@@ -127,8 +128,11 @@ impl RssSampler {
             let peak = Arc::clone(&peak);
             std::thread::spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
-                    let s = sample(root);
-                    peak.fetch_max(s.rss_bytes.max(s.hwm_bytes), Ordering::Relaxed);
+                    let (rss, hwm) = roots
+                        .iter()
+                        .map(|&r| sample(r))
+                        .fold((0, 0), |acc, s| (acc.0 + s.rss_bytes, acc.1 + s.hwm_bytes));
+                    peak.fetch_max(rss.max(hwm), Ordering::Relaxed);
                     std::thread::sleep(Duration::from_millis(50));
                 }
             })

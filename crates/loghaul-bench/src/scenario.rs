@@ -29,13 +29,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use crate::fluent::FluentOptions;
 use crate::generator::{self, GenConfig};
 use crate::meter::{self, FileFollower, SharedTracker};
 use crate::payload::{Format, Framing, PayloadSpec, now_micros};
 use crate::procstat;
 use crate::progress::human;
 use crate::report::{self, RunRecord, Status};
-use crate::subjects::{self, Launch, Output, Peers, Ready, Scenario, SubjectKind};
+use crate::subjects::{self, Companion, Launch, Output, Peers, Ready, Scenario, SubjectKind};
 use crate::target::{TargetOptions, TargetUrl};
 use crate::watch::Watcher;
 
@@ -70,6 +71,8 @@ pub struct Plan {
     pub driver: Driver,
     /// The command line, recorded with the results.
     pub command: String,
+    /// How the generator sends the forward scenarios' load (mode, batch, acks).
+    pub fluent: FluentOptions,
 }
 
 /// The load generator of a run.
@@ -102,7 +105,9 @@ pub fn effective_events(plan: &Plan) -> u64 {
 pub fn default_events(scenario: Scenario) -> u64 {
     match scenario {
         Scenario::Basic => 40_000_000,
-        Scenario::Syslog | Scenario::Raw => 5_000_000,
+        // Forward lines are ~225 bytes of JSON: 5M is about 1.1GB, and 0.7–1s of `forward`
+        // (5–7M/s at 2M events) or 1.5s of `forward_relay` (about 3.2M/s).
+        Scenario::Syslog | Scenario::Raw | Scenario::Forward | Scenario::ForwardRelay => 5_000_000,
         Scenario::Rfc5424 => 2_000_000,
     }
 }
@@ -113,14 +118,19 @@ pub fn default_message_size(scenario: Scenario) -> usize {
         Scenario::Basic => 64,
         // Header and structured data take ~130 bytes: leave room for a message text.
         Scenario::Rfc5424 => 256,
+        // The message text of a forward record: a typical application log line.
+        Scenario::Forward | Scenario::ForwardRelay => 100,
         _ => 128,
     }
 }
 
-/// The generator's payload for a scenario.
+/// The generator's payload for a scenario (for the forward scenarios, the message text of each
+/// record: the framing is the protocol's, see [`crate::fluent`]).
 pub fn payload_for(scenario: Scenario, message_size: usize, seed: u64) -> PayloadSpec {
     let (format, framing) = match scenario {
-        Scenario::Basic | Scenario::Raw => (Format::Raw, Framing::Newline),
+        Scenario::Basic | Scenario::Raw | Scenario::Forward | Scenario::ForwardRelay => {
+            (Format::Raw, Framing::Newline)
+        }
         Scenario::Syslog => (Format::Rfc3164, Framing::Newline),
         Scenario::Rfc5424 => (Format::Rfc5424, Framing::OctetCounting),
     };
@@ -153,6 +163,18 @@ pub fn machine() -> String {
 /// row in the table, not an error.
 pub fn run(plan: &Plan) -> Result<String> {
     let peers = Peers::locate();
+    // A subject that cannot even start is no row to wait for at the end of a long set: say how
+    // to provide it before anything runs.
+    let wants_fluentd = plan
+        .subjects
+        .iter()
+        .any(|&k| k == SubjectKind::Fluentd && subjects::unsupported(k, plan.scenario).is_none());
+    if wants_fluentd && peers.fluentd.is_none() {
+        bail!("{}", subjects::FLUENTD_MISSING);
+    }
+    if plan.driver == Driver::Loggen && plan.scenario.is_forward() {
+        bail!("loggen speaks syslog only: the forward scenarios take the built-in generator");
+    }
     let work = std::env::temp_dir().join(format!(
         "loghaul-bench-{}-{}",
         plan.scenario.name(),
@@ -162,7 +184,14 @@ pub fn run(plan: &Plan) -> Result<String> {
     let platforms: Vec<String> = plan
         .subjects
         .iter()
-        .map(|&k| peers.platform(k, &plan.loghaul))
+        .map(|&k| {
+            let p = peers.platform(k, &plan.loghaul);
+            if k == SubjectKind::Loghaul && plan.scenario == Scenario::ForwardRelay {
+                format!("{p}, two processes: relay A → receiver B")
+            } else {
+                p
+            }
+        })
         .collect();
     // Warm-up rounds first, then the measured ones; every round runs each subject once, in order.
     let rounds: Vec<(usize, bool)> = (1..=plan.warmup)
@@ -352,17 +381,24 @@ fn tail_of(path: &Path) -> String {
     lines[lines.len().saturating_sub(5)..].join(" | ")
 }
 
-fn wait_ready(guard: &mut ChildGuard, launch: &Launch, dir: &Path, limit: Duration) -> Result<()> {
+/// Waits until the process in `guard` passes `ready` and accepts connections on `port`.
+fn wait_ready(
+    guard: &mut ChildGuard,
+    ready: &Ready,
+    port: u16,
+    stderr: &Path,
+    limit: Duration,
+) -> Result<()> {
     let deadline = Instant::now() + limit;
-    let input: SocketAddr = ([127, 0, 0, 1], launch.input_port).into();
+    let input: SocketAddr = ([127, 0, 0, 1], port).into();
     loop {
         if let Some(status) = guard.child()?.try_wait().context("polling the subject")? {
             bail!(
                 "exited with {status} before it was ready; stderr: {}",
-                tail_of(&dir.join("stderr.log"))
+                tail_of(stderr)
             );
         }
-        let ok = match launch.ready {
+        let ok = match *ready {
             Ready::Health(api) => health_ok(([127, 0, 0, 1], api).into()),
             Ready::Connect => {
                 TcpStream::connect_timeout(&input, Duration::from_millis(200)).is_ok()
@@ -373,11 +409,7 @@ fn wait_ready(guard: &mut ChildGuard, launch: &Launch, dir: &Path, limit: Durati
             return Ok(());
         }
         if Instant::now() >= deadline {
-            bail!(
-                "not ready after {:?}; stderr: {}",
-                limit,
-                tail_of(&dir.join("stderr.log"))
-            );
+            bail!("not ready after {:?}; stderr: {}", limit, tail_of(stderr));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -398,6 +430,31 @@ fn health_ok(addr: SocketAddr) -> bool {
     s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.") && &head[9..12] == b"200"
 }
 
+/// Starts one process of a subject, its output into log files in `dir`.
+fn spawn(
+    program: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    dir: &Path,
+    stdout: &Path,
+    stderr: &Path,
+) -> Result<ChildGuard> {
+    let out =
+        std::fs::File::create(stdout).with_context(|| format!("creating {}", stdout.display()))?;
+    let err =
+        std::fs::File::create(stderr).with_context(|| format!("creating {}", stderr.display()))?;
+    let child = Command::new(program)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .with_context(|| format!("starting {}", program.display()))?;
+    Ok(ChildGuard(Some(child)))
+}
+
 /// One run of one subject.
 fn run_one(
     plan: &Plan,
@@ -409,20 +466,44 @@ fn run_one(
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let launch = subjects::prepare(kind, plan.scenario, dir, peers, &plan.loghaul)?;
-    let stdout = std::fs::File::create(dir.join("stdout.log")).context("creating stdout.log")?;
-    let stderr = std::fs::File::create(dir.join("stderr.log")).context("creating stderr.log")?;
-    let child = Command::new(&launch.program)
-        .args(&launch.args)
-        .envs(launch.env.iter().map(|(k, v)| (k, v)))
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .spawn()
-        .with_context(|| format!("starting {}", launch.program.display()))?;
-    let mut guard = ChildGuard(Some(child));
-    wait_ready(&mut guard, &launch, dir, Duration::from_secs(30))?;
-    let pid = guard.child()?.id();
+    // A relay's receiver first: the process in front of it connects to it.
+    let mut companions: Vec<(ChildGuard, PathBuf, &Companion)> = Vec::new();
+    for c in &launch.companions {
+        let stderr = dir.join(format!("stderr-{}.log", c.name));
+        let mut g = spawn(
+            &c.program,
+            &c.args,
+            &[],
+            dir,
+            &dir.join(format!("stdout-{}.log", c.name)),
+            &stderr,
+        )?;
+        wait_ready(&mut g, &c.ready, c.port, &stderr, Duration::from_secs(30))
+            .with_context(|| format!("its process {}", c.name))?;
+        companions.push((g, stderr, c));
+    }
+    let stderr_log = dir.join("stderr.log");
+    let mut guard = spawn(
+        &launch.program,
+        &launch.args,
+        &launch.env,
+        dir,
+        &dir.join("stdout.log"),
+        &stderr_log,
+    )?;
+    wait_ready(
+        &mut guard,
+        &launch.ready,
+        launch.input_port,
+        &stderr_log,
+        Duration::from_secs(30),
+    )?;
+    // Every process of the subject is charged: CPU and memory are sums over them.
+    let mut pids = vec![guard.child()?.id()];
+    for (g, ..) in &mut companions {
+        pids.push(g.child()?.id());
+    }
+    let cpu_of = |pids: &[u32]| -> f64 { pids.iter().map(|&p| procstat::sample(p).cpu_secs).sum() };
 
     // The meter starts before the first event can arrive. For a file it is split in two (see
     // `watch`): a cheap watcher during the run, the exact books when the file has gone quiet.
@@ -438,15 +519,25 @@ fn run_one(
         follower = Some(FileFollower::new(path));
         watcher = Some(Watcher::start(path, fresh(), now_micros()));
     }
-    let sampler = procstat::RssSampler::start(pid);
-    let cpu0 = procstat::sample(pid).cpu_secs;
+    let sampler = procstat::RssSampler::start(pids.clone());
+    let cpu0 = cpu_of(&pids);
 
     let stop_gen = Arc::new(AtomicBool::new(false));
     let mut driver = match plan.driver {
         Driver::Builtin => {
+            let input = format!("127.0.0.1:{}", launch.input_port);
+            let (target, target_options) = if plan.scenario.is_forward() {
+                let options = TargetOptions {
+                    fluent: plan.fluent.clone(),
+                    ..TargetOptions::default()
+                };
+                (TargetUrl::Fluent(input), options)
+            } else {
+                (TargetUrl::Tcp(input), TargetOptions::default())
+            };
             let gen_cfg = GenConfig {
-                target: TargetUrl::Tcp(format!("127.0.0.1:{}", launch.input_port)),
-                target_options: TargetOptions::default(),
+                target,
+                target_options,
                 payload: payload_for(plan.scenario, plan.message_size, plan.seed),
                 count: Some(events),
                 duration: None,
@@ -520,8 +611,27 @@ fn run_one(
         {
             status = Status::Failed(format!(
                 "the subject exited during the run; stderr: {}",
-                tail_of(&dir.join("stderr.log"))
+                tail_of(&stderr_log)
             ));
+            break;
+        }
+        let mut exited = None;
+        for (g, stderr, c) in &mut companions {
+            if g.child()?
+                .try_wait()
+                .context("polling the subject")?
+                .is_some()
+            {
+                exited = Some(format!(
+                    "the subject's process {} exited during the run; stderr: {}",
+                    c.name,
+                    tail_of(stderr)
+                ));
+                break;
+            }
+        }
+        if let Some(why) = exited {
+            status = Status::Failed(why);
             break;
         }
         if driver.is_finished() && last_change.elapsed() >= plan.idle_timeout {
@@ -544,9 +654,14 @@ fn run_one(
     if tty {
         eprint!("\r{}\r", " ".repeat(label.len() + 40));
     }
-    let cpu1 = procstat::sample(pid).cpu_secs;
-    let peak = sampler.finish().max(procstat::sample(pid).hwm_bytes);
+    let cpu1 = cpu_of(&pids);
+    let hwm: u64 = pids.iter().map(|&p| procstat::sample(p).hwm_bytes).sum();
+    let peak = sampler.finish().max(hwm);
+    // Front to back: a relay drains what it still holds into its receiver before that stops.
     guard.terminate(Duration::from_secs(20))?;
+    for (g, ..) in &mut companions {
+        g.terminate(Duration::from_secs(20))?;
+    }
     stop_gen.store(true, Ordering::Relaxed);
     let gen_result = driver.finish();
     let watched = watcher.map(Watcher::finish);

@@ -3,7 +3,12 @@
 //! Every subject runs as an ordinary foreground child process of the bench, on free loopback ports,
 //! with its files in the run's own folder; none is ever a system service. Peers are found through
 //! environment variables (written by `scripts/install-peers.sh` into `/opt/loghaul-peers/env.sh`)
-//! or at the fixed paths that script installs to.
+//! or at the fixed paths that script installs to. Fluentd is not installed by that script: the
+//! `fluentd` subject runs only when `LOGHAUL_FLUENTD` names a `fluentd` command.
+//!
+//! A subject may be several processes: in `forward_relay`, loghaul is a pair (A relays to B, B
+//! writes the file); B is a [`Companion`] started and made ready before A, stopped after it, and
+//! charged with A for CPU and memory.
 //!
 //! "Equivalent" means: the same input (protocol, framing, format) and the same output shape, a JSON
 //! line per event with the fields loghaul writes (or the raw line for `basic`). Each peer gets the
@@ -32,6 +37,8 @@ pub enum SubjectKind {
     /// loghaul's codec in a bare thread-per-connection loop (`loghaul bench bare`): the yardstick
     /// for what loghaul's pipeline costs on top of parsing and writing.
     Bare,
+    /// Fluentd (in_forward → out_file JSON), from `LOGHAUL_FLUENTD`: the forward scenarios' peer.
+    Fluentd,
 }
 
 impl SubjectKind {
@@ -43,6 +50,7 @@ impl SubjectKind {
             Self::SyslogNg => "syslog-ng",
             Self::Eventmachine => "eventmachine",
             Self::Bare => "bare",
+            Self::Fluentd => "fluentd",
         }
     }
 }
@@ -59,6 +67,13 @@ pub enum Scenario {
     Raw,
     /// RFC5424 with structured data, octet-counted, into a JSON-lines file.
     Rfc5424,
+    /// Fluentd forward protocol (PackedForward) into a JSON-lines file.
+    Forward,
+    /// Forward protocol through a relay (A: fluent source → fluent sink with acks) into a
+    /// receiver (B: fluent source → JSON-lines file); the subject is the pair.
+    #[value(name = "forward_relay", alias = "forward-relay")]
+    #[serde(rename = "forward_relay")]
+    ForwardRelay,
 }
 
 impl Scenario {
@@ -69,7 +84,14 @@ impl Scenario {
             Self::Syslog => "syslog",
             Self::Raw => "raw",
             Self::Rfc5424 => "rfc5424",
+            Self::Forward => "forward",
+            Self::ForwardRelay => "forward_relay",
         }
+    }
+
+    /// Whether the load is the forward protocol (the generator's fluent:// target).
+    pub fn is_forward(self) -> bool {
+        matches!(self, Self::Forward | Self::ForwardRelay)
     }
 }
 
@@ -142,16 +164,54 @@ pub struct Launch {
     pub ready: Ready,
     /// What to meter.
     pub output: Output,
+    /// Processes of the same subject started (and ready) before this one and stopped after it,
+    /// in that order: the receiving end of a relay.
+    pub companions: Vec<Companion>,
+}
+
+/// A further process of a subject (see the module doc).
+#[derive(Clone, Debug)]
+pub struct Companion {
+    /// Short name, for its log files and messages (`b`: `stderr-b.log`).
+    pub name: String,
+    /// Program to execute.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The port that must accept connections before the subject's main process starts.
+    pub port: u16,
+    /// Readiness probe.
+    pub ready: Ready,
 }
 
 /// Why a subject cannot run a scenario, if it cannot.
 pub fn unsupported(kind: SubjectKind, scenario: Scenario) -> Option<&'static str> {
     match (kind, scenario) {
         (SubjectKind::Eventmachine, Scenario::Basic) => None,
+        (SubjectKind::Eventmachine, s) if s.is_forward() => {
+            Some("n/a: a line counter, it speaks no forward protocol")
+        }
         (SubjectKind::Eventmachine, _) => Some("n/a: a line counter, it parses no syslog"),
+        (SubjectKind::Rsyslog | SubjectKind::SyslogNg, s) if s.is_forward() => {
+            Some("n/a: no Fluentd forward-protocol input")
+        }
+        (SubjectKind::Fluentd, Scenario::Forward) => None,
+        (SubjectKind::Fluentd, Scenario::ForwardRelay) => {
+            Some("n/a: not configured as a relay pair (yet): see bench/README.md")
+        }
+        (SubjectKind::Fluentd, _) => Some("n/a: configured for the forward scenarios only"),
+        (SubjectKind::Bare, Scenario::ForwardRelay) => {
+            Some("n/a: no bare relay loop; compare with `forward`'s bare row")
+        }
         _ => None,
     }
 }
+
+/// The message for a `fluentd` subject without `LOGHAUL_FLUENTD`.
+pub const FLUENTD_MISSING: &str = "the fluentd subject needs LOGHAUL_FLUENTD, the fluentd command \
+     to run (Fluentd is not installed by scripts/install-peers.sh): e.g. \
+     LOGHAUL_FLUENTD=/usr/local/bin/fluentd after `gem install fluentd`, or \
+     LOGHAUL_FLUENTD='bundle exec fluentd' in a Gemfile's folder";
 
 /// Paths of the installed peers.
 #[derive(Clone, Debug)]
@@ -166,11 +226,14 @@ pub struct Peers {
     pub ruby: PathBuf,
     /// syslog-ng's loggen (the cross-check generator).
     pub loggen: PathBuf,
+    /// The `fluentd` command, split into words (`None`: `LOGHAUL_FLUENTD` is not set).
+    pub fluentd: Option<Vec<String>>,
 }
 
 impl Peers {
     /// From `LOGHAUL_RSYSLOGD`, `LOGHAUL_SYSLOG_NG`, `LOGHAUL_SYSLOG_NG_MODULES`, `LOGHAUL_RUBY`, `LOGHAUL_LOGGEN`, or
-    /// the paths `scripts/install-peers.sh` installs to.
+    /// the paths `scripts/install-peers.sh` installs to; `LOGHAUL_FLUENTD` (a command, words
+    /// split on whitespace) has no default.
     pub fn locate() -> Self {
         let env = |k: &str, d: &str| PathBuf::from(std::env::var(k).unwrap_or_else(|_| d.into()));
         Self {
@@ -181,6 +244,10 @@ impl Peers {
                 .map(PathBuf::from),
             ruby: env("LOGHAUL_RUBY", "/usr/bin/ruby"),
             loggen: env("LOGHAUL_LOGGEN", "/opt/loghaul-peers/bin/loggen"),
+            fluentd: std::env::var("LOGHAUL_FLUENTD")
+                .ok()
+                .map(|c| c.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+                .filter(|words| !words.is_empty()),
         }
     }
 
@@ -194,6 +261,10 @@ impl Peers {
             SubjectKind::Rsyslog => self.rsyslogd.clone(),
             SubjectKind::SyslogNg => self.syslog_ng.clone(),
             SubjectKind::Eventmachine => self.ruby.clone(),
+            SubjectKind::Fluentd => match self.fluentd.as_ref().and_then(|w| w.first()) {
+                Some(program) => which(program),
+                None => bail!("{FLUENTD_MISSING}"),
+            },
         };
         if !p.exists() {
             bail!(
@@ -240,6 +311,19 @@ impl Peers {
                     })
                     .unwrap_or_default();
                 format!("syslog-ng {v} (C)")
+            }
+            SubjectKind::Fluentd => {
+                let v = self
+                    .fluentd
+                    .as_ref()
+                    .and_then(|w| {
+                        let (program, rest) = w.split_first()?;
+                        let mut args: Vec<&str> = rest.iter().map(String::as_str).collect();
+                        args.push("--version");
+                        first_line(Path::new(program), &args)
+                    })
+                    .unwrap_or_else(|| "fluentd".to_string());
+                format!("{v} (Ruby)")
             }
             SubjectKind::Eventmachine => {
                 let v = first_line(
@@ -293,6 +377,46 @@ pub fn prepare(
         Ok(p)
     };
     match kind {
+        SubjectKind::Loghaul if scenario == Scenario::ForwardRelay => {
+            // B first: it must be listening before A's sink connects to it.
+            let (api_a, port_b, api_b) = (free_port()?, free_port()?, free_port()?);
+            let conf_b = write(
+                "loghaul-b.yaml",
+                &loghaul_config(scenario, port_b, api_b, &s(&out)),
+            )?;
+            let conf_a = write("loghaul-a.yaml", &relay_config(port, api_a, port_b))?;
+            Ok(Launch {
+                program: program.clone(),
+                args: vec!["run".into(), "-c".into(), s(&conf_a)],
+                env: vec![],
+                input_port: port,
+                ready: Ready::Health(api_a),
+                output: Output::File(out),
+                companions: vec![Companion {
+                    name: "b".into(),
+                    program,
+                    args: vec!["run".into(), "-c".into(), s(&conf_b)],
+                    port: port_b,
+                    ready: Ready::Health(api_b),
+                }],
+            })
+        }
+        SubjectKind::Fluentd => {
+            let words = peers.fluentd.clone().unwrap_or_default();
+            let conf = write("fluentd.conf", &fluentd_config(port, &s(dir)))?;
+            let mut args: Vec<String> = words.into_iter().skip(1).collect();
+            // One process: the supervisor would only add a second Ruby process to the figures.
+            args.extend(["-c".into(), s(&conf), "--no-supervisor".into()]);
+            Ok(Launch {
+                program,
+                args,
+                env: vec![],
+                input_port: port,
+                ready: Ready::Connect,
+                output: Output::File(dir.join(format!("out.{}.log", crate::fluent::DEFAULT_TAG))),
+                companions: vec![],
+            })
+        }
         SubjectKind::Loghaul => {
             let api = free_port()?;
             let conf = write(
@@ -310,6 +434,7 @@ pub fn prepare(
                 } else {
                     Output::File(out)
                 },
+                companions: vec![],
             })
         }
         SubjectKind::Rsyslog => {
@@ -332,6 +457,7 @@ pub fn prepare(
                 input_port: port,
                 ready: Ready::Connect,
                 output: Output::File(out),
+                companions: vec![],
             })
         }
         SubjectKind::SyslogNg => {
@@ -361,6 +487,7 @@ pub fn prepare(
                 input_port: port,
                 ready: Ready::Connect,
                 output: Output::File(out),
+                companions: vec![],
             })
         }
         SubjectKind::Eventmachine => {
@@ -373,6 +500,7 @@ pub fn prepare(
                 input_port: port,
                 ready: Ready::Connect,
                 output: Output::CountFile(count),
+                companions: vec![],
             })
         }
         SubjectKind::Bare => {
@@ -408,6 +536,7 @@ pub fn prepare(
                 } else {
                     Output::File(target)
                 },
+                companions: vec![],
             })
         }
     }
@@ -416,8 +545,28 @@ pub fn prepare(
 /// loghaul: one syslog TCP source into one file sink, on its defaults (like the peers, the file
 /// sink writes whenever its queue runs empty). For `basic` the sink is a `blackhole` that only
 /// counts, the equivalent of EventMachine's line counter.
+///
+/// For the forward scenarios the source is `fluent` (on its defaults: acknowledgements on, so a
+/// generator that asks for acks gets them once the file sink wrote the events); in
+/// `forward_relay` this is B, the receiving end (A is [`relay_config`]).
 pub fn loghaul_config(scenario: Scenario, port: u16, api: u16, out: &str) -> String {
     let (format, framing, encoding) = match scenario {
+        Scenario::Forward | Scenario::ForwardRelay => {
+            return format!(
+                "# loghaul bench: scenario {name}{role}\n\
+                 api: {{ address: \"127.0.0.1:{api}\" }}\n\
+                 sources:\n  \
+                   in: {{ type: fluent, address: \"127.0.0.1:{port}\" }}\n\
+                 sinks:\n  \
+                   out: {{ type: file, inputs: [in], path: \"{out}\", encoding: json }}\n",
+                name = scenario.name(),
+                role = if scenario == Scenario::ForwardRelay {
+                    "; B, the receiver: A's requests in, a JSON-lines file out"
+                } else {
+                    ""
+                },
+            );
+        }
         Scenario::Basic => ("raw", "newline", "text"),
         Scenario::Syslog => ("rfc3164", "newline", "json"),
         Scenario::Raw => ("raw", "newline", "json"),
@@ -439,6 +588,73 @@ pub fn loghaul_config(scenario: Scenario, port: u16, api: u16, out: &str) -> Str
     )
 }
 
+/// loghaul A of `forward_relay`: the generator's requests in, relayed to B on `next` with the
+/// `fluent` sink on its defaults (acks required: a batch counts as delivered only once B acked it,
+/// and the source acks its own clients only then).
+pub fn relay_config(port: u16, api: u16, next: u16) -> String {
+    format!(
+        "# loghaul bench: scenario forward_relay; A, the relay: forward in, forward out to B\n\
+         api: {{ address: \"127.0.0.1:{api}\" }}\n\
+         sources:\n  \
+           in: {{ type: fluent, address: \"127.0.0.1:{port}\" }}\n\
+         sinks:\n  \
+           out: {{ type: fluent, inputs: [in], servers: [{{ address: \"127.0.0.1:{next}\" }}], require_ack: true }}\n"
+    )
+}
+
+/// Fluentd: in_forward → out_file with JSON lines, into `DIR/out.TAG.log`. The buffer is in
+/// memory (as loghaul's queues are), flushed every second as fluentd's docs suggest for
+/// throughput, and blocks the input when full instead of dropping (`overflow_action block`).
+/// Time and tag are injected and the client address kept as `source_ip`, so a line carries what
+/// loghaul's does (but `source_type`).
+pub fn fluentd_config(port: u16, dir: &str) -> String {
+    format!(
+        "# loghaul bench: scenario forward; a private fluentd, run in the foreground\n\
+         <system>\n  log_level warn\n</system>\n\
+         <source>\n  \
+           @type forward\n  \
+           bind 127.0.0.1\n  \
+           port {port}\n  \
+           source_address_key source_ip\n\
+         </source>\n\
+         <match **>\n  \
+           @type file\n  \
+           path {dir}/out.${{tag}}\n  \
+           append true\n  \
+           <inject>\n    \
+             time_key timestamp\n    \
+             time_type string\n    \
+             time_format %Y-%m-%dT%H:%M:%S.%NZ\n    \
+             utc true\n    \
+             tag_key tag\n  \
+           </inject>\n  \
+           <format>\n    @type json\n  </format>\n  \
+           <buffer tag>\n    \
+             @type memory\n    \
+             flush_mode interval\n    \
+             flush_interval 1s\n    \
+             chunk_limit_size 8m\n    \
+             total_limit_size 512m\n    \
+             overflow_action block\n  \
+           </buffer>\n\
+         </match>\n"
+    )
+}
+
+/// `program` as a path: as given when it names a path, else the first match on `PATH`.
+fn which(program: &str) -> PathBuf {
+    if program.contains('/') {
+        return PathBuf::from(program);
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(program))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| PathBuf::from(program))
+}
+
 /// rsyslog: imptcp → omfile with a JSON string template carrying loghaul's field names.
 ///
 /// Tuning, measured on a 2-core machine: one imptcp thread (two input threads only contend with the
@@ -447,7 +663,9 @@ pub fn loghaul_config(scenario: Scenario, port: u16, api: u16, out: &str) -> Str
 pub fn rsyslog_config(scenario: Scenario, port: u16, work: &str, out: &str) -> String {
     let fields = match scenario {
         Scenario::Basic => None,
-        Scenario::Raw => Some(
+        // rsyslog has no forward input (`unsupported`): the forward scenarios never get here,
+        // and would get the `raw` config if they did.
+        Scenario::Raw | Scenario::Forward | Scenario::ForwardRelay => Some(
             r#"{\"timestamp\":\"%timegenerated:::date-rfc3339%\",\"message\":\"%rawmsg:::json%\",\"source_ip\":\"%fromhost-ip%\",\"source_type\":\"syslog\"}"#
                 .to_string(),
         ),
@@ -485,7 +703,8 @@ pub fn syslog_ng_config(scenario: Scenario, port: u16, out: &str) -> String {
         "max-connections(100) log-iw-size(100000) log-fetch-limit(1000) keep-hostname(yes)";
     let (driver, flags, template) = match scenario {
         Scenario::Basic => ("network", "flags(no-parse)", "\"${MSG}\\n\"".to_string()),
-        Scenario::Raw => (
+        // No forward input in syslog-ng either (`unsupported`): `raw`'s config, never run.
+        Scenario::Raw | Scenario::Forward | Scenario::ForwardRelay => (
             "network",
             "flags(no-parse)",
             "\"$(format-json timestamp=${R_ISODATE} message=${MSG} source_ip=${SOURCEIP} \

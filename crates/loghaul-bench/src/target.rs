@@ -1,8 +1,10 @@
 //! Where the generator sends: one small [`Target`] implementation per transport.
 //!
-//! Adding a target (HTTP, forward, TLS arrive with their issues) means one `impl Target` and one arm in
-//! [`open`]; the generator knows nothing else about transports. A target is opened once per connection
-//! before the clock starts and then only ever receives whole frames of a [`Block`].
+//! Adding a target (HTTP and TLS arrive with their issues) means one `impl Target` and one arm in
+//! [`open`] (and in [`build_blocks`] if its frames are not the stream framings); the generator knows
+//! nothing else about transports. A target is opened once per connection before the clock starts
+//! and then only ever receives whole frames of a [`Block`]. The forward protocol's target lives in
+//! [`crate::fluent`].
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -11,18 +13,22 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 
-use crate::payload::Block;
+use crate::fluent::{self, FluentOptions, FluentTarget};
+use crate::payload::{self, Block, PayloadSpec};
 
 /// A destination for generated frames.
 ///
-/// Contract: `send` delivers the first `n` messages of `block` completely (or fails); it never
-/// splits a message; `finish` flushes whatever the target buffers and is called once at the end.
+/// Contract: `send` delivers the first `n` messages of `block` completely (or fails) and returns
+/// the bytes it put on the wire; it never splits a message, and it changes nothing in the block
+/// but what its own protocol stamps per send (the fluent target's chunk ids); `finish` flushes
+/// whatever the target buffers (and waits for what the protocol still owes) and is called once at
+/// the end.
 pub trait Target: Send {
-    /// Sends the first `n` messages of `block`.
+    /// Sends the first `n` messages of `block`; returns the bytes sent.
     ///
     /// # Errors
     /// An I/O error of the transport; the generator stops that connection.
-    fn send(&mut self, block: &Block, n: usize) -> Result<()>;
+    fn send(&mut self, block: &mut Block, n: usize) -> Result<u64>;
 
     /// Flushes and closes cleanly.
     ///
@@ -42,10 +48,12 @@ pub enum TargetUrl {
     Udp(String),
     /// `file://PATH`
     File(PathBuf),
+    /// `fluent://HOST:PORT`: the Fluentd forward protocol over TCP.
+    Fluent(String),
 }
 
 impl TargetUrl {
-    /// Parses `tcp://HOST:PORT`, `udp://HOST:PORT` or `file://PATH`.
+    /// Parses `tcp://HOST:PORT`, `udp://HOST:PORT`, `file://PATH` or `fluent://HOST:PORT`.
     ///
     /// # Errors
     /// An unknown scheme.
@@ -56,9 +64,12 @@ impl TargetUrl {
             Ok(Self::Udp(rest.to_string()))
         } else if let Some(rest) = url.strip_prefix("file://") {
             Ok(Self::File(PathBuf::from(rest)))
+        } else if let Some(rest) = url.strip_prefix("fluent://") {
+            Ok(Self::Fluent(rest.to_string()))
         } else {
             bail!(
-                "unknown target {url:?}: expected tcp://HOST:PORT, udp://HOST:PORT or file://PATH"
+                "unknown target {url:?}: expected tcp://HOST:PORT, udp://HOST:PORT, file://PATH \
+                 or fluent://HOST:PORT"
             )
         }
     }
@@ -74,21 +85,41 @@ impl TargetUrl {
 pub struct TargetOptions {
     /// For `file://`: rename the file and start a new one every this many lines (0 = never).
     pub rotate_lines: u64,
+    /// For `fluent://`: request mode, events per request, acks, tag.
+    pub fluent: FluentOptions,
 }
 
-/// Opens connection `index` to `url`.
+/// Opens the connection of generator `gen_id` to `url`.
 ///
 /// # Errors
 /// The address does not resolve, the connection is refused, or the file cannot be opened.
-pub fn open(url: &TargetUrl, opts: &TargetOptions) -> Result<Box<dyn Target>> {
+pub fn open(url: &TargetUrl, opts: &TargetOptions, gen_id: u32) -> Result<Box<dyn Target>> {
     match url {
         TargetUrl::Tcp(addr) => Ok(Box::new(TcpTarget::connect(addr)?)),
         TargetUrl::Udp(addr) => Ok(Box::new(UdpTarget::connect(addr)?)),
         TargetUrl::File(path) => Ok(Box::new(FileTarget::open(path.clone(), opts.rotate_lines)?)),
+        TargetUrl::Fluent(addr) => Ok(Box::new(FluentTarget::connect(addr, &opts.fluent, gen_id)?)),
     }
 }
 
-fn resolve(addr: &str) -> Result<SocketAddr> {
+/// Generator `gen_id`'s pre-built blocks, framed as `url`'s transport needs them: the stream
+/// framings of [`payload::build_blocks`], or forward-protocol frames for `fluent://`.
+///
+/// # Errors
+/// An invalid payload spec or target option.
+pub fn build_blocks(
+    url: &TargetUrl,
+    opts: &TargetOptions,
+    spec: &PayloadSpec,
+    gen_id: u32,
+) -> Result<Vec<Block>> {
+    match url {
+        TargetUrl::Fluent(_) => fluent::build_blocks(spec, &opts.fluent, gen_id),
+        _ => payload::build_blocks(spec, gen_id),
+    }
+}
+
+pub(crate) fn resolve(addr: &str) -> Result<SocketAddr> {
     addr.to_socket_addrs()
         .with_context(|| format!("resolving {addr}"))?
         .next()
@@ -111,10 +142,12 @@ impl TcpTarget {
 }
 
 impl Target for TcpTarget {
-    fn send(&mut self, block: &Block, n: usize) -> Result<()> {
+    fn send(&mut self, block: &mut Block, n: usize) -> Result<u64> {
+        let bytes = block.prefix(n);
         self.stream
-            .write_all(block.prefix(n))
-            .context("writing to the TCP target")
+            .write_all(bytes)
+            .context("writing to the TCP target")?;
+        Ok(bytes.len() as u64)
     }
 
     fn finish(&mut self) -> Result<()> {
@@ -143,13 +176,15 @@ impl UdpTarget {
 }
 
 impl Target for UdpTarget {
-    fn send(&mut self, block: &Block, n: usize) -> Result<()> {
+    fn send(&mut self, block: &mut Block, n: usize) -> Result<u64> {
+        let mut bytes = 0;
         for &(start, end) in &block.bodies[..n] {
-            self.socket
+            bytes += self
+                .socket
                 .send(&block.bytes[start..end])
-                .context("sending a UDP datagram")?;
+                .context("sending a UDP datagram")? as u64;
         }
-        Ok(())
+        Ok(bytes)
     }
 }
 
@@ -197,7 +232,7 @@ impl FileTarget {
 }
 
 impl Target for FileTarget {
-    fn send(&mut self, block: &Block, n: usize) -> Result<()> {
+    fn send(&mut self, block: &mut Block, n: usize) -> Result<u64> {
         let mut done = 0;
         while done < n {
             let room = if self.rotate_lines == 0 {
@@ -221,7 +256,7 @@ impl Target for FileTarget {
                 self.rotate()?;
             }
         }
-        Ok(())
+        Ok(block.prefix(n).len() as u64)
     }
 
     fn finish(&mut self) -> Result<()> {
@@ -241,6 +276,10 @@ mod tests {
             TargetUrl::parse("tcp://127.0.0.1:5514").unwrap(),
             TargetUrl::Tcp("127.0.0.1:5514".into())
         );
+        assert_eq!(
+            TargetUrl::parse("fluent://127.0.0.1:24224").unwrap(),
+            TargetUrl::Fluent("127.0.0.1:24224".into())
+        );
         assert!(TargetUrl::parse("http://x").is_err());
     }
 
@@ -248,7 +287,7 @@ mod tests {
     fn file_target_rotates_every_n_lines() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.log");
-        let blocks = build_blocks(
+        let mut blocks = build_blocks(
             &PayloadSpec {
                 block_bytes: 2000,
                 ..PayloadSpec::default()
@@ -258,8 +297,8 @@ mod tests {
         .unwrap();
         let n = blocks[0].len();
         let mut t = FileTarget::open(path.clone(), 7).unwrap();
-        t.send(&blocks[0], n).unwrap();
-        t.send(&blocks[0], n).unwrap();
+        t.send(&mut blocks[0], n).unwrap();
+        t.send(&mut blocks[0], n).unwrap();
         t.finish().unwrap();
         let mut total = 0;
         let mut files = 0;

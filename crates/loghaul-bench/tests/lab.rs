@@ -288,6 +288,17 @@ fn file_target_then_meter_text_file() {
 /// Runs one scenario at a small size with loghaul, rsyslog and the bare loop, and checks the results
 /// folder.
 fn scenario_smoke(scenario: &str) {
+    scenario_smoke_with(
+        scenario,
+        &["loghaul", "rsyslog", "bare"],
+        &["loghaul.yaml", "rsyslog.conf", "bare.conf"],
+        &[],
+    );
+}
+
+/// Runs `scenario` at a small size with `subjects` (and `extra` options), and checks the results
+/// folder: every run complete without loss or duplicates, and the `configs` kept.
+fn scenario_smoke_with(scenario: &str, subjects: &[&str], configs: &[&str], extra: &[&str]) {
     let Some(loghaul) = std::env::var_os("LOGHAUL_BIN") else {
         eprintln!(
             "\n*** SKIPPED scenario `{scenario}`: LOGHAUL_BIN is not set (CI sets it to \
@@ -301,10 +312,11 @@ fn scenario_smoke(scenario: &str) {
             "run",
             scenario,
             "--subjects",
-            "loghaul,rsyslog,bare",
+            &subjects.join(","),
             "--runs",
             "1",
         ])
+        .args(extra)
         .args(["--events", "20000", "--idle-timeout", "20s", "--out"])
         .arg(out.path())
         .env("LOGHAUL_BIN", &loghaul)
@@ -333,12 +345,13 @@ fn scenario_smoke(scenario: &str) {
     .unwrap();
     let records = json["records"].as_array().unwrap();
     let warmups = records.iter().filter(|r| r["warmup"] == true).count();
+    let n = subjects.len();
     assert_eq!(
         (records.len(), warmups),
-        (6, 3),
+        (2 * n, n),
         "a warm-up and a measured run of each subject: {json}"
     );
-    for (r, summary) in records[3..].iter().zip(json["summary"].as_array().unwrap()) {
+    for (r, summary) in records[n..].iter().zip(json["summary"].as_array().unwrap()) {
         // The table's figures are the measured run's, not the warm-up's.
         assert_eq!(r["warmup"], false, "{r}");
         assert_eq!(summary["subject"], r["subject"], "{summary}");
@@ -378,9 +391,9 @@ fn scenario_smoke(scenario: &str) {
         assert!(flow.abs_diff(20000) <= 200, "{scenario}: flow {flow}: {r}");
     }
     // Every subject's config (the bare loop's command line) is kept beside the figures.
-    let configs = Path::new(out.path()).join("configs").join(scenario);
-    for name in ["loghaul.yaml", "rsyslog.conf", "bare.conf"] {
-        assert!(configs.join(name).exists(), "{scenario}: {name}");
+    let kept = Path::new(out.path()).join("configs").join(scenario);
+    for name in configs {
+        assert!(kept.join(name).exists(), "{scenario}: {name}");
     }
 }
 
@@ -563,4 +576,500 @@ fn bare_loop_writes_what_loghaul_writes() {
             scenario.name()
         );
     }
+}
+
+#[test]
+fn scenario_forward_small() {
+    scenario_smoke_with(
+        "forward",
+        &["loghaul", "bare"],
+        &["loghaul.yaml", "bare.conf"],
+        &[],
+    );
+}
+
+/// The relay pair (A: fluent → fluent with acks, B: fluent → file) delivers every event once.
+/// With `--ack` the generator's requests are acknowledged end to end (A answers once B acked),
+/// and a run still completes without loss.
+#[test]
+fn scenario_forward_relay_small() {
+    for extra in [&[][..], &["--ack"][..]] {
+        scenario_smoke_with(
+            "forward_relay",
+            &["loghaul"],
+            &["loghaul-a.yaml", "loghaul-b.yaml"],
+            extra,
+        );
+    }
+}
+
+/// Asking for the fluentd subject without `LOGHAUL_FLUENTD` fails before anything runs, saying
+/// how to provide it.
+#[test]
+fn fluentd_subject_needs_loghaul_fluentd() {
+    let out = tempfile::tempdir().unwrap();
+    let run = bench()
+        .args(["run", "forward", "--subjects", "fluentd", "--runs", "1"])
+        .args(["--events", "1000", "--out"])
+        .arg(out.path())
+        .env_remove("LOGHAUL_FLUENTD")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("LOGHAUL_FLUENTD") && stderr.contains("fluentd command"),
+        "{stderr}"
+    );
+    assert!(!out.path().join("forward.md").exists());
+}
+
+/// The fluentd subject's plumbing (the command from `LOGHAUL_FLUENTD` split into words, its
+/// config, readiness, the output file it is metered by), with a stand-in for Fluentd that serves
+/// the port of the generated config with the bare forward loop and writes where out_file would.
+#[test]
+fn fluentd_subject_runs_the_command_in_loghaul_fluentd() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("fake-fluentd");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n\
+             # a stand-in for fluentd: the bare forward loop on the generated config's port\n\
+             [ \"$1\" = wrapped ] || exit 3\n\
+             shift\n\
+             while [ $# -gt 0 ]; do\n  \
+               case \"$1\" in\n    \
+                 --version) echo 'fluentd 0.0.0-stand-in'; exit 0;;\n    \
+                 -c) conf=\"$2\"; shift;;\n  \
+               esac\n  \
+               shift\n\
+             done\n\
+             grep -q '@type forward' \"$conf\" && grep -q '@type json' \"$conf\" || exit 4\n\
+             port=$(sed -n 's/^ *port //p' \"$conf\")\n\
+             exec {} bare --scenario forward --listen 127.0.0.1:$port --out \"$(dirname \"$conf\")/out.bench.gen.log\"\n",
+            env!("CARGO_BIN_EXE_loghaul-bench")
+        ),
+    )
+    .unwrap();
+    let mut perms = std::fs::metadata(&script).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&script, perms).unwrap();
+    let out = dir.path().join("results");
+    ok(bench()
+        .args(["run", "forward", "--subjects", "fluentd", "--runs", "1"])
+        .args([
+            "--warmup",
+            "0",
+            "--events",
+            "20000",
+            "--idle-timeout",
+            "20s",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .env("LOGHAUL_FLUENTD", format!("{} wrapped", script.display()))
+        .output()
+        .unwrap());
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("forward.json")).unwrap()).unwrap();
+    let r = &json["records"][0];
+    assert_eq!(r["status"], "complete", "{r}");
+    assert_eq!(r["events_seen"], 20000, "{r}");
+    assert_eq!(r["loss"], 0, "{r}");
+    assert_eq!(r["duplicates"], 0, "{r}");
+    assert_eq!(r["platform"], "fluentd 0.0.0-stand-in (Ruby)", "{r}");
+    assert!(out.join("configs/forward/fluentd.conf").exists());
+}
+
+/// What a test forward server saw on one connection.
+#[derive(Default, Debug)]
+struct Seen {
+    modes: Vec<loghaul_codec::forward::Mode>,
+    /// Events per request.
+    sizes: Vec<usize>,
+    chunks: Vec<Vec<u8>>,
+    /// (generator, sequence) of every event, in arrival order.
+    markers: Vec<(u32, u64)>,
+    invalid: u64,
+}
+
+/// Reads a forward connection to its end with loghaul's codec, answering every chunk with
+/// `answer(chunk)` as soon as its request is decoded.
+fn serve_forward(mut stream: std::net::TcpStream, answer: fn(&[u8]) -> Vec<u8>) -> Seen {
+    use loghaul_codec::forward::{Decoder, Limits, Splitter};
+    use std::io::Read;
+    let mut seen = Seen::default();
+    let mut buf = bytes::BytesMut::new();
+    let mut splitter = Splitter::new(64 << 20);
+    let mut decoder = Decoder::new(Limits {
+        max_decompressed_size: 1 << 30,
+    });
+    let mut read = vec![0u8; 64 * 1024];
+    loop {
+        let n = match stream.read(&mut read) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        buf.extend_from_slice(&read[..n]);
+        while let Some(len) = splitter.split(&buf).unwrap() {
+            let mut arena = buf.split_to(len);
+            let mut batch =
+                loghaul_core::EventBatch::new(bytes::Bytes::new(), "t".into(), "fluent");
+            let r = decoder.decode(&mut arena, 0, len, &mut batch, 0).unwrap();
+            seen.modes.push(r.mode);
+            seen.sizes.push(r.events);
+            if let Some((s, e)) = r.chunk {
+                let chunk = arena[s..e].to_vec();
+                let _ = stream.write_all(&answer(&chunk));
+                seen.chunks.push(chunk);
+            }
+            batch.arena = arena.freeze();
+            for ev in &batch.events {
+                let text = String::from_utf8_lossy(batch.str(ev.message.or_empty())).into_owned();
+                seen.markers.push((
+                    field(&text, "gen=").parse().unwrap(),
+                    field(&text, "seq=").parse().unwrap(),
+                ));
+            }
+        }
+    }
+    seen.invalid = decoder.stats.invalid_events;
+    seen
+}
+
+fn ack_of(chunk: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loghaul_codec::forward::write_ack(&mut out, chunk);
+    out
+}
+
+/// Runs `gen` against a test forward server of `conns` connections; returns the generator's
+/// output (or its failure) and what each connection saw.
+fn gen_fluent(args: &[&str], conns: usize, answer: fn(&[u8]) -> Vec<u8>) -> (Output, Vec<Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let readers: Vec<_> = (0..conns)
+            .map(|_| {
+                let (s, _) = listener.accept().unwrap();
+                std::thread::spawn(move || serve_forward(s, answer))
+            })
+            .collect();
+        readers
+            .into_iter()
+            .map(|r| r.join().unwrap())
+            .collect::<Vec<_>>()
+    });
+    let out = bench()
+        .args(["gen", "--target", &format!("fluent://{addr}")])
+        .args(["--format", "raw", "--message-size", "100", "--json"])
+        .args(["--connections", &conns.to_string()])
+        .args(args)
+        .output()
+        .unwrap();
+    (out, server.join().unwrap())
+}
+
+/// Wire level: in every mode, with and without `--ack`, the generator's requests decode with
+/// loghaul's forward codec to exactly the numbered events, in requests of at most `--batch`
+/// events; `--ack` requests carry distinct chunks, and the generator waits for their acks.
+#[test]
+fn gen_fluent_requests_decode_to_numbered_events() {
+    use loghaul_codec::forward::Mode;
+    for (mode, want) in [
+        ("message", Mode::Message),
+        ("forward", Mode::Forward),
+        ("packed", Mode::PackedForward),
+        ("compressed", Mode::CompressedPackedForward),
+    ] {
+        for ack in [false, true] {
+            let mut args = vec!["--fluent-mode", mode, "--count", "4321", "--batch", "100"];
+            if ack {
+                args.push("--ack");
+            }
+            let (out, seen) = gen_fluent(&args, 2, ack_of);
+            let stats: serde_json::Value = serde_json::from_str(&ok(out)).unwrap();
+            assert_eq!(stats["sent"], 4321, "{mode} ack={ack}");
+            let mut all = Vec::new();
+            for s in &seen {
+                assert_eq!(s.invalid, 0, "{mode}");
+                assert!(s.modes.iter().all(|m| *m == want), "{mode}: {:?}", s.modes);
+                let most = if want == Mode::Message { 1 } else { 100 };
+                assert!(
+                    s.sizes.iter().all(|&n| (1..=most).contains(&n)),
+                    "{mode}: {:?}",
+                    s.sizes
+                );
+                if ack {
+                    assert_eq!(s.chunks.len(), s.modes.len(), "{mode}: a chunk per request");
+                    let mut distinct = s.chunks.clone();
+                    distinct.sort();
+                    distinct.dedup();
+                    assert_eq!(
+                        distinct.len(),
+                        s.chunks.len(),
+                        "{mode}: chunks are distinct"
+                    );
+                    assert!(s.chunks.iter().all(|c| c.len() == 24), "{mode}");
+                } else {
+                    assert!(s.chunks.is_empty(), "{mode}: no chunk without --ack");
+                }
+                // Each connection is one generator, its sequence numbers in order.
+                let g = s.markers[0].0;
+                let seqs: Vec<u64> = s
+                    .markers
+                    .iter()
+                    .map(|&(gg, q)| {
+                        assert_eq!(gg, g);
+                        q
+                    })
+                    .collect();
+                assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>(), "{mode}");
+                all.extend(s.markers.iter().copied());
+            }
+            all.sort();
+            let expected: Vec<(u32, u64)> = (0..2161)
+                .map(|q| (0, q))
+                .chain((0..2160).map(|q| (1, q)))
+                .collect();
+            assert_eq!(all, expected, "{mode} ack={ack}");
+        }
+    }
+}
+
+/// An ack that does not echo the oldest outstanding chunk fails the generator, by name.
+#[test]
+fn gen_fluent_refuses_a_wrong_ack() {
+    let (out, _) = gen_fluent(&["--count", "5000", "--batch", "100", "--ack"], 1, |_| {
+        ack_of(b"not-the-chunk")
+    });
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("does not match the oldest unacknowledged chunk"),
+        "{stderr}"
+    );
+}
+
+/// A forward stream exercising the decoder's paths: every mode, integer, EventTime and
+/// metadata times, a zero time (the receive time stands in), nested values, bin and ext values,
+/// escapes and invalid UTF-8, record keys shadowing loghaul's, an invalid event, a heartbeat, and
+/// chunks (one with fluentd's trailing newline). Returns the bytes, the valid events and the acks
+/// owed.
+fn forward_fixture() -> (Vec<u8>, usize, Vec<u8>) {
+    use loghaul_codec::forward::msgpack::*;
+    use loghaul_codec::forward::write_ack;
+    let mut out = Vec::new();
+    let mut acks = Vec::new();
+    let time = |o: &mut Vec<u8>| write_event_time(o, 1_441_588_984, 123_456_789);
+    // Message, integer time, two keys.
+    write_array_len(&mut out, 3);
+    write_str(&mut out, b"app.one");
+    write_int(&mut out, 1_700_000_000);
+    write_map_len(&mut out, 2);
+    write_str(&mut out, b"message");
+    write_str(&mut out, b"hello \"quoted\" back\\slash\ttab \xe2\x82\xac");
+    write_str(&mut out, b"n");
+    write_int(&mut out, -42);
+    // Message with EventTime, a chunk, invalid UTF-8, and keys that shadow loghaul's.
+    write_array_len(&mut out, 4);
+    write_str(&mut out, b"app.two");
+    time(&mut out);
+    write_map_len(&mut out, 4);
+    write_str(&mut out, b"message");
+    write_str(&mut out, b"bad \xff\xfe utf8");
+    write_str(&mut out, b"source_ip");
+    write_str(&mut out, b"10.9.8.7");
+    write_str(&mut out, b"tag");
+    write_str(&mut out, b"from-record");
+    write_str(&mut out, b"hostname");
+    write_str(&mut out, b"h1");
+    write_map_len(&mut out, 1);
+    write_str(&mut out, b"chunk");
+    write_str(&mut out, b"p8n9gmxTQVC8/nh2wlKKeQ==\n");
+    write_ack(&mut acks, b"p8n9gmxTQVC8/nh2wlKKeQ==\n");
+    // A heartbeat.
+    write_nil(&mut out);
+    // Forward: nested values, a metadata time, a zero time, an invalid (float) time.
+    write_array_len(&mut out, 2);
+    write_str(&mut out, b"app.fwd");
+    write_array_len(&mut out, 4);
+    write_array_len(&mut out, 2);
+    time(&mut out);
+    write_map_len(&mut out, 5);
+    write_str(&mut out, b"nested");
+    write_map_len(&mut out, 2);
+    write_str(&mut out, b"list");
+    write_array_len(&mut out, 4);
+    write_bool(&mut out, true);
+    write_nil(&mut out);
+    write_f64(&mut out, 1.5);
+    write_uint(&mut out, u64::MAX);
+    write_str(&mut out, b"deep");
+    write_map_len(&mut out, 1);
+    write_str(&mut out, b"k");
+    write_str(&mut out, b"v");
+    write_str(&mut out, b"raw");
+    write_bin(&mut out, b"\x00\x01binary\xff");
+    write_str(&mut out, b"ext");
+    write_ext(&mut out, 5, b"\x01\x02\x03");
+    write_str(&mut out, b"message");
+    write_str(&mut out, b"forward entry");
+    write_str(&mut out, b"timestamp");
+    write_str(&mut out, b"not loghaul's");
+    write_array_len(&mut out, 2);
+    write_array_len(&mut out, 2);
+    time(&mut out);
+    write_map_len(&mut out, 1);
+    write_str(&mut out, b"meta");
+    write_str(&mut out, b"data");
+    write_map_len(&mut out, 1);
+    write_str(&mut out, b"message");
+    write_str(&mut out, b"with metadata");
+    write_array_len(&mut out, 2);
+    write_int(&mut out, 0);
+    write_map_len(&mut out, 1);
+    write_str(&mut out, b"message");
+    write_str(&mut out, b"time zero: received");
+    write_array_len(&mut out, 2);
+    write_f64(&mut out, 1.5);
+    write_map_len(&mut out, 1);
+    write_str(&mut out, b"message");
+    write_str(&mut out, b"float time: invalid");
+    // Entries for the packed requests: one without a message.
+    let mut entries = Vec::new();
+    for i in 0..3 {
+        write_array_len(&mut entries, 2);
+        time(&mut entries);
+        if i == 2 {
+            write_map_len(&mut entries, 1);
+            write_str(&mut entries, b"only");
+            write_str(&mut entries, b"a field");
+        } else {
+            write_map_len(&mut entries, 1);
+            write_str(&mut entries, b"message");
+            write_str(&mut entries, format!("packed {i} \u{1F600}").as_bytes());
+        }
+    }
+    // PackedForward as fluentd sends it: str32 and compressed "text".
+    write_array_len(&mut out, 3);
+    write_str(&mut out, b"app.packed");
+    out.push(0xdb);
+    out.extend_from_slice(&(entries.len() as u32).to_be_bytes());
+    out.extend_from_slice(&entries);
+    write_map_len(&mut out, 2);
+    write_str(&mut out, b"size");
+    write_int(&mut out, 3);
+    write_str(&mut out, b"compressed");
+    write_str(&mut out, b"text");
+    // CompressedPackedForward, two gzip members, with a chunk.
+    let mut gz = Vec::new();
+    for half in [&entries[..], &entries[..]] {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        e.write_all(half).unwrap();
+        gz.extend_from_slice(&e.finish().unwrap());
+    }
+    write_array_len(&mut out, 3);
+    write_str(&mut out, b"app.gz");
+    write_bin(&mut out, &gz);
+    write_map_len(&mut out, 2);
+    write_str(&mut out, b"chunk");
+    write_str(&mut out, b"second-chunk");
+    write_str(&mut out, b"compressed");
+    write_str(&mut out, b"gzip");
+    write_ack(&mut acks, b"second-chunk");
+    // 1 + 1 + 3 (of 4 entries) + 3 + 6.
+    (out, 14, acks)
+}
+
+/// Starts `cmd` (a forward server on `port`), sends `input` on one connection and keeps it open
+/// until `out` holds `lines` lines and `acks` bytes of acks came back; returns both.
+fn feed_forward(
+    mut cmd: Command,
+    port: u16,
+    input: &[u8],
+    out: &Path,
+    lines: usize,
+    acks: usize,
+) -> (String, Vec<u8>) {
+    use std::io::Read;
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut conn = loop {
+        match std::net::TcpStream::connect(("127.0.0.1", port)) {
+            Ok(c) => break c,
+            Err(e) if std::time::Instant::now() > deadline => panic!("subject never listened: {e}"),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(20)),
+        }
+    };
+    // Closing right after writing would make the server's acks meet a closed socket and the
+    // kernel reset the connection, possibly before the server read everything.
+    conn.write_all(input).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_millis(100)))
+        .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let text = loop {
+        if let Ok(n) = conn.read(&mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        let text = std::fs::read_to_string(out).unwrap_or_default();
+        let done = text.lines().count() >= lines && got.len() >= acks;
+        if done || std::time::Instant::now() > deadline {
+            break text;
+        }
+    };
+    drop(conn);
+    let _ = child.kill();
+    let _ = child.wait();
+    (text, got)
+}
+
+/// The bare forward loop writes exactly the lines loghaul's fluent source and file sink write
+/// for the same requests, and answers the same acks.
+#[test]
+fn bare_forward_loop_writes_what_loghaul_writes() {
+    use loghaul_bench::subjects::{Scenario, free_port, loghaul_config};
+    let Some(loghaul) = std::env::var_os("LOGHAUL_BIN") else {
+        eprintln!(
+            "\n*** SKIPPED bare_forward_loop_writes_what_loghaul_writes: LOGHAUL_BIN is not set ***\n"
+        );
+        return;
+    };
+    let (input, events, acks) = forward_fixture();
+    let dir = tempfile::tempdir().unwrap();
+    let (port, api) = (free_port().unwrap(), free_port().unwrap());
+    let out = dir.path().join("loghaul.log");
+    let conf = dir.path().join("loghaul.yaml");
+    std::fs::write(
+        &conf,
+        loghaul_config(Scenario::Forward, port, api, &out.display().to_string()),
+    )
+    .unwrap();
+    let mut cmd = Command::new(&loghaul);
+    cmd.arg("run").arg("-c").arg(&conf);
+    let (from_loghaul, loghaul_acks) = feed_forward(cmd, port, &input, &out, events, acks.len());
+
+    let port = free_port().unwrap();
+    let out = dir.path().join("bare.log");
+    let mut cmd = bench();
+    cmd.args(["bare", "--scenario", "forward", "--listen"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--out")
+        .arg(&out);
+    let (from_bare, bare_acks) = feed_forward(cmd, port, &input, &out, events, acks.len());
+
+    assert_eq!(from_loghaul.lines().count(), events, "{from_loghaul}");
+    assert_eq!(loghaul_acks, acks);
+    assert_eq!(bare_acks, acks);
+    assert!(
+        mask_received(&from_loghaul).contains("RECEIVED"),
+        "{from_loghaul}"
+    );
+    assert_eq!(mask_received(&from_bare), mask_received(&from_loghaul));
 }
