@@ -30,6 +30,10 @@ use crate::pipeline::ShutdownSignal;
 
 /// During shutdown, a connection that has been quiet this long is considered drained.
 pub const DRAIN_IDLE: Duration = Duration::from_millis(300);
+/// During shutdown, a connection is read for at most this long in all: a client that never
+/// pauses must not hold the shutdown until `shutdown_timeout` (and the forced exit that loses
+/// what is queued).
+pub const DRAIN_MAX: Duration = Duration::from_secs(5);
 
 /// Binds a listener (called before anything starts, so a busy port fails the whole start).
 /// `receive_buffer` sets SO_RCVBUF on the listener, which accepted sockets inherit.
@@ -57,6 +61,8 @@ pub struct Conn {
     pub stream: TcpStream,
     pub peer: SocketAddr,
     pub shutdown: ShutdownSignal,
+    /// When the drain of this connection ends, once shutdown has started.
+    drain_until: Option<tokio::time::Instant>,
 }
 
 /// What [`Conn::read`] saw.
@@ -76,24 +82,29 @@ impl Conn {
     /// Reads into `buf` once. While running it waits as long as it takes; once shutdown has
     /// started it waits at most [`DRAIN_IDLE`], so the connection ends when its client goes quiet.
     pub async fn read(&mut self, buf: &mut BytesMut) -> Read {
-        let outcome = if self.shutdown.is_triggered() {
-            match tokio::time::timeout(DRAIN_IDLE, self.stream.read_buf(buf)).await {
-                Ok(r) => r,
-                Err(_) => return Read::Drained,
-            }
-        } else {
-            tokio::select! {
-                // read_buf is cancel-safe: if shutdown wins, no bytes were taken.
-                r = self.stream.read_buf(buf) => r,
-                _ = self.shutdown.wait() => {
-                    return match tokio::time::timeout(DRAIN_IDLE, self.stream.read_buf(buf)).await {
-                        Ok(r) => Self::outcome(r),
-                        Err(_) => Read::Drained,
-                    };
-                }
-            }
-        };
-        Self::outcome(outcome)
+        if self.shutdown.is_triggered() {
+            return self.drain_read(buf).await;
+        }
+        tokio::select! {
+            // read_buf is cancel-safe: if shutdown wins, no bytes were taken.
+            r = self.stream.read_buf(buf) => Self::outcome(r),
+            _ = self.shutdown.wait() => self.drain_read(buf).await,
+        }
+    }
+
+    /// A read during shutdown: at most [`DRAIN_IDLE`] of silence, and nothing past
+    /// [`DRAIN_MAX`] from the start of the drain.
+    async fn drain_read(&mut self, buf: &mut BytesMut) -> Read {
+        let now = tokio::time::Instant::now();
+        let until = *self.drain_until.get_or_insert(now + DRAIN_MAX);
+        let wait = DRAIN_IDLE.min(until.saturating_duration_since(now));
+        if wait.is_zero() {
+            return Read::Drained;
+        }
+        match tokio::time::timeout(wait, self.stream.read_buf(buf)).await {
+            Ok(r) => Self::outcome(r),
+            Err(_) => Read::Drained,
+        }
     }
 
     fn outcome(r: std::io::Result<usize>) -> Read {
@@ -140,6 +151,7 @@ pub async fn serve<H, F>(
                 stream,
                 peer,
                 shutdown,
+                drain_until: None,
             })
             .await;
             if let Some(m) = &metrics {

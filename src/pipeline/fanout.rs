@@ -41,11 +41,12 @@ impl Fanout {
         let batch = Arc::new(batch);
         let mut delivered = false;
         for out in &self.outputs {
-            let prepared = out.prepare.as_ref().map(|p| p.prepare(&batch));
-            // Reserve first, count second: if this future is cancelled while waiting for space,
-            // nothing was counted, so the queue gauges stay exact.
+            // Reserve first, count and prepare second: if this future is cancelled while waiting
+            // for space, nothing was counted, and a sender blocked on a full queue holds no
+            // encoded copy of the batch.
             match out.tx.reserve().await {
                 Ok(permit) => {
+                    let prepared = out.prepare.as_ref().map(|p| p.prepare(&batch));
                     out.deliver(permit, &batch, prepared);
                     delivered = true;
                 }

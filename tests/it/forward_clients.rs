@@ -804,6 +804,81 @@ sinks:
 // Checks
 // ---------------------------------------------------------------------------------------------
 
+/// Regression: a server that accepts and then stops reading held the sink's write, and every
+/// request behind it, for ever (the ack deadline was not watched during a write). Now the
+/// deadline covers the write: the server is marked down and its requests go to the standby,
+/// with nothing lost.
+#[test]
+fn a_server_that_stops_reading_is_failed_over() {
+    const COUNT: u64 = 150_000;
+    let hung = TcpListener::bind("127.0.0.1:0").expect("bind the hung server");
+    let hung_port = hung.local_addr().expect("hung server address").port();
+    let held: Arc<Mutex<Vec<TcpStream>>> = Arc::new(Mutex::new(Vec::new()));
+    {
+        let held = held.clone();
+        std::thread::spawn(move || {
+            // Accepts and keeps every connection open, and never reads a byte.
+            for stream in hung.incoming().flatten() {
+                if let Ok(mut h) = held.lock() {
+                    h.push(stream);
+                }
+            }
+        });
+    }
+    let b = Server::start(FLUENT_TO_FILE);
+    let a = Server::start(
+        &r#"api: { address: "127.0.0.1:{API}" }
+sources:
+  tcp_in: { type: syslog, mode: tcp, address: "127.0.0.1:{TCP}" }
+sinks:
+  fwd:
+    type: fluent
+    inputs: [tcp_in]
+    servers: [{ address: "127.0.0.1:{HUNG}" }, { address: "127.0.0.1:{B}", standby: true }]
+    require_ack: true
+    ack_timeout: 1s
+    reconnect_max_interval: 30s
+    # Room for more requests than the hung server's socket buffers take, so a write blocks.
+    max_in_flight: 64
+"#
+        .replace("{HUNG}", &hung_port.to_string())
+        .replace("{B}", &b.ports.tcp.to_string()),
+    );
+    // Long lines, so that the requests for the hung server outgrow its socket buffers.
+    let filler = "x".repeat(150);
+    let mut wire = String::with_capacity(COUNT as usize * 200);
+    for i in 0..COUNT {
+        wire.push_str(&line3164(&format!("{filler} hung seq {i}")));
+    }
+    send_tcp(a.ports.tcp, wire.as_bytes());
+    let out = b.path("out.jsonl");
+    let count = wait_line_count(&out, COUNT as usize, Duration::from_secs(60), || {
+        format!(
+            "A sent {} events; A's stderr:\n{}",
+            a.metric("loghaul_component_sent_events_total", "fwd", None),
+            tail(&a.stderr(), 2000)
+        )
+    });
+    let numbers = sequence_numbers(&out);
+    let dups = assert_each_at_least_once(
+        &numbers,
+        COUNT,
+        "events behind a server that stopped reading",
+    );
+    println!("{count} lines for {COUNT} events, {dups} duplicates");
+    assert!(
+        a.metric(
+            "loghaul_component_errors_total",
+            "fwd",
+            Some("kind=\"ack\"")
+        ) >= 1,
+        "the stalled server was not counted as an ack failure"
+    );
+    drop(held);
+    a.finish();
+    b.finish();
+}
+
 /// Checks the output lines of `run` against what the tap saw its client send: each of the
 /// `count` events exactly once, with `tag`, every field of its record as sent, and its time to
 /// the nanosecond. The panic names the first differences.

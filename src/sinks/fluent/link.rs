@@ -30,6 +30,8 @@ use crate::metrics::ErrorKind;
 /// First wait before reconnecting to a server that is down; doubled up to
 /// `reconnect_max_interval`.
 const RECONNECT_MIN: Duration = Duration::from_millis(200);
+/// A connection that lived this long resets the reconnect backoff.
+const STABLE: Duration = Duration::from_secs(5);
 /// The largest message a server may send us (acks and handshake messages are tiny).
 const MAX_REPLY: usize = 64 * 1024;
 
@@ -68,9 +70,16 @@ pub async fn run(
     loop {
         let (kind, reason, failed) = match connect(&address, &config).await {
             Ok(stream) => {
-                backoff = RECONNECT_MIN;
                 let _ = events.send(LinkEvent::Up(index));
-                match serve(stream, &config, &mut rx, &events, index).await {
+                let connected = Instant::now();
+                let ended = serve(stream, &config, &mut rx, &events, index).await;
+                // A server that accepts and closes at once (a full max_connections, a load
+                // balancer without backends) must not be retried at full speed: the backoff
+                // starts over only after a connection that lasted.
+                if connected.elapsed() >= STABLE {
+                    backoff = RECONNECT_MIN;
+                }
+                match ended {
                     Ended::Closed => return,
                     Ended::Broken(kind, reason, failed) => (kind, reason, failed),
                 }
@@ -222,9 +231,18 @@ async fn serve(
         tokio::select! {
             msg = rx.recv(), if room => match msg {
                 Some(o) => {
-                    if let Err(e) = wr.write_all(&o.bytes).await {
-                        outstanding.push_back((o, Instant::now()));
-                        break (ErrorKind::Io, format!("write failed: {e}"));
+                    // A server that stops reading must not hold the write (and every request
+                    // behind it) past ack_timeout: the deadline covers the write too.
+                    match tokio::time::timeout(config.ack_timeout, wr.write_all(&o.bytes)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => {
+                            outstanding.push_back((o, Instant::now()));
+                            break (ErrorKind::Io, format!("write failed: {e}"));
+                        }
+                        Err(_) => {
+                            outstanding.push_back((o, Instant::now()));
+                            break (ErrorKind::Ack, format!("the server took no data for ack_timeout ({:?})", config.ack_timeout));
+                        }
                     }
                     if config.require_ack {
                         outstanding.push_back((o, Instant::now()));

@@ -408,7 +408,7 @@ impl Sink {
                 self.metrics.error(kind, 1);
                 let address = self.address(i);
                 if was_up {
-                    tracing::warn!(component = %self.metrics.id, server = %address, %reason, "Forward server is down; its requests go to the others.");
+                    crate::warn_limited!(self.metrics, server = %address, %reason, "Forward server is down; its requests go to the others.");
                 } else {
                     crate::warn_limited!(self.metrics, server = %address, %reason, "Cannot reach forward server.");
                 }

@@ -153,7 +153,7 @@ impl Connection {
         let mut batch = self.new_batch();
         let mut chunks: Vec<Vec<u8>> = Vec::new();
         let mut wire = 0;
-        loop {
+        while !self.close {
             let n = match self.splitter.split(buf) {
                 Ok(Some(n)) => n,
                 Ok(None) => break,
@@ -213,7 +213,8 @@ impl Connection {
     ) {
         batch.arena = arena.freeze();
         batch.received = Timestamp::now();
-        if !batch.is_empty() {
+        if wire > 0 {
+            // Wire bytes count even when no event came of them (heartbeats, other signals).
             self.ctx.metrics.received(batch.len(), wire);
         }
         if self.ctx.acknowledgements && !chunks.is_empty() && !batch.is_empty() {

@@ -523,7 +523,7 @@ fn record(
     n: usize,
     message: &mut OptSpan,
 ) -> Result<(bool, (u32, u32)), ReadError> {
-    let (valid, start, filled) = container(r, fields, n, true, 0, Some(message))?;
+    let (valid, start, filled) = container(r, fields, n, true, 0, 0, Some(message))?;
     Ok((valid, (start as u32, (start + filled) as u32)))
 }
 
@@ -537,28 +537,37 @@ const EMPTY: Field = Field {
 /// (map entries, or array items with empty names). Returns (valid, first slot, slots filled):
 /// fewer than `n` when the message was lifted out. Reads the whole container even when it
 /// turns out invalid, so the caller can go on with the next value.
+#[allow(clippy::too_many_arguments)]
 fn container(
     r: &mut Reader<'_>,
     fields: &mut Vec<Field>,
     n: usize,
     is_map: bool,
     depth: usize,
+    promised: usize,
     mut message: Option<&mut OptSpan>,
 ) -> Result<(bool, usize, usize), ReadError> {
     let start = fields.len();
-    // `n` comes from the wire: reserve no more slots than the bytes left could fill (each
-    // entry takes at least one byte), so a lying header cannot make a huge allocation.
-    let room = n.min(r.remaining());
+    // `n` comes from the wire: every child takes at least one byte (a map entry two), and the
+    // bytes left are already promised to the unread siblings of every enclosing container. A
+    // count past what is left is a lie, refused before any slot is reserved, so nested lying
+    // headers cannot each reserve the whole rest of the request.
+    let items = if is_map { n.saturating_mul(2) } else { n };
+    if items > r.remaining().saturating_sub(promised) {
+        return Err(ReadError::Truncated);
+    }
     if depth >= MAX_RECORD_DEPTH {
         for _ in 0..n * if is_map { 2 } else { 1 } {
             r.skip()?;
         }
         return Ok((false, start, 0));
     }
-    fields.resize(start + room, EMPTY);
+    fields.resize(start + n, EMPTY);
     let mut valid = true;
     let mut filled = 0;
-    for _ in 0..n {
+    for i in 0..n {
+        // What the children after this one need at least: promised to them from here on.
+        let after = promised + (n - 1 - i) * if is_map { 2 } else { 1 };
         let name = if is_map {
             match r.blob()? {
                 Some((s, e)) => Span::new(s, e),
@@ -599,12 +608,12 @@ fn container(
                 Value::Ext(ty, Span::new(s, e))
             }
             Head::Map(m) => {
-                let (ok, a, k) = container(r, fields, m, true, depth + 1, None)?;
+                let (ok, a, k) = container(r, fields, m, true, depth + 1, after, None)?;
                 valid &= ok;
                 Value::Map(a as u32, (a + k) as u32)
             }
             Head::Array(m) => {
-                let (ok, a, k) = container(r, fields, m, false, depth + 1, None)?;
+                let (ok, a, k) = container(r, fields, m, false, depth + 1, after, None)?;
                 valid &= ok;
                 Value::Array(a as u32, (a + k) as u32)
             }

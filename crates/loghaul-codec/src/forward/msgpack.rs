@@ -285,12 +285,15 @@ impl<'a> Reader<'a> {
         self.slice(s).try_into().map_err(|_| ReadError::Truncated)
     }
 
-    /// Reads a `str` or `bin` and returns its offsets; anything else is `None` (nothing read
-    /// past the header).
+    /// Reads a `str` or `bin` and returns its offsets; anything else is skipped whole (payload
+    /// and children too, so the cursor is at the next value either way) and gives `None`.
     #[inline]
     pub fn blob(&mut self) -> Result<Option<(usize, usize)>, ReadError> {
         match self.head()? {
             Head::Str(n) | Head::Bin(n) => self.take(n).map(Some),
+            Head::Ext(_, n) => self.take(n).map(|_| None),
+            Head::Array(n) => (0..n).try_for_each(|_| self.skip()).map(|()| None),
+            Head::Map(n) => (0..2 * n).try_for_each(|_| self.skip()).map(|()| None),
             _ => Ok(None),
         }
     }

@@ -532,3 +532,61 @@ fn encoded_entries_decode_to_the_same_events() {
         Some(&b"id\n"[..])
     );
 }
+
+/// Regression: a key that is a container or an extension was skipped by its header only, which
+/// put the reader out of step: the valid event after it was dropped (and its request acked), or
+/// the request was refused as malformed on every resend.
+#[test]
+fn a_key_of_any_type_leaves_the_neighbouring_events_intact() {
+    let t = event_time(1_700_000_000, 0);
+    for key in [
+        vec![0x92, 0x01, 0x02],
+        vec![0xd6, 0x05, 0xdb, 0xff, 0xff, 0xff],
+        vec![0x81, 0xa1, b'k', 0xc0],
+        vec![0x2a],
+    ] {
+        let mut bad = Vec::new();
+        write_array_len(&mut bad, 2);
+        bad.extend_from_slice(&t);
+        write_map_len(&mut bad, 2);
+        bad.extend_from_slice(&key);
+        write_str(&mut bad, b"v");
+        write_str(&mut bad, b"message");
+        write_str(&mut bad, b"a");
+        let mut good = Vec::new();
+        entry(&mut good, &t, "b", 2);
+        let stream = forward_request("t", &[bad, good], Some(&[("chunk", "c")]));
+        let (reqs, batch, stats, err) = decode_stream(&stream);
+        assert_eq!(err, None, "key {key:02x?}");
+        assert_eq!(
+            (reqs[0].events, stats.invalid_events),
+            (1, 1),
+            "key {key:02x?}"
+        );
+        assert_eq!(message(&batch, 0), "b", "key {key:02x?}");
+        assert!(reqs[0].chunk.is_some());
+    }
+}
+
+/// Regression: container counts that lie inside a packed blob (which the splitter does not walk)
+/// each reserved slots for the whole rest of the request, level after level.
+#[test]
+fn lying_nested_counts_reserve_nothing() {
+    let mut blob = Vec::new();
+    write_array_len(&mut blob, 2);
+    write_int(&mut blob, 1);
+    write_map_len(&mut blob, 1);
+    write_str(&mut blob, b"k");
+    for _ in 0..8 {
+        blob.extend_from_slice(&[0xdd, 0x00, 0x00, 0xff, 0xff]); // array of 65,535 items
+    }
+    blob.resize(blob.len() + 60_000, 0xc0);
+    let req = packed_request("t", &blob, false, None);
+    let (_, batch, _, err) = decode_stream(&req);
+    assert!(err.is_some(), "the lie is found");
+    assert!(
+        batch.fields.capacity() < 200_000,
+        "reserved {} slots for a 60KB request",
+        batch.fields.capacity()
+    );
+}
