@@ -37,6 +37,8 @@ use super::{BuildSink, BuiltSink, SinkContext, SinkThread};
 use crate::metrics::{ComponentMetrics, Health};
 use crate::pipeline::{Delivery, Input, Prepare, Prepared, QUEUE_BATCHES};
 
+/// Requests filled at once, one per tag; a new tag beyond this closes the oldest.
+const MAX_OPEN_TAGS: usize = 32;
 /// Closed requests waiting for a server beyond which the sink stops taking batches (they wait
 /// in its input queue instead, and back-pressure reaches the sources).
 const MAX_READY: usize = 2;
@@ -113,7 +115,8 @@ struct Sink {
     config: Arc<FluentSinkConfig>,
     metrics: Arc<ComponentMetrics>,
     encoder: Arc<FluentEncoder>,
-    open: Option<Open>,
+    /// Requests being filled, one per tag seen in this round (oldest first).
+    open: Vec<Open>,
     ready: VecDeque<Chunk>,
     in_flight: HashMap<u64, (usize, Chunk)>,
     links: Vec<LinkState>,
@@ -172,7 +175,7 @@ async fn run(
         config,
         metrics,
         encoder,
-        open: None,
+        open: Vec::new(),
         ready: VecDeque::new(),
         in_flight: HashMap::new(),
         links,
@@ -241,12 +244,20 @@ impl Sink {
             let entry = prepared.bytes.get(start..end).unwrap_or_default();
             start = end;
             let tag = self.tags.of(&batch, event);
-            if self.open.as_ref().is_none_or(|o| o.tag != tag) {
-                let tag = tag.to_vec();
-                self.close_open();
-                self.open_request(tag);
-            }
-            let Some(open) = self.open.as_mut() else {
+            // Events of a round are grouped by tag, so interleaved tags (a `tag` template over
+            // syslog apps) still make a few large requests, not one per event.
+            let at = match self.open.iter().position(|o| o.tag == tag) {
+                Some(at) => at,
+                None => {
+                    let tag = tag.to_vec();
+                    if self.open.len() >= MAX_OPEN_TAGS {
+                        self.close_request(0);
+                    }
+                    self.open_request(tag);
+                    self.open.len() - 1
+                }
+            };
+            let Some(open) = self.open.get_mut(at) else {
                 continue;
             };
             if open.last_delivery != delivery_id {
@@ -259,11 +270,7 @@ impl Sink {
             let full = open.events >= self.config.max_events
                 || open.request.len() - open.start_len() >= self.config.max_bytes;
             if full {
-                let tag = open.tag.clone();
-                self.close_open();
-                if i + 1 < batch.len() {
-                    self.open_request(tag);
-                }
+                self.close_request(at);
             }
         }
         if let Some(ack) = ack {
@@ -276,7 +283,7 @@ impl Sink {
     fn open_request(&mut self, tag: Vec<u8>) {
         let mut request = self.encoder.pool.take();
         let start = begin_packed(&mut request, &tag);
-        self.open = Some(Open {
+        self.open.push(Open {
             tag,
             request,
             start,
@@ -286,11 +293,19 @@ impl Sink {
         });
     }
 
-    /// Finishes the open request, if any, and queues it.
+    /// Finishes every open request and queues them.
     fn close_open(&mut self) {
-        let Some(open) = self.open.take() else {
+        while !self.open.is_empty() {
+            self.close_request(0);
+        }
+    }
+
+    /// Finishes the open request at `at` and queues it.
+    fn close_request(&mut self, at: usize) {
+        if at >= self.open.len() {
             return;
-        };
+        }
+        let open = self.open.remove(at);
         if open.events == 0 {
             self.encoder.pool.put(open.request);
             for ack in open.acks {
@@ -508,6 +523,101 @@ fn gzip_bytes(data: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::metrics::{ComponentKind, Registry};
+    use loghaul_core::{BatchNotifier, Event, Span};
+
+    fn config() -> FluentSinkConfig {
+        FluentSinkConfig {
+            servers: Vec::new(),
+            load_balance: LoadBalance::RoundRobin,
+            require_ack: true,
+            ack_timeout: std::time::Duration::from_secs(1),
+            connect_timeout: std::time::Duration::from_secs(1),
+            reconnect_max_interval: std::time::Duration::from_secs(1),
+            compression: Compression::None,
+            time_as_integer: false,
+            tag: None,
+            security: None,
+            self_hostname: "test".into(),
+            max_events: 1000,
+            max_bytes: 1 << 20,
+            max_in_flight: 8,
+        }
+    }
+
+    fn sink() -> Sink {
+        let config = Arc::new(config());
+        Sink {
+            tags: Tags {
+                template: None,
+                scratch: String::new(),
+                default: Vec::new(),
+            },
+            config,
+            metrics: Registry::default().register("fwd", ComponentKind::Sink, "fluent"),
+            encoder: Arc::new(FluentEncoder {
+                time_as_integer: false,
+                pool: BufferPool::default(),
+            }),
+            open: Vec::new(),
+            ready: VecDeque::new(),
+            in_flight: HashMap::new(),
+            links: Vec::new(),
+            next_seq: 0,
+            deliveries: 0,
+        }
+    }
+
+    /// A batch of `n` events whose tags alternate between `a` and `b`, tracked.
+    fn interleaved(n: usize) -> (Delivery, loghaul_core::BatchStatusReceiver) {
+        let (finalizer, status) = BatchNotifier::new_with_receiver();
+        let mut batch = EventBatch::new(bytes::Bytes::from_static(b"abm"), "s".into(), "fluent");
+        batch.events = (0..n)
+            .map(|i| Event {
+                tag: Span::new(i % 2, i % 2 + 1).into(),
+                message: Span::new(2, 3).into(),
+                ..Event::default()
+            })
+            .collect();
+        batch.finalizer = finalizer;
+        let ack = batch.finalizer.ack();
+        let delivery = Delivery {
+            batch: Arc::new(batch),
+            prepared: None,
+            ack,
+        };
+        (delivery, status)
+    }
+
+    /// Regression: alternating tags made one request per event.
+    #[tokio::test]
+    async fn interleaved_tags_make_one_request_per_tag_and_the_batch_waits_for_both() {
+        let mut sink = sink();
+        let (delivery, mut status) = interleaved(100);
+        sink.add(delivery);
+        sink.close_open();
+        assert_eq!(sink.ready.len(), 2, "one request per tag");
+        assert_eq!(sink.ready.iter().map(|c| c.events).sum::<usize>(), 100);
+        // The batch is delivered only once both requests are acknowledged.
+        let first = sink
+            .ready
+            .pop_front()
+            .unwrap_or_else(|| panic!("a request"));
+        for ack in first.acks {
+            ack.commit(BatchStatus::Delivered);
+        }
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        assert!(std::pin::Pin::new(&mut status).poll(&mut cx).is_pending());
+        let second = sink
+            .ready
+            .pop_front()
+            .unwrap_or_else(|| panic!("a request"));
+        for ack in second.acks {
+            ack.commit(BatchStatus::Delivered);
+        }
+        assert_eq!(status.await, BatchStatus::Delivered);
+    }
 
     #[test]
     fn chunk_ids_are_base64_of_16_bytes() {
