@@ -39,7 +39,9 @@ const SCRATCH_KEPT: usize = 4 << 20;
 /// What decoding may create.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
-    /// Largest output of decompressing one request's entries.
+    /// Largest output of decompressing one request's entries, and the most memory one request's
+    /// decoded events and fields may take: a 3-byte entry `[1, {}]` decodes to a 96-byte event,
+    /// so without the second bound a small compressed request could decode to gigabytes.
     pub max_decompressed_size: usize,
 }
 
@@ -74,7 +76,7 @@ pub enum RequestError {
     UnknownCompression(String),
     /// The entries are not the compressed data `compressed` says they are.
     Decompress(String),
-    /// Decompressing the entries would produce more than `max_decompressed_size`.
+    /// Decompressing the entries, or decoding them, would take more than `max_decompressed_size`.
     TooLarge { limit: usize },
 }
 
@@ -91,7 +93,7 @@ impl std::fmt::Display for RequestError {
             RequestError::Decompress(e) => write!(f, "cannot decompress the entries: {e}"),
             RequestError::TooLarge { limit } => write!(
                 f,
-                "decompressed entries larger than max_decompressed_size ({limit} bytes)"
+                "decompressed entries, or their decoded events, larger than max_decompressed_size ({limit} bytes)"
             ),
         }
     }
@@ -138,6 +140,8 @@ pub struct Decoder {
     limits: Limits,
     scratch: Vec<u8>,
     pub stats: DecodeStats,
+    /// Where the current request's events and fields start in the batch (for its budget).
+    request_start: (usize, usize),
 }
 
 impl Decoder {
@@ -146,6 +150,7 @@ impl Decoder {
             limits,
             scratch: Vec::new(),
             stats: DecodeStats::default(),
+            request_start: (0, 0),
         }
     }
 
@@ -167,6 +172,7 @@ impl Decoder {
         peer: u16,
     ) -> Result<Request, RequestError> {
         let (events_before, fields_before) = (batch.events.len(), batch.fields.len());
+        self.request_start = (events_before, fields_before);
         let stats_before = self.stats;
         let result = self.decode_inner(arena, start, end, batch, peer);
         if result.is_err() {
@@ -434,6 +440,13 @@ impl Decoder {
         } else {
             batch.fields.truncate(fields_start);
             self.stats.invalid_events += 1;
+        }
+        let decoded = (batch.events.len() - self.request_start.0) * std::mem::size_of::<Event>()
+            + (batch.fields.len() - self.request_start.1) * std::mem::size_of::<Field>();
+        if decoded > self.limits.max_decompressed_size {
+            return Err(RequestError::TooLarge {
+                limit: self.limits.max_decompressed_size,
+            });
         }
         Ok(())
     }

@@ -590,3 +590,20 @@ fn lying_nested_counts_reserve_nothing() {
         batch.fields.capacity()
     );
 }
+
+/// Regression: a few KB of gzip holding millions of 3-byte entries `[1, {}]` decoded to
+/// gigabytes of events (96 bytes each); the decoded tables now count against the same limit.
+#[test]
+fn tiny_compressed_entries_cannot_decode_past_the_limit() {
+    let entries: Vec<u8> = std::iter::repeat_n([0x92u8, 0x01, 0x80], 200_000)
+        .flatten()
+        .collect();
+    let req = packed_request("t", &gzip(&entries), false, Some(&[("compressed", "gzip")]));
+    // 600KB decompressed is within the 1MiB limit; 200,000 events of 96 bytes are not.
+    let (_, batch, _, err) = decode_stream(&req);
+    assert!(
+        err.unwrap_or_default().contains("max_decompressed_size"),
+        "refused"
+    );
+    assert_eq!(batch.len(), 0);
+}
