@@ -970,14 +970,7 @@ fn check_exactly_once(
 /// Asserts every number in `0..n` is in `numbers` (and nothing else is); returns how many
 /// lines are duplicates. The panic lists the first missing numbers.
 fn assert_each_at_least_once(numbers: &[u64], n: u64, what: &str) -> usize {
-    let mut counts = vec![0u32; n as usize];
-    let mut out_of_range = Vec::new();
-    for &x in numbers {
-        match counts.get_mut(x as usize) {
-            Some(c) => *c += 1,
-            None => out_of_range.push(x),
-        }
-    }
+    let (counts, out_of_range) = tally(numbers, n);
     let missing: Vec<u64> = (0..n).filter(|&i| counts[i as usize] == 0).collect();
     let dup_lines: usize = counts.iter().map(|&c| c.saturating_sub(1) as usize).sum();
     assert!(

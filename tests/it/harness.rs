@@ -813,9 +813,8 @@ pub fn assert_keys(v: &Value, keys: &[&str]) {
     );
 }
 
-/// Checks that `numbers` holds every value in `0..n` exactly once; the panic lists the first
-/// missing and duplicated numbers.
-pub fn assert_each_once(numbers: &[u64], n: u64, what: &str) {
+/// How often each value of `0..n` occurs in `numbers`, and the numbers outside that range.
+pub fn tally(numbers: &[u64], n: u64) -> (Vec<u32>, Vec<u64>) {
     let mut counts = vec![0u32; n as usize];
     let mut out_of_range = Vec::new();
     for &x in numbers {
@@ -824,6 +823,13 @@ pub fn assert_each_once(numbers: &[u64], n: u64, what: &str) {
             None => out_of_range.push(x),
         }
     }
+    (counts, out_of_range)
+}
+
+/// Checks that `numbers` holds every value in `0..n` exactly once; the panic lists the first
+/// missing and duplicated numbers.
+pub fn assert_each_once(numbers: &[u64], n: u64, what: &str) {
+    let (counts, out_of_range) = tally(numbers, n);
     let missing: Vec<u64> = (0..n).filter(|&i| counts[i as usize] == 0).collect();
     let dup: Vec<u64> = (0..n).filter(|&i| counts[i as usize] > 1).collect();
     if missing.is_empty() && dup.is_empty() && out_of_range.is_empty() && numbers.len() as u64 == n

@@ -283,13 +283,18 @@ pub struct Validator<'v, 'a> {
     pub(crate) id: &'v str,
 }
 
-impl Validator<'_, '_> {
+impl<'v> Validator<'v, '_> {
     /// The component's id.
     pub fn id(&self) -> &str {
         self.id
     }
 
-    fn path<'p>(&'p self, key: &'p [&'p str]) -> Vec<&'p str> {
+    /// The full path of `key` in the document. It borrows the id, not `self`, so the caller can
+    /// go on to report through `self.cx`.
+    fn path<'p>(&self, key: &[&'p str]) -> Vec<&'p str>
+    where
+        'v: 'p,
+    {
         let mut path = vec![self.kind.section(), self.id];
         path.extend_from_slice(key);
         path
@@ -326,12 +331,7 @@ impl Validator<'_, '_> {
         default: usize,
         nonzero: bool,
     ) -> Option<usize> {
-        let path = self
-            .path(&[key])
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>();
-        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        let path = self.path(&[key]);
         self.cx.size(raw, &path, default, nonzero)
     }
 
@@ -343,12 +343,7 @@ impl Validator<'_, '_> {
         default: Duration,
         nonzero: bool,
     ) -> Option<Duration> {
-        let path = self
-            .path(&[key])
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>();
-        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        let path = self.path(&[key]);
         self.cx.duration(raw, &path, default, nonzero)
     }
 
@@ -359,23 +354,13 @@ impl Validator<'_, '_> {
         key: &'static str,
         default: usize,
     ) -> Option<usize> {
-        let path = self
-            .path(&[key])
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>();
-        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        let path = self.path(&[key]);
         self.cx.positive(value, &path, default)
     }
 
     /// A listening address `HOST:PORT` at `key` (a path of keys for nested values).
     pub fn address(&mut self, text: &str, key: &[&str]) -> Option<SocketAddr> {
-        let path = self
-            .path(key)
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>();
-        let path: Vec<&str> = path.iter().map(String::as_str).collect();
+        let path = self.path(key);
         self.cx.address(text, &path)
     }
 }

@@ -118,7 +118,8 @@ struct Sink {
     /// Requests being filled, one per tag seen in this round (oldest first).
     open: Vec<Open>,
     ready: VecDeque<Chunk>,
-    in_flight: HashMap<u64, (usize, Chunk)>,
+    /// Requests handed to a link, by sequence number, until acked or handed back.
+    in_flight: HashMap<u64, Chunk>,
     links: Vec<LinkState>,
     next_seq: u64,
     deliveries: u64,
@@ -356,7 +357,7 @@ impl Sink {
                     if let Some(l) = self.links.get_mut(i) {
                         l.in_flight += 1;
                     }
-                    self.in_flight.insert(seq, (i, chunk));
+                    self.in_flight.insert(seq, chunk);
                 }
                 _ => {
                     // The link is busy handing back requests: try again on its next event.
@@ -438,7 +439,7 @@ impl Sink {
                 if let Some(l) = self.links.get_mut(i) {
                     l.in_flight = l.in_flight.saturating_sub(1);
                 }
-                if let Some((_, chunk)) = self.in_flight.remove(&seq) {
+                if let Some(chunk) = self.in_flight.remove(&seq) {
                     self.metrics.sent(chunk.events, chunk.request.len());
                     for ack in chunk.acks {
                         ack.commit(BatchStatus::Delivered);
@@ -451,7 +452,7 @@ impl Sink {
                 }
                 // Back to the front, in the order they were sent.
                 for seq in seqs.iter().rev() {
-                    if let Some((_, chunk)) = self.in_flight.remove(seq) {
+                    if let Some(chunk) = self.in_flight.remove(seq) {
                         self.ready.push_front(chunk);
                     }
                 }
