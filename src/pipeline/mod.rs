@@ -21,3 +21,13 @@ pub use shutdown::{ShutdownSignal, ShutdownTrigger, shutdown_pair};
 /// A boxed, sendable future: what component builders return, since traits used as objects
 /// cannot have `async fn`s.
 pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// Runs CPU-heavy work (inflating or deflating megabytes) without stalling the other tasks of
+/// the worker it runs on: on the multi-threaded runtime the worker hands its other tasks on first
+/// (`block_in_place`); elsewhere (a sink's own current-thread runtime, tests) it just runs.
+pub fn cpu_heavy<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}

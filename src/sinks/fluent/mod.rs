@@ -323,7 +323,8 @@ impl Sink {
         let entries_at = open.start_len();
         let mut request = open.request;
         if gzip {
-            let compressed = gzip_bytes(request.get(entries_at..).unwrap_or_default());
+            let entries = request.get(entries_at..).unwrap_or_default();
+            let compressed = crate::pipeline::cpu_heavy(|| gzip_bytes(entries));
             request.truncate(entries_at);
             request.extend_from_slice(&compressed);
         }

@@ -165,10 +165,19 @@ impl Connection {
             let start = arena.len();
             arena.unsplit(buf.split_to(n));
             wire += n;
-            match self
-                .decoder
-                .decode(&mut arena, start, start + n, &mut batch, 0)
-            {
+            // Inflating can take a worker for a long time (256MiB is about half a second):
+            // other connections on the same worker must not wait for it.
+            let compressed = arena
+                .get(start..start + n)
+                .is_some_and(loghaul_codec::forward::is_compressed);
+            let decoder = &mut self.decoder;
+            let mut decode = || decoder.decode(&mut arena, start, start + n, &mut batch, 0);
+            let decoded = if compressed {
+                crate::pipeline::cpu_heavy(decode)
+            } else {
+                decode()
+            };
+            match decoded {
                 Ok(request) => {
                     if let Some((s, e)) = request.chunk {
                         chunks.push(arena.get(s..e).unwrap_or_default().to_vec());

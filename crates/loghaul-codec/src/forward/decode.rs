@@ -134,6 +134,39 @@ enum Compression {
     Zstd,
 }
 
+/// Whether the complete request `request` carries compressed entries (its option says `gzip`
+/// or `zstd`): read from its headers alone, the entries are skipped by their length. Lets a
+/// caller move the expensive decode of such requests off its async workers.
+pub fn is_compressed(request: &[u8]) -> bool {
+    let mut r = Reader::new(request, 0);
+    let Ok(Head::Array(n)) = r.head() else {
+        return false;
+    };
+    // [tag, blob, option]: anything else is not a compressed request.
+    if n != 3 || r.skip().is_err() {
+        return false;
+    }
+    if !matches!(r.clone().head(), Ok(Head::Str(_) | Head::Bin(_))) || r.skip().is_err() {
+        return false;
+    }
+    let Ok(Head::Map(entries)) = r.head() else {
+        return false;
+    };
+    for _ in 0..entries {
+        let key = r.blob().ok().flatten().map(|k| r.slice(k));
+        if key == Some(&b"compressed"[..]) {
+            return matches!(
+                r.blob().ok().flatten().map(|v| r.slice(v)),
+                Some(b"gzip" | b"zstd")
+            );
+        }
+        if r.skip().is_err() {
+            return false;
+        }
+    }
+    false
+}
+
 /// Decodes requests of one connection; keeps a scratch buffer for decompression.
 #[derive(Debug)]
 pub struct Decoder {

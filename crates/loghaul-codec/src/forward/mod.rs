@@ -15,7 +15,9 @@ pub mod handshake;
 pub mod msgpack;
 mod split;
 
-pub use decode::{DecodeStats, Decoder, Limits, MAX_RECORD_DEPTH, Mode, Request, RequestError};
+pub use decode::{
+    DecodeStats, Decoder, Limits, MAX_RECORD_DEPTH, Mode, Request, RequestError, is_compressed,
+};
 pub use encode::{
     PackedStart, begin_packed, encode_entry, encode_record, finish_packed, read_ack, write_ack,
 };

@@ -607,3 +607,33 @@ fn tiny_compressed_entries_cannot_decode_past_the_limit() {
     );
     assert_eq!(batch.len(), 0);
 }
+
+#[test]
+fn compressed_requests_are_told_from_their_headers() {
+    let (list, blob) = entries(2);
+    assert!(is_compressed(&packed_request(
+        "t",
+        &gzip(&blob),
+        false,
+        Some(&[("size", "2"), ("compressed", "gzip")])
+    )));
+    assert!(is_compressed(&packed_request(
+        "t",
+        &blob,
+        true,
+        Some(&[("compressed", "zstd")])
+    )));
+    assert!(!is_compressed(&packed_request(
+        "t",
+        &blob,
+        false,
+        Some(&[("compressed", "text")])
+    )));
+    assert!(!is_compressed(&packed_request("t", &blob, false, None)));
+    assert!(!is_compressed(&forward_request(
+        "t",
+        &list,
+        Some(&[("compressed", "gzip")])
+    )));
+    assert!(!is_compressed(&[0xc0]));
+}
