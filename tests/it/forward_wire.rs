@@ -1,6 +1,6 @@
 //! The Fluentd forward protocol on the wire, against the real binary: hand-built msgpack over raw
 //! TCP (and one UDP datagram for the heartbeat), the exact bytes loghaul answers, and the JSON
-//! lines it writes. `../shared/protocols/forward.md` is the reference for every expectation here.
+//! lines it writes. `docs/specs/forward.md` is the reference for every expectation here.
 //!
 //! The first half is what well-behaved clients send: every mode (Message with 3 and 4 elements,
 //! Forward, PackedForward as `bin` and as fluentd's `str32`, CompressedPackedForward with gzip,
