@@ -144,9 +144,9 @@ pub async fn serve<H, F>(
         let shutdown = conn_shutdown.clone();
         connections.spawn(async move {
             let _ = stream.set_nodelay(true);
-            if let Some(m) = &metrics {
-                m.open_connections.fetch_add(1, Ordering::Relaxed);
-            }
+            // Counted by a guard, so a handler that panics (or a task aborted at exit) still
+            // leaves the gauge right.
+            let _open = metrics.map(OpenConnection::new);
             handler(Conn {
                 stream,
                 peer,
@@ -154,9 +154,6 @@ pub async fn serve<H, F>(
                 drain_until: None,
             })
             .await;
-            if let Some(m) = &metrics {
-                m.open_connections.fetch_sub(1, Ordering::Relaxed);
-            }
             drop(permit);
         });
     };
@@ -195,6 +192,22 @@ pub async fn serve<H, F>(
         spawn(&mut connections, stream, peer, None);
     }
     while connections.join_next().await.is_some() {}
+}
+
+/// One open connection in a source's `open_connections` gauge, for as long as it lives.
+struct OpenConnection(Arc<ComponentMetrics>);
+
+impl OpenConnection {
+    fn new(metrics: Arc<ComponentMetrics>) -> OpenConnection {
+        metrics.open_connections.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(metrics)
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.open_connections.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Accepts, with real non-blocking `accept(2)` calls (not the reactor's cached readiness), every
