@@ -97,7 +97,7 @@ pub const ACK_WINDOW: usize = 16;
 /// How long the sender waits for an owed ack before it gives up on the server.
 const ACK_TIMEOUT: Duration = Duration::from_secs(60);
 /// Length of a chunk id: Base64 of 16 bytes, as fluentd sends.
-const CHUNK_LEN: usize = 24;
+const CHUNK_LEN: usize = loghaul_codec::forward::CHUNK_ID_LEN;
 /// Pieces per `writev`, below Linux's IOV_MAX of 1024.
 const MAX_PIECES: usize = 512;
 /// Bytes the blocks of one connection may take: blocks hold whole requests, and eight blocks of a
@@ -274,7 +274,7 @@ impl FluentTarget {
         raw[4..8].copy_from_slice(b"lhbg");
         raw[8..].copy_from_slice(&self.requests.to_be_bytes());
         self.requests += 1;
-        let id = base64_16(&raw);
+        let id = loghaul_codec::forward::chunk_id(&raw);
         self.unacked.push_back(id);
         id
     }
@@ -514,22 +514,6 @@ fn gzip(deflate: &mut Compress, input: &[u8], out: &mut Vec<u8>) -> Result<()> {
     }
 }
 
-/// Base64 (standard alphabet, padded) of 16 bytes: 24 characters.
-fn base64_16(bytes: &[u8; 16]) -> [u8; CHUNK_LEN] {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = [b'='; CHUNK_LEN];
-    for (i, group) in bytes.chunks(3).enumerate() {
-        let n = group
-            .iter()
-            .enumerate()
-            .fold(0u32, |acc, (j, b)| acc | u32::from(*b) << (16 - 8 * j));
-        for j in 0..=group.len() {
-            out[i * 4 + j] = ALPHABET[(n >> (18 - 6 * j)) as usize & 63];
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
@@ -538,15 +522,6 @@ mod tests {
     use bytes::{Bytes, BytesMut};
     use loghaul_codec::forward::{Decoder, Limits};
     use loghaul_core::EventBatch;
-
-    #[test]
-    fn base64_matches_the_standard_encoding() {
-        // RFC 4648 test vector material, padded to 16 bytes: "foobar" then ten zeros.
-        let mut raw = [0u8; 16];
-        raw[..6].copy_from_slice(b"foobar");
-        assert_eq!(&base64_16(&raw), b"Zm9vYmFyAAAAAAAAAAAAAA==");
-        assert_eq!(&base64_16(&[0xff; 16]), b"/////////////////////w==");
-    }
 
     /// Every format's frames carry their slots where stamping finds them, and decode as entries.
     #[test]

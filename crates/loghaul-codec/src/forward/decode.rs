@@ -119,11 +119,22 @@ pub struct DecodeStats {
 }
 
 /// The parsed option map.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Options {
     chunk: Option<(usize, usize)>,
     compression: Compression,
     logs: bool,
+}
+
+impl Default for Options {
+    /// What a request without an option means: uncompressed logs, no ack.
+    fn default() -> Options {
+        Options {
+            chunk: None,
+            compression: Compression::None,
+            logs: true,
+        }
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -279,10 +290,7 @@ impl Decoder {
         let options = if n > option_index {
             self.options(&mut r)?
         } else {
-            Options {
-                logs: true,
-                ..Options::default()
-            }
+            Options::default()
         };
         if !r.at(end) {
             return Err(RequestError::Malformed(
@@ -351,10 +359,7 @@ impl Decoder {
     }
 
     fn options(&mut self, r: &mut Reader<'_>) -> Result<Options, RequestError> {
-        let mut o = Options {
-            logs: true,
-            ..Options::default()
-        };
+        let mut o = Options::default();
         let n = match r.head()? {
             Head::Map(n) => n,
             Head::Nil => return Ok(o),

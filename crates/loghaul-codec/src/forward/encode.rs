@@ -325,3 +325,25 @@ pub fn read_ack(bytes: &[u8]) -> Option<Span> {
     }
     None
 }
+
+/// The length of a [`chunk_id`].
+pub const CHUNK_ID_LEN: usize = 24;
+
+/// A chunk id as fluentd's out_forward and Fluent Bit make them: base64 (standard alphabet,
+/// padded) of 16 bytes, 24 characters.
+pub fn chunk_id(raw: &[u8; 16]) -> [u8; CHUNK_ID_LEN] {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = [b'='; CHUNK_ID_LEN];
+    for (i, group) in raw.chunks(3).enumerate() {
+        let n = group
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (j, b)| acc | u32::from(*b) << (16 - 8 * j));
+        for j in 0..=group.len() {
+            if let Some(slot) = out.get_mut(i * 4 + j) {
+                *slot = ALPHABET[(n >> (18 - 6 * j)) as usize & 63];
+            }
+        }
+    }
+    out
+}

@@ -19,7 +19,8 @@ pub use decode::{
     DecodeStats, Decoder, Limits, MAX_RECORD_DEPTH, Mode, Request, RequestError, is_compressed,
 };
 pub use encode::{
-    PackedStart, begin_packed, encode_entry, encode_record, finish_packed, read_ack, write_ack,
+    CHUNK_ID_LEN, PackedStart, begin_packed, chunk_id, encode_entry, encode_record, finish_packed,
+    read_ack, write_ack,
 };
 pub use split::{MAX_DEPTH, SplitError, Splitter};
 

@@ -637,3 +637,12 @@ fn compressed_requests_are_told_from_their_headers() {
     )));
     assert!(!is_compressed(&[0xc0]));
 }
+
+#[test]
+fn chunk_ids_are_padded_base64_of_16_bytes() {
+    // RFC 4648 material, padded to 16 bytes: "foobar" then ten zeros.
+    let mut raw = [0u8; 16];
+    raw[..6].copy_from_slice(b"foobar");
+    assert_eq!(&chunk_id(&raw), b"Zm9vYmFyAAAAAAAAAAAAAA==");
+    assert_eq!(&chunk_id(&[0xff; 16]), b"/////////////////////w==");
+}
