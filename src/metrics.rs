@@ -35,10 +35,14 @@ pub enum ErrorKind {
     Auth,
     /// A peer did not acknowledge in time, or refused what was sent.
     Ack,
+    /// A source's checkpoints could not be written (the disk holding `data_dir` is full or
+    /// read-only): reading goes on, and a restart would read again what the last written
+    /// checkpoint does not cover.
+    Checkpoint,
 }
 
 impl ErrorKind {
-    const ALL: [ErrorKind; 10] = [
+    const ALL: [ErrorKind; 11] = [
         ErrorKind::Parse,
         ErrorKind::InvalidUtf8,
         ErrorKind::Oversized,
@@ -49,6 +53,7 @@ impl ErrorKind {
         ErrorKind::Decompression,
         ErrorKind::Auth,
         ErrorKind::Ack,
+        ErrorKind::Checkpoint,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -63,6 +68,7 @@ impl ErrorKind {
             ErrorKind::Decompression => "decompression",
             ErrorKind::Auth => "auth",
             ErrorKind::Ack => "ack",
+            ErrorKind::Checkpoint => "checkpoint",
         }
     }
 }
@@ -143,6 +149,26 @@ pub struct ComponentMetrics {
     reason: Mutex<Option<String>>,
     log_limiter: Mutex<Option<Instant>>,
     suppressed: AtomicU64,
+    /// Series of the component's own (the file source's per-pattern counters), rendered after
+    /// the common ones.
+    extra: Mutex<Vec<Series>>,
+}
+
+/// One series a component registered for itself.
+struct Series {
+    name: &'static str,
+    help: &'static str,
+    kind: SeriesKind,
+    /// Labels after the component's, already formatted (`pattern="*.log",reason="x"`); may be
+    /// empty.
+    labels: String,
+    value: Arc<AtomicI64>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SeriesKind {
+    Counter,
+    Gauge,
 }
 
 impl ComponentMetrics {
@@ -167,7 +193,57 @@ impl ComponentMetrics {
             reason: Mutex::new(None),
             log_limiter: Mutex::new(None),
             suppressed: AtomicU64::new(0),
+            extra: Mutex::new(Vec::new()),
         }
+    }
+
+    /// A counter of the component's own, `name{component labels, labels}`; `labels` are
+    /// `(name, value)` pairs. Counters only go up (add to the returned atomic).
+    pub fn counter(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&str, &str)],
+    ) -> Arc<AtomicI64> {
+        self.series(name, help, SeriesKind::Counter, labels)
+    }
+
+    /// A gauge of the component's own, as [`ComponentMetrics::counter`].
+    pub fn gauge(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&str, &str)],
+    ) -> Arc<AtomicI64> {
+        self.series(name, help, SeriesKind::Gauge, labels)
+    }
+
+    fn series(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        kind: SeriesKind,
+        labels: &[(&str, &str)],
+    ) -> Arc<AtomicI64> {
+        let labels = labels
+            .iter()
+            .map(|(k, v)| format!(",{k}=\"{}\"", escape_label(v)))
+            .collect::<String>();
+        let value = Arc::new(AtomicI64::new(0));
+        if let Ok(mut extra) = self.extra.lock() {
+            // The same series asked for twice is one series.
+            if let Some(s) = extra.iter().find(|s| s.name == name && s.labels == labels) {
+                return s.value.clone();
+            }
+            extra.push(Series {
+                name,
+                help,
+                kind,
+                labels,
+                value: value.clone(),
+            });
+        }
+        value
     }
 
     #[inline]
@@ -441,6 +517,33 @@ impl Registry {
         {
             let n = c.kernel_dropped.load(Ordering::Relaxed);
             let _ = writeln!(out, "{name}{{{}}} {n}", labels(c));
+        }
+        // Components' own series, each name's HELP and TYPE once, in name order.
+        let mut extra: std::collections::BTreeMap<&str, (&str, SeriesKind, String)> =
+            std::collections::BTreeMap::new();
+        for c in &comps {
+            let Ok(series) = c.extra.lock() else { continue };
+            for s in series.iter() {
+                let entry = extra
+                    .entry(s.name)
+                    .or_insert_with(|| (s.help, s.kind, String::new()));
+                let _ = writeln!(
+                    entry.2,
+                    "{}{{{}{}}} {}",
+                    s.name,
+                    labels(c),
+                    s.labels,
+                    s.value.load(Ordering::Relaxed)
+                );
+            }
+        }
+        for (name, (help, kind, lines)) in extra {
+            let kind = match kind {
+                SeriesKind::Counter => "counter",
+                SeriesKind::Gauge => "gauge",
+            };
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+            out.push_str(&lines);
         }
         let name = "loghaul_component_up";
         let _ = writeln!(

@@ -4,6 +4,7 @@
 //! (schema and validation) and [`BuildSource`] (bind, then run), registered by one line in
 //! [`SourceConfig`] (see `docs/adding-a-component.md`).
 
+pub mod file;
 pub mod fluent;
 pub mod syslog;
 
@@ -17,6 +18,7 @@ loghaul_config::component_set! {
     pub enum SourceConfig: Source as dyn BuildSource {
         Syslog(syslog::SyslogSourceConfig),
         Fluent(fluent::FluentSourceConfig),
+        File(file::FileSourceConfig),
     }
 }
 
@@ -31,6 +33,8 @@ pub struct SourceContext {
     /// Whether to answer clients only once every sink fed by this source has committed their
     /// events (forward acks, HTTP responses); sources whose protocol has no answer ignore it.
     pub acknowledgements: bool,
+    /// The top-level `data_dir`: sources that keep state use `<data_dir>/<id>`.
+    pub data_dir: std::path::PathBuf,
 }
 
 /// A built source: runs until shutdown and its drain are over.

@@ -117,6 +117,7 @@ pub async fn start(
                 fanout,
                 shutdown: signal.clone(),
                 acknowledgements: source.acknowledgements,
+                data_dir: config.data_dir.clone(),
             })
             .await
             .with_context(|| format!("source '{}'", source.id))?;

@@ -49,13 +49,20 @@ impl ConfigFormat {
 }
 
 /// Top-level keys.
-pub(crate) const TOP_KEYS: [&str; 5] =
-    ["api", "shutdown_timeout", "sources", "transforms", "sinks"];
+pub(crate) const TOP_KEYS: [&str; 6] = [
+    "api",
+    "data_dir",
+    "shutdown_timeout",
+    "sources",
+    "transforms",
+    "sinks",
+];
 
 /// What reading the sections produced: the top-level values and every component that loaded.
 pub(crate) struct Loaded<R: Registry> {
     pub api: Option<RawApi>,
     pub shutdown_timeout: Option<RawDuration>,
+    pub data_dir: Option<String>,
     pub sources: Vec<Component<R::Source>>,
     pub transforms: Vec<Component<R::Transform>>,
     pub sinks: Vec<Component<R::Sink>>,
@@ -267,6 +274,7 @@ pub(crate) fn read_sections<R: Registry>(
     let mut loaded = Loaded {
         api: None,
         shutdown_timeout: None,
+        data_dir: None,
         sources: Vec::new(),
         transforms: Vec::new(),
         sinks: Vec::new(),
@@ -288,6 +296,7 @@ pub(crate) fn read_sections<R: Registry>(
         match entry.key.as_str() {
             "api" => top.api = read::<RawApi>(entry, cx),
             "shutdown_timeout" => top.shutdown_timeout = read::<RawDuration>(entry, cx),
+            "data_dir" => top.data_dir = read::<String>(entry, cx),
             "sources" => loaded.sources = read_components::<R, R::Source>(entry, cx, declared),
             "transforms" => {
                 loaded.transforms = read_components::<R, R::Transform>(entry, cx, declared)
@@ -302,6 +311,7 @@ pub(crate) fn read_sections<R: Registry>(
     }
     loaded.api = top.api;
     loaded.shutdown_timeout = top.shutdown_timeout;
+    loaded.data_dir = top.data_dir;
     loaded
 }
 

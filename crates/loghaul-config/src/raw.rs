@@ -11,6 +11,8 @@ use serde::{Deserialize, Deserializer};
 pub struct RawTop {
     pub api: Option<RawApi>,
     pub shutdown_timeout: Option<RawDuration>,
+    /// Where sources keep their state. Default `./loghaul-data`.
+    pub data_dir: Option<String>,
 }
 
 /// The `api:` section.

@@ -5,6 +5,7 @@
 //! Building the topology from a [`Config`] should not need to fail for configuration reasons.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::component::{Component, Registry};
@@ -17,6 +18,8 @@ pub struct Config<R: Registry> {
     pub api: Option<ApiConfig>,
     /// How long shutdown waits for in-flight events.
     pub shutdown_timeout: Duration,
+    /// Where sources keep their state (the file source's checkpoints, a folder per source).
+    pub data_dir: PathBuf,
     pub sources: Vec<Component<R::Source>>,
     pub transforms: Vec<Component<R::Transform>>,
     pub sinks: Vec<Component<R::Sink>>,

@@ -24,6 +24,8 @@ use crate::units::{DURATION_HINT, SIZE_HINT, parse_duration, parse_size};
 
 /// Default API address.
 pub const DEFAULT_API_ADDRESS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8686);
+/// Default `data_dir`.
+pub const DEFAULT_DATA_DIR: &str = "./loghaul-data";
 /// Default `shutdown_timeout`.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -347,6 +349,18 @@ impl<'v> Validator<'v, '_> {
         self.cx.duration(raw, &path, default, nonzero)
     }
 
+    /// A duration at a nested key (`multiline.timeout`), or `default` when not set.
+    pub fn duration_at(
+        &mut self,
+        raw: Option<&RawDuration>,
+        key: &[&str],
+        default: Duration,
+        nonzero: bool,
+    ) -> Option<Duration> {
+        let path = self.path(key);
+        self.cx.duration(raw, &path, default, nonzero)
+    }
+
     /// A count that must be positive, or `default` when not set.
     pub fn positive(
         &mut self,
@@ -455,6 +469,19 @@ pub(crate) fn validate<R: Registry>(
         DEFAULT_SHUTDOWN_TIMEOUT,
         false,
     );
+
+    let data_dir = match loaded.data_dir.as_deref() {
+        Some("") => {
+            cx.error(
+                cx.val_pos(&["data_dir"]),
+                "`data_dir` is empty",
+                Some(format!("omit it for the default, {DEFAULT_DATA_DIR}")),
+            );
+            None
+        }
+        Some(d) => Some(std::path::PathBuf::from(d)),
+        None => Some(std::path::PathBuf::from(DEFAULT_DATA_DIR)),
+    };
 
     // Listening-address collisions, reported on the later component.
     let claims: Vec<(&Declared, &Resource)> = declared
@@ -589,6 +616,7 @@ pub(crate) fn validate<R: Registry>(
             None
         },
         shutdown_timeout: shutdown_timeout?,
+        data_dir: data_dir?,
         sources: loaded.sources,
         transforms: loaded.transforms,
         sinks: loaded.sinks,

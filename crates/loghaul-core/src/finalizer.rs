@@ -156,6 +156,19 @@ impl std::fmt::Debug for BatchStatusReceiver {
     }
 }
 
+impl BatchStatusReceiver {
+    /// The batch's fate if it is known already, without waiting (for sources that poll from a
+    /// thread of their own, such as the file tailer).
+    pub fn try_status(&mut self) -> Option<BatchStatus> {
+        match self.rx.try_recv() {
+            Ok(status) => Some(status),
+            Err(oneshot::error::TryRecvError::Empty) => None,
+            // As in `poll`: a vanished sender means delivery is unknown.
+            Err(oneshot::error::TryRecvError::Closed) => Some(BatchStatus::Errored),
+        }
+    }
+}
+
 impl std::future::Future for BatchStatusReceiver {
     type Output = BatchStatus;
 

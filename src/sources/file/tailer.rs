@@ -1,0 +1,1240 @@
+//! The tailing loop of one `file` source, on a thread of its own: find files, read them in
+//! turns, cut lines into batches, follow rotation, and checkpoint what was committed.
+//!
+//! ```text
+//! loop:
+//!   every glob_interval   scan: match globs, stat; new files, renamed ones, vanished ones
+//!   every pass            poll acks (checkpoint offsets advance, a failed batch rewinds)
+//!                         one turn per open file (≤ max_read_size each, round robin):
+//!                           region = carried bytes + pread(read_pos) ──Lines::split──► events
+//!                         batch full (≥ max_read_size) or pass over ─► Fanout::send
+//!                         due partial lines and multiline groups ─► events
+//!                         files renamed away or deleted: read to the end, then released
+//!                         closed files that grew: reopen (least recently active evicted)
+//!   every checkpoint_interval   write checkpoints (committed offsets only)
+//!   nothing read          sleep (1ms doubling to 50ms), woken early by shutdown
+//! ```
+//!
+//! Offsets of one file, in order: `committed` ≤ `carry_start` ≤ `read_pos`. Bytes before
+//! `committed` are in events every sink committed (or, without acknowledgements, queued);
+//! `carry_start` is where the bytes not yet cut into events begin (`carry` holds them up to
+//! `read_pos`). A checkpoint records `committed`, so a restart reads again at most what was in
+//! flight. Reads use `pread` at `read_pos`: a rewind is an assignment.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fs::File;
+use std::io;
+use std::os::unix::ffi::OsStrExt as _;
+use std::os::unix::fs::FileExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use loghaul_core::{
+    BatchNotifier, BatchStatus, BatchStatusReceiver, Event, EventBatch, Field, Flags, OptSpan,
+    Span, Timestamp, Value,
+};
+
+use super::checkpoint::{Check, Entry, FileId, Fingerprint, Loaded, Store};
+use super::config::{FileSourceConfig, ReadFrom};
+use super::lines::{Lines, Piece};
+use crate::metrics::{ComponentMetrics, ErrorKind, Health};
+use crate::pipeline::{Fanout, ShutdownSignal};
+use crate::sources::SourceContext;
+
+/// Longest sleep when no file had anything new.
+const IDLE_MAX: Duration = Duration::from_millis(50);
+/// Batches sent but not yet acknowledged, before reading waits for the oldest.
+const MAX_PENDING: usize = 1024;
+/// How long a file whose batch failed downstream waits before it is read again.
+const REWIND_PAUSE: Duration = Duration::from_secs(1);
+/// At shutdown, how long the last batch may wait for room, and then for its acks.
+const SHUTDOWN_SEND: Duration = Duration::from_secs(5);
+
+/// Counters of one `include` pattern.
+struct PatternMetrics {
+    read: Arc<AtomicI64>,
+    skipped_long: Arc<AtomicI64>,
+    skipped_deleted: Arc<AtomicI64>,
+    reread_truncated: Arc<AtomicI64>,
+    reread_rewound: Arc<AtomicI64>,
+    opened: Arc<AtomicI64>,
+    closed: Arc<AtomicI64>,
+    released: Arc<AtomicI64>,
+    truncations: Arc<AtomicI64>,
+    unreadable: Arc<AtomicI64>,
+}
+
+impl PatternMetrics {
+    fn new(m: &ComponentMetrics, pattern: &str) -> PatternMetrics {
+        let p = ("pattern", pattern);
+        let skipped = |reason| {
+            m.counter(
+                "loghaul_file_skipped_bytes_total",
+                "Bytes of tailed files never made into events, by reason.",
+                &[p, ("reason", reason)],
+            )
+        };
+        let reread = |reason| {
+            m.counter(
+                "loghaul_file_reread_bytes_total",
+                "Bytes of tailed files read a second time, by reason.",
+                &[p, ("reason", reason)],
+            )
+        };
+        PatternMetrics {
+            read: m.counter(
+                "loghaul_file_read_bytes_total",
+                "Bytes read from tailed files.",
+                &[p],
+            ),
+            skipped_long: skipped("line_too_long"),
+            skipped_deleted: skipped("deleted_unread"),
+            reread_truncated: reread("truncated"),
+            reread_rewound: reread("rewound"),
+            opened: m.counter(
+                "loghaul_file_opened_total",
+                "Tailed files opened (first seen, or reopened after being closed).",
+                &[p],
+            ),
+            closed: m.counter(
+                "loghaul_file_closed_total",
+                "Tailed files closed to stay within max_open_files (reopened when they grow).",
+                &[p],
+            ),
+            released: m.counter(
+                "loghaul_file_released_total",
+                "Files renamed away or deleted, read to their end and let go.",
+                &[p],
+            ),
+            truncations: m.counter(
+                "loghaul_file_truncations_total",
+                "Files found shorter than what was read, or rewritten from the start: read again from 0.",
+                &[p],
+            ),
+            unreadable: m.counter(
+                "loghaul_file_unreadable_total",
+                "Failed attempts to open a matched file (permissions): retried at the next scan.",
+                &[p],
+            ),
+        }
+    }
+}
+
+/// One file being tailed.
+struct Watched {
+    id: FileId,
+    path: PathBuf,
+    pattern: usize,
+    fingerprint: Fingerprint,
+    file: Option<File>,
+    read_pos: u64,
+    carry: Vec<u8>,
+    carry_start: u64,
+    committed: u64,
+    lines: Lines,
+    /// Bumped on every rewind and truncation, so acks of batches read before it are ignored.
+    generation: u32,
+    last_growth: Instant,
+    last_active: Instant,
+    at_eof: bool,
+    /// The size the last scan saw (to know a closed file has grown).
+    size_seen: u64,
+    /// When the file stopped matching the globs at its path (renamed away, deleted).
+    gone_since: Option<Instant>,
+    paused_until: Option<Instant>,
+}
+
+/// A sent batch waiting for its fate, and where each of its files' events end.
+struct Pending {
+    status: BatchStatusReceiver,
+    ends: Vec<(FileId, u32, u64)>,
+}
+
+/// The batch being filled during a pass.
+struct Builder {
+    arena: Vec<u8>,
+    events: Vec<Event>,
+    fields: Vec<Field>,
+    ends: Vec<(FileId, u32, u64)>,
+    keys: Keys,
+}
+
+/// Spans of the field names and the host name, written first into every batch's arena.
+#[derive(Clone, Copy)]
+struct Keys {
+    file: Option<Span>,
+    host: Option<(Span, Span)>,
+    offset: Option<Span>,
+}
+
+pub struct Tailer {
+    id: Arc<str>,
+    config: FileSourceConfig,
+    metrics: Arc<ComponentMetrics>,
+    fanout: Fanout,
+    handle: tokio::runtime::Handle,
+    shutdown: ShutdownSignal,
+    acknowledgements: bool,
+    store: Store,
+    host: String,
+    files: HashMap<FileId, Watched>,
+    /// Round-robin order of `files`.
+    order: Vec<FileId>,
+    next_turn: usize,
+    /// Checkpoints loaded at start and not yet matched to a file.
+    saved: HashMap<FileId, Entry>,
+    /// No checkpoint document existed at start (`read_from` applies to the first scan only then).
+    fresh: bool,
+    first_scan: bool,
+    pending: VecDeque<Pending>,
+    open: usize,
+    patterns: Vec<PatternMetrics>,
+    /// Paths already reported unreadable (logged once each).
+    unreadable: HashSet<PathBuf>,
+    dirty: bool,
+    checkpoint_failing: bool,
+    pieces: Vec<Piece>,
+    watched_gauge: Arc<AtomicI64>,
+    open_gauge: Arc<AtomicI64>,
+}
+
+impl Tailer {
+    /// A tailer for `config`, with the source's context, keeping checkpoints in `data_dir`.
+    /// Must be called on the runtime (it keeps its handle to send batches from its thread).
+    pub fn new(config: FileSourceConfig, cx: SourceContext, data_dir: PathBuf) -> Tailer {
+        let SourceContext {
+            id,
+            metrics,
+            fanout,
+            shutdown,
+            acknowledgements,
+            ..
+        } = cx;
+        let handle = tokio::runtime::Handle::current();
+        let patterns = config
+            .include
+            .iter()
+            .map(|p| PatternMetrics::new(&metrics, p.as_str()))
+            .collect();
+        let watched_gauge = metrics.gauge(
+            "loghaul_file_watched_files",
+            "Files the source follows (open or not).",
+            &[],
+        );
+        let open_gauge = metrics.gauge(
+            "loghaul_file_open_files",
+            "Files the source holds open (at most max_open_files).",
+            &[],
+        );
+        let store = Store::new(data_dir);
+        let (saved, fresh) = match store.load() {
+            Loaded::Missing => (HashMap::new(), true),
+            Loaded::Corrupt(reason) => {
+                tracing::warn!(component = %id, %reason, read_from = ?config.read_from, "Checkpoints cannot be read; starting as if there were none (files are read from `read_from`), and they will be rewritten.");
+                metrics.error(ErrorKind::Checkpoint, 1);
+                (HashMap::new(), true)
+            }
+            Loaded::Entries(entries) => (entries.into_iter().map(|e| (e.id, e)).collect(), false),
+        };
+        Tailer {
+            id,
+            config,
+            metrics,
+            fanout,
+            handle,
+            shutdown,
+            acknowledgements,
+            store,
+            host: crate::net::host_name(),
+            files: HashMap::new(),
+            order: Vec::new(),
+            next_turn: 0,
+            saved,
+            fresh,
+            first_scan: true,
+            pending: VecDeque::new(),
+            open: 0,
+            patterns,
+            unreadable: HashSet::new(),
+            dirty: false,
+            checkpoint_failing: false,
+            pieces: Vec::new(),
+            watched_gauge,
+            open_gauge,
+        }
+    }
+
+    /// Runs until `stop` is set, then emits what is held, waits a little for the last acks and
+    /// writes the last checkpoint.
+    pub fn run(mut self) {
+        self.metrics.set_health(Health::Running, None);
+        let mut next_scan = Instant::now();
+        let mut next_checkpoint = Instant::now() + self.config.checkpoint_interval;
+        let mut idle = Duration::from_millis(1);
+        while !self.shutdown.is_triggered() {
+            let now = Instant::now();
+            if now >= next_scan {
+                self.scan(now);
+                self.adopt_rotated_while_stopped(now);
+                next_scan = now + self.config.glob_interval;
+            }
+            self.poll_acks(false);
+            let mut progress = self.read_pass(now);
+            progress |= self.flush_due(now, false);
+            self.reopen(now);
+            self.release_gone(now);
+            if now >= next_checkpoint {
+                self.checkpoint();
+                next_checkpoint = now + self.config.checkpoint_interval;
+            }
+            self.watched_gauge
+                .store(self.files.len() as i64, Ordering::Relaxed);
+            self.open_gauge.store(self.open as i64, Ordering::Relaxed);
+            if progress {
+                idle = Duration::from_millis(1);
+            } else {
+                let until_scan = next_scan.saturating_duration_since(Instant::now());
+                std::thread::park_timeout(idle.min(until_scan));
+                idle = (idle * 2).min(IDLE_MAX);
+            }
+        }
+        self.shutdown();
+        self.metrics.set_health(Health::Stopped, None);
+    }
+
+    fn shutdown(&mut self) {
+        // What is held back is complete as far as anyone will know: emit it, so it is not lost
+        // if the file is never appended to again (bytes appended later start a new line).
+        let now = Instant::now();
+        self.flush_due(now, true);
+        let deadline = Instant::now() + SHUTDOWN_SEND;
+        while !self.pending.is_empty() && Instant::now() < deadline {
+            self.poll_acks(false);
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.poll_acks(false);
+        self.checkpoint();
+    }
+
+    fn new_builder(&self) -> Builder {
+        let mut arena = Vec::with_capacity(self.config.max_read_size + 4096);
+        let mut put = |s: &[u8]| {
+            let start = arena.len();
+            arena.extend_from_slice(s);
+            Span::new(start, arena.len())
+        };
+        let file = self.config.file_key.as_ref().map(|k| put(k.as_bytes()));
+        let host = self
+            .config
+            .host_key
+            .as_ref()
+            .map(|k| (put(k.as_bytes()), put(self.host.as_bytes())));
+        let offset = self.config.offset_key.as_ref().map(|k| put(k.as_bytes()));
+        Builder {
+            arena,
+            events: Vec::new(),
+            fields: Vec::new(),
+            ends: Vec::new(),
+            keys: Keys { file, host, offset },
+        }
+    }
+
+    // ---- scanning ------------------------------------------------------------------------
+
+    fn scan(&mut self, now: Instant) {
+        let mut seen: HashSet<FileId> = HashSet::new();
+        for pi in 0..self.config.include.len() {
+            let pattern = self.config.include[pi].as_str().to_owned();
+            let Ok(paths) = glob::glob(&pattern) else {
+                continue;
+            };
+            for entry in paths {
+                let path = match entry {
+                    Ok(p) => p,
+                    Err(e) => {
+                        // A directory on the way that cannot be listed.
+                        let path = e.path().to_path_buf();
+                        self.report_unreadable(pi, &path, e.error());
+                        continue;
+                    }
+                };
+                if self.config.exclude.iter().any(|x| x.matches_path(&path)) {
+                    continue;
+                }
+                let Ok(meta) = std::fs::metadata(&path) else {
+                    // Gone between listing and stat.
+                    continue;
+                };
+                if !meta.is_file() {
+                    continue;
+                }
+                let id = FileId::of(&meta);
+                if !seen.insert(id) {
+                    // Another path (a hard link, a symlink, a second pattern) to a file already
+                    // followed.
+                    continue;
+                }
+                if let Some(w) = self.files.get_mut(&id) {
+                    if w.path != path {
+                        w.path = path;
+                        self.dirty = true;
+                    }
+                    w.size_seen = meta.len();
+                    w.gone_since = None;
+                    continue;
+                }
+                self.discover(pi, path, id, meta.len(), now);
+            }
+        }
+        for w in self.files.values_mut() {
+            if !seen.contains(&w.id) && w.gone_since.is_none() {
+                w.gone_since = Some(now);
+            }
+        }
+        self.check_fingerprints();
+        self.first_scan = false;
+    }
+
+    /// Start-up: a checkpointed file that no glob matches any more was most likely rotated by
+    /// rename while loghaul was stopped. Look for it in its old directory by identity, and read
+    /// it to its end before letting it go.
+    fn adopt_rotated_while_stopped(&mut self, now: Instant) {
+        if self.saved.is_empty() {
+            return;
+        }
+        let saved: Vec<Entry> = std::mem::take(&mut self.saved).into_values().collect();
+        for entry in saved {
+            if self.files.contains_key(&entry.id) {
+                continue;
+            }
+            let found = entry
+                .path
+                .parent()
+                .and_then(|dir| find_by_identity(dir, entry.id));
+            let Some(path) = found else {
+                tracing::debug!(component = %self.id, path = %entry.path.display(), "A checkpointed file is gone; forgetting it.");
+                self.dirty = true;
+                continue;
+            };
+            let pattern = self.pattern_of(&entry.path);
+            match open_checked(&path, entry.id, &entry.fingerprint) {
+                Ok(Some((file, fingerprint, size))) => {
+                    let mut w =
+                        self.watched(entry.id, path, pattern, fingerprint, entry.offset, now);
+                    w.size_seen = size;
+                    w.gone_since = Some(now);
+                    if entry.offset > size {
+                        self.count_truncation(&mut w);
+                    }
+                    self.insert(w, Some(file));
+                }
+                Ok(None) => self.dirty = true,
+                Err(e) => {
+                    // Kept, and tried again at the next scan: its checkpoint must not be lost.
+                    self.report_unreadable(pattern, &path, &e);
+                    self.saved.insert(entry.id, entry);
+                }
+            }
+        }
+    }
+
+    /// The include pattern a path belongs to (for counters), the first one when none matches.
+    fn pattern_of(&self, path: &Path) -> usize {
+        self.config
+            .include
+            .iter()
+            .position(|p| p.matches_path(path))
+            .unwrap_or(0)
+    }
+
+    fn discover(&mut self, pattern: usize, path: PathBuf, id: FileId, size: u64, now: Instant) {
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                self.report_unreadable(pattern, &path, &e);
+                return;
+            }
+        };
+        self.unreadable.remove(&path);
+        let fingerprint = match Fingerprint::read(&file) {
+            Ok(fp) => fp,
+            Err(e) => {
+                self.report_unreadable(pattern, &path, &e);
+                return;
+            }
+        };
+        let mut truncated = false;
+        let offset = match self.saved.remove(&id) {
+            Some(entry) => match entry.fingerprint.check(&file) {
+                Ok(Check::Same(_)) if entry.offset <= size => entry.offset,
+                Ok(Check::Same(_)) => {
+                    truncated = true;
+                    0
+                }
+                // Another file on a reused inode, or rewritten from the start: new to us.
+                _ => 0,
+            },
+            None if self.first_scan && self.fresh && self.config.read_from == ReadFrom::End => size,
+            None => 0,
+        };
+        let mut w = self.watched(id, path, pattern, fingerprint, offset, now);
+        w.size_seen = size;
+        if truncated {
+            self.count_truncation(&mut w);
+        }
+        self.insert(w, Some(file));
+    }
+
+    fn watched(
+        &self,
+        id: FileId,
+        path: PathBuf,
+        pattern: usize,
+        fingerprint: Fingerprint,
+        offset: u64,
+        now: Instant,
+    ) -> Watched {
+        Watched {
+            id,
+            path,
+            pattern,
+            fingerprint,
+            file: None,
+            read_pos: offset,
+            carry: Vec::new(),
+            carry_start: offset,
+            committed: offset,
+            lines: Lines::default(),
+            generation: 0,
+            last_growth: now,
+            last_active: now,
+            at_eof: false,
+            size_seen: 0,
+            gone_since: None,
+            paused_until: None,
+        }
+    }
+
+    /// Starts following `w`, holding `file` open if the limit allows.
+    fn insert(&mut self, mut w: Watched, file: Option<File>) {
+        self.patterns[w.pattern]
+            .opened
+            .fetch_add(1, Ordering::Relaxed);
+        if let Some(file) = file {
+            if self.open < self.config.max_open_files || self.evict_one(None) {
+                w.file = Some(file);
+                self.open += 1;
+            } else {
+                self.patterns[w.pattern]
+                    .closed
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.order.push(w.id);
+        self.files.insert(w.id, w);
+        self.dirty = true;
+    }
+
+    fn report_unreadable(&mut self, pattern: usize, path: &Path, error: &io::Error) {
+        if let Some(p) = self.patterns.get(pattern) {
+            p.unreadable.fetch_add(1, Ordering::Relaxed);
+        }
+        if self.unreadable.insert(path.to_path_buf()) {
+            tracing::warn!(component = %self.id, path = %path.display(), %error, "Cannot read a matched file; it is tried again at every scan (glob_interval).");
+        }
+    }
+
+    /// Open files whose first bytes changed were rewritten (copytruncate, then written past our
+    /// offset before we noticed it shrink): read them again from the start. Files that grew get
+    /// a longer fingerprint.
+    fn check_fingerprints(&mut self) {
+        let ids: Vec<FileId> = self
+            .files
+            .values()
+            .filter(|w| w.file.is_some() && w.gone_since.is_none())
+            .map(|w| w.id)
+            .collect();
+        for id in ids {
+            let Some(mut w) = self.files.remove(&id) else {
+                continue;
+            };
+            if let Some(file) = &w.file {
+                match w.fingerprint.check(file) {
+                    Ok(Check::Same(fp)) => {
+                        if fp != w.fingerprint {
+                            w.fingerprint = fp;
+                            self.dirty = true;
+                        }
+                    }
+                    Ok(Check::Different | Check::Shorter) => self.restart_truncated(&mut w),
+                    Err(_) => {}
+                }
+            }
+            self.files.insert(id, w);
+        }
+    }
+
+    fn count_truncation(&self, w: &mut Watched) {
+        self.patterns[w.pattern]
+            .truncations
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::info!(component = %self.id, path = %w.path.display(), "File truncated or rewritten; reading it from the start.");
+    }
+
+    /// The file was truncated or rewritten: everything is read again from offset 0.
+    fn restart_truncated(&mut self, w: &mut Watched) {
+        self.count_truncation(w);
+        // Offsets already read once that hold bytes again (a rewrite; after a plain truncation
+        // to 0 there are none yet).
+        let size = w
+            .file
+            .as_ref()
+            .and_then(|f| f.metadata().ok())
+            .map_or(0, |m| m.len());
+        self.patterns[w.pattern]
+            .reread_truncated
+            .fetch_add(size.min(w.read_pos) as i64, Ordering::Relaxed);
+        if let Some(file) = &w.file
+            && let Ok(fp) = Fingerprint::read(file)
+        {
+            w.fingerprint = fp;
+        }
+        w.read_pos = 0;
+        w.carry.clear();
+        w.carry_start = 0;
+        w.committed = 0;
+        w.lines.reset();
+        w.generation = w.generation.wrapping_add(1);
+        w.at_eof = false;
+        self.dirty = true;
+    }
+
+    // ---- reading -------------------------------------------------------------------------
+
+    /// One turn for every open file, batches sent as they fill. Returns whether anything was
+    /// read.
+    fn read_pass(&mut self, now: Instant) -> bool {
+        if self.pending.len() >= MAX_PENDING {
+            // Acks lag far behind: wait a little for the oldest, and read nothing more until it
+            // comes (what may need rewinding stays bounded).
+            self.poll_acks(true);
+            if self.pending.len() >= MAX_PENDING {
+                return false;
+            }
+        }
+        let mut builder = self.new_builder();
+        let mut progress = false;
+        let n = self.order.len();
+        let start = self.next_turn % n.max(1);
+        self.next_turn = self.next_turn.wrapping_add(1);
+        for k in 0..n {
+            let id = self.order[(start + k) % n];
+            let Some(mut w) = self.files.remove(&id) else {
+                continue;
+            };
+            progress |= self.turn(&mut w, &mut builder, now);
+            self.files.insert(id, w);
+            if builder.arena.len() >= self.config.max_read_size {
+                let full = std::mem::replace(&mut builder, self.new_builder());
+                self.send(full);
+                if self.shutdown.is_triggered() {
+                    break;
+                }
+            }
+        }
+        self.send(builder);
+        progress
+    }
+
+    /// Reads one file's next bytes into the batch. Returns whether any were read.
+    fn turn(&mut self, w: &mut Watched, b: &mut Builder, now: Instant) -> bool {
+        let Some(file) = &w.file else {
+            return false;
+        };
+        if w.paused_until.is_some_and(|t| t > now) {
+            return false;
+        }
+        w.paused_until = None;
+        let base = b.arena.len();
+        let from = w.carry.len();
+        b.arena.extend_from_slice(&w.carry);
+        let want = self.config.max_read_size;
+        b.arena.resize(base + from + want, 0);
+        let read = pread_full(file, &mut b.arena[base + from..], w.read_pos);
+        let n = match read {
+            Ok(n) => n,
+            Err(e) => {
+                b.arena.truncate(base);
+                self.metrics.error(ErrorKind::Io, 1);
+                crate::warn_limited!(self.metrics, path = %w.path.display(), error = %e, "Failed to read a tailed file; trying again.");
+                return false;
+            }
+        };
+        b.arena.truncate(base + from + n);
+        if n == 0 {
+            b.arena.truncate(base);
+            w.at_eof = true;
+            // A file shorter than what was read was truncated (copytruncate, `> file`).
+            if let Ok(meta) = file.metadata()
+                && meta.len() < w.read_pos
+            {
+                self.restart_truncated(w);
+            }
+            return false;
+        }
+        w.at_eof = n < want;
+        w.read_pos += n as u64;
+        w.last_growth = now;
+        w.last_active = now;
+        let pm = &self.patterns[w.pattern];
+        pm.read.fetch_add(n as i64, Ordering::Relaxed);
+        self.pieces.clear();
+        let progress = w.lines.split(
+            &b.arena[base..],
+            from,
+            &self.config.rules,
+            now,
+            &mut self.pieces,
+        );
+        pm.skipped_long
+            .fetch_add(progress.skipped as i64, Ordering::Relaxed);
+        if progress.skipped > 0 {
+            self.metrics.error(ErrorKind::Oversized, 1);
+        }
+        self.emit(w, b, base, progress.keep_from);
+        true
+    }
+
+    /// Emits what is due in every file's carried bytes: partial lines whose writer paused for
+    /// `partial_line_timeout` (all of them when `all`), multiline groups past their timeout.
+    fn flush_due(&mut self, now: Instant, all: bool) -> bool {
+        let mut builder = self.new_builder();
+        let mut any = false;
+        let ids: Vec<FileId> = self
+            .files
+            .values()
+            .filter(|w| {
+                let partial = w.lines.holds(w.carry.len())
+                    && (all || now >= w.last_growth + self.config.partial_line_timeout);
+                let group = w
+                    .lines
+                    .group_deadline(&self.config.rules)
+                    .is_some_and(|d| d <= now);
+                partial || group
+            })
+            .map(|w| w.id)
+            .collect();
+        for id in ids {
+            let Some(mut w) = self.files.remove(&id) else {
+                continue;
+            };
+            let partial_due = all || now >= w.last_growth + self.config.partial_line_timeout;
+            any |= self.flush_file(&mut w, &mut builder, partial_due, now);
+            self.files.insert(id, w);
+        }
+        self.send(builder);
+        any
+    }
+
+    fn flush_file(
+        &mut self,
+        w: &mut Watched,
+        b: &mut Builder,
+        partial_due: bool,
+        now: Instant,
+    ) -> bool {
+        let base = b.arena.len();
+        b.arena.extend_from_slice(&w.carry);
+        let from_len = w.carry.len();
+        self.pieces.clear();
+        let progress = w.lines.flush(
+            &b.arena[base..],
+            partial_due,
+            &self.config.rules,
+            now,
+            &mut self.pieces,
+        );
+        let emitted = !self.pieces.is_empty();
+        if progress.keep_from == 0 && !emitted {
+            b.arena.truncate(base);
+            return false;
+        }
+        debug_assert!(progress.keep_from <= from_len);
+        self.emit(w, b, base, progress.keep_from);
+        emitted
+    }
+
+    /// Turns `self.pieces` (spans of the region at `b.arena[base..]`) into events, carries the
+    /// region's bytes from `keep_from` on, and records where this file's events end.
+    fn emit(&mut self, w: &mut Watched, b: &mut Builder, base: usize, keep_from: usize) {
+        let region_offset = w.carry_start;
+        w.carry.clear();
+        w.carry.extend_from_slice(&b.arena[base + keep_from..]);
+        b.arena.truncate(base + keep_from);
+        w.carry_start = region_offset + keep_from as u64;
+        if self.pieces.is_empty() && keep_from == 0 {
+            return;
+        }
+        b.ends.push((w.id, w.generation, w.carry_start));
+        if self.pieces.is_empty() {
+            return;
+        }
+        let keys = b.keys;
+        let path = keys.file.map(|_| {
+            let start = b.arena.len();
+            b.arena.extend_from_slice(w.path.as_os_str().as_bytes());
+            Span::new(start, b.arena.len())
+        });
+        let shared = |fields: &mut Vec<Field>| {
+            if let (Some(name), Some(value)) = (keys.file, path) {
+                fields.push(Field {
+                    name,
+                    value: Value::Str(value),
+                });
+            }
+            if let Some((name, value)) = keys.host {
+                fields.push(Field {
+                    name,
+                    value: Value::Str(value),
+                });
+            }
+        };
+        // Without an offset field, every event of this file's turn shares one record range.
+        let shared_range = if keys.offset.is_none() {
+            let start = b.fields.len() as u32;
+            shared(&mut b.fields);
+            Some((start, b.fields.len() as u32))
+        } else {
+            None
+        };
+        for i in 0..self.pieces.len() {
+            let piece = self.pieces[i];
+            let (mut start, mut end) = (base + piece.start, base + piece.end);
+            if piece.inner_cr {
+                // A multiline group written with CRLF: its inner `\r`s go, which needs a copy.
+                let text = b.arena[start..end].to_vec();
+                start = b.arena.len();
+                let mut rest = &text[..];
+                while let Some(i) = memchr::memchr(b'\n', rest) {
+                    let line = &rest[..i];
+                    b.arena
+                        .extend_from_slice(line.strip_suffix(b"\r").unwrap_or(line));
+                    b.arena.push(b'\n');
+                    rest = &rest[i + 1..];
+                }
+                b.arena.extend_from_slice(rest);
+                end = b.arena.len();
+            }
+            let fields = match shared_range {
+                Some(range) => range,
+                None => {
+                    let first = b.fields.len() as u32;
+                    shared(&mut b.fields);
+                    if let Some(name) = keys.offset {
+                        let offset = region_offset + piece.start as u64;
+                        b.fields.push(Field {
+                            name,
+                            value: Value::Int(offset.min(i64::MAX as u64) as i64),
+                        });
+                    }
+                    (first, b.fields.len() as u32)
+                }
+            };
+            let mut flags = Flags::default();
+            if piece.truncated {
+                flags.insert(Flags::TRUNCATED);
+            }
+            b.events.push(Event {
+                message: OptSpan::some(Span::new(start, end)),
+                fields,
+                flags,
+                ..Event::default()
+            });
+        }
+    }
+
+    fn send(&mut self, b: Builder) {
+        if b.ends.is_empty() {
+            return;
+        }
+        if b.events.is_empty() {
+            // Only skipped bytes: nothing to wait for.
+            self.apply_ends(&b.ends);
+            return;
+        }
+        let bytes = b.arena.len();
+        let mut batch = EventBatch::new(Bytes::from(b.arena), self.id.clone(), "file");
+        batch.events = b.events;
+        batch.fields = b.fields;
+        batch.received = Timestamp::now();
+        self.metrics.received(batch.len(), bytes);
+        let status = if self.acknowledgements {
+            let (finalizer, status) = BatchNotifier::new_with_receiver();
+            batch.finalizer = finalizer;
+            Some(status)
+        } else {
+            None
+        };
+        let fanout = &self.fanout;
+        let mut shutdown = self.shutdown.clone();
+        // Waits as long as the sinks push back, except once the server stops: then a sink that
+        // takes nothing more for SHUTDOWN_SEND does not hold the stop up (the batch is dropped,
+        // its lines stay past the checkpoint and are read again at the next start).
+        let sent = self.handle.block_on(async move {
+            let send = fanout.send(batch);
+            tokio::pin!(send);
+            tokio::select! {
+                () = &mut send => true,
+                () = shutdown.wait() => tokio::time::timeout(SHUTDOWN_SEND, &mut send).await.is_ok(),
+            }
+        });
+        match status {
+            Some(status) => self.pending.push_back(Pending {
+                status,
+                ends: b.ends,
+            }),
+            None if sent => self.apply_ends(&b.ends),
+            // Not queued: the checkpoint stays before these lines, so a restart reads them.
+            None => {}
+        }
+    }
+
+    fn apply_ends(&mut self, ends: &[(FileId, u32, u64)]) {
+        for &(id, generation, end) in ends {
+            if let Some(w) = self.files.get_mut(&id)
+                && w.generation == generation
+                && end > w.committed
+            {
+                w.committed = end;
+                self.dirty = true;
+            }
+        }
+    }
+
+    /// Takes the fates of sent batches, oldest first (`wait`: wait up to 100ms for the oldest).
+    fn poll_acks(&mut self, wait: bool) {
+        while let Some(front) = self.pending.front_mut() {
+            let status = if wait {
+                let status = &mut front.status;
+                self.handle.block_on(async {
+                    tokio::time::timeout(Duration::from_millis(100), status)
+                        .await
+                        .ok()
+                })
+            } else {
+                front.status.try_status()
+            };
+            let Some(status) = status else {
+                return;
+            };
+            let Some(done) = self.pending.pop_front() else {
+                return;
+            };
+            match status {
+                BatchStatus::Delivered => self.apply_ends(&done.ends),
+                BatchStatus::Rejected => {
+                    // A sink refused these events for good (and counted them): reading them
+                    // again would only be refused again.
+                    crate::warn_limited!(
+                        self.metrics,
+                        "A sink rejected tailed lines for good; the checkpoint moves past them."
+                    );
+                    self.apply_ends(&done.ends);
+                }
+                BatchStatus::Errored => self.rewind(&done.ends),
+            }
+            if wait {
+                return;
+            }
+        }
+    }
+
+    /// A batch was not committed: its files are read again from their last committed offset
+    /// (after a pause), so nothing is lost; what later batches delivered meanwhile comes again.
+    fn rewind(&mut self, ends: &[(FileId, u32, u64)]) {
+        let now = Instant::now();
+        for &(id, generation, _) in ends {
+            let Some(w) = self.files.get_mut(&id) else {
+                continue;
+            };
+            if w.generation != generation {
+                continue;
+            }
+            let again = w.read_pos.saturating_sub(w.committed);
+            self.patterns[w.pattern]
+                .reread_rewound
+                .fetch_add(again as i64, Ordering::Relaxed);
+            w.read_pos = w.committed;
+            w.carry_start = w.committed;
+            w.carry.clear();
+            w.lines.reset();
+            w.generation = w.generation.wrapping_add(1);
+            w.paused_until = Some(now + REWIND_PAUSE);
+            w.at_eof = false;
+        }
+        crate::warn_limited!(
+            self.metrics,
+            files = ends.len(),
+            "A batch of tailed lines was not committed downstream; reading those files again from their last checkpoint."
+        );
+    }
+
+    // ---- open files, rotation --------------------------------------------------------------
+
+    /// Closes the least recently active open file that is idle (at its end, nothing held), to
+    /// make room; never one renamed away or deleted (it could not be reopened). `except` is the
+    /// file the room is for.
+    fn evict_one(&mut self, except: Option<FileId>) -> bool {
+        let victim = self
+            .files
+            .values()
+            .filter(|w| {
+                w.file.is_some()
+                    && w.gone_since.is_none()
+                    && w.at_eof
+                    && w.carry.is_empty()
+                    && Some(w.id) != except
+            })
+            .min_by_key(|w| w.last_active)
+            .map(|w| w.id);
+        let Some(id) = victim else {
+            return false;
+        };
+        if let Some(w) = self.files.get_mut(&id) {
+            w.file = None;
+            self.open -= 1;
+            self.patterns[w.pattern]
+                .closed
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Reopens closed files that grew (by the last scan), least recently active first, as long
+    /// as room can be made.
+    fn reopen(&mut self, now: Instant) {
+        let mut wanting: Vec<(Instant, FileId)> = self
+            .files
+            .values()
+            .filter(|w| w.file.is_none() && (w.size_seen != w.read_pos || w.gone_since.is_some()))
+            .map(|w| (w.last_active, w.id))
+            .collect();
+        if wanting.is_empty() {
+            return;
+        }
+        wanting.sort();
+        for (_, id) in wanting {
+            if self.open >= self.config.max_open_files && !self.evict_one(Some(id)) {
+                return;
+            }
+            let Some(mut w) = self.files.remove(&id) else {
+                continue;
+            };
+            // A file renamed away while closed is looked for in its directory.
+            let path = if w.gone_since.is_some() {
+                w.path.parent().and_then(|d| find_by_identity(d, w.id))
+            } else {
+                Some(w.path.clone())
+            };
+            let reopened = path.and_then(|p| match open_checked(&p, w.id, &w.fingerprint) {
+                Ok(Some((file, fp, size))) => Some((p, file, fp, size)),
+                _ => None,
+            });
+            match reopened {
+                Some((path, file, fingerprint, size)) => {
+                    w.path = path;
+                    w.fingerprint = fingerprint;
+                    w.size_seen = size;
+                    w.file = Some(file);
+                    w.last_active = now;
+                    w.at_eof = false;
+                    self.open += 1;
+                    self.patterns[w.pattern]
+                        .opened
+                        .fetch_add(1, Ordering::Relaxed);
+                    self.files.insert(id, w);
+                }
+                None if w.gone_since.is_some() => {
+                    // Deleted while closed: what was not read is lost, and said so.
+                    let lost = w.size_seen.saturating_sub(w.read_pos);
+                    self.patterns[w.pattern]
+                        .skipped_deleted
+                        .fetch_add(lost as i64, Ordering::Relaxed);
+                    if lost > 0 {
+                        crate::warn_limited!(self.metrics, path = %w.path.display(), bytes = lost, "A file was deleted while closed (max_open_files) before it was read to its end.");
+                    }
+                    self.forget(w.id);
+                }
+                None => {
+                    // The path holds another file now; the next scan sorts out which is which.
+                    w.gone_since = Some(now);
+                    self.files.insert(id, w);
+                }
+            }
+        }
+    }
+
+    /// Lets go of files renamed away or deleted once they are read to their end, all their
+    /// lines are committed and `rotate_wait` has passed without growth.
+    fn release_gone(&mut self, now: Instant) {
+        let wait = self.config.rotate_wait;
+        let done: Vec<FileId> = self
+            .files
+            .values()
+            .filter(|w| {
+                w.gone_since.is_some_and(|t| now >= t + wait)
+                    && now >= w.last_growth + wait
+                    && w.file.is_some()
+                    && w.at_eof
+            })
+            .map(|w| w.id)
+            .collect();
+        if done.is_empty() {
+            return;
+        }
+        let mut builder = self.new_builder();
+        let mut release = Vec::new();
+        for id in done {
+            let Some(mut w) = self.files.remove(&id) else {
+                continue;
+            };
+            // Its last line will get no newline now.
+            self.flush_file(&mut w, &mut builder, true, now);
+            self.files.insert(id, w);
+            release.push(id);
+        }
+        // Without acknowledgements the flushed lines count as committed once sent; with them,
+        // the file waits for a later pass.
+        self.send(builder);
+        for id in release {
+            let Some(w) = self.files.get(&id) else {
+                continue;
+            };
+            if w.committed < w.carry_start || !w.carry.is_empty() {
+                continue;
+            }
+            if w.file.is_some() {
+                self.open -= 1;
+            }
+            self.patterns[w.pattern]
+                .released
+                .fetch_add(1, Ordering::Relaxed);
+            self.forget(id);
+        }
+    }
+
+    fn forget(&mut self, id: FileId) {
+        self.files.remove(&id);
+        self.order.retain(|o| *o != id);
+        self.dirty = true;
+    }
+
+    // ---- checkpoints ---------------------------------------------------------------------
+
+    fn checkpoint(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        let mut entries: Vec<Entry> = self
+            .files
+            .values()
+            .map(|w| Entry {
+                path: w.path.clone(),
+                id: w.id,
+                fingerprint: w.fingerprint,
+                offset: w.committed,
+            })
+            .collect();
+        // Checkpoints of files not found again (unreadable for now) are kept.
+        entries.extend(self.saved.values().cloned());
+        entries.sort_by(|a, b| a.path.cmp(&b.path));
+        match self.store.save(&entries) {
+            Ok(()) => {
+                self.dirty = false;
+                if self.checkpoint_failing {
+                    self.checkpoint_failing = false;
+                    self.metrics.set_health(Health::Running, None);
+                    tracing::info!(component = %self.id, "Checkpoints are written again.");
+                }
+            }
+            Err(e) => {
+                self.metrics.error(ErrorKind::Checkpoint, 1);
+                if !self.checkpoint_failing {
+                    self.checkpoint_failing = true;
+                    self.metrics.set_health(
+                        Health::Degraded,
+                        Some(format!(
+                            "cannot write checkpoints to {}: {e}",
+                            self.store.path().display()
+                        )),
+                    );
+                }
+                crate::warn_limited!(self.metrics, path = %self.store.path().display(), error = %e, "Failed to write checkpoints; tailing goes on and the write is retried (a restart now would read again what was read since the last checkpoint).");
+            }
+        }
+    }
+}
+
+/// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
+fn pread_full(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read_at(&mut buf[n..], offset + n as u64) {
+            Ok(0) => break,
+            Ok(k) => {
+                n += k;
+                // A short read of a regular file is its end: save the call that returns 0.
+                if n < buf.len() {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Opens `path` if it is still the file `id` with these first bytes: `Ok(None)` when it is
+/// another file now.
+fn open_checked(
+    path: &Path,
+    id: FileId,
+    fingerprint: &Fingerprint,
+) -> io::Result<Option<(File, Fingerprint, u64)>> {
+    let file = File::open(path)?;
+    let meta = file.metadata()?;
+    if FileId::of(&meta) != id {
+        return Ok(None);
+    }
+    match fingerprint.check(&file)? {
+        Check::Same(fp) => Ok(Some((file, fp, meta.len()))),
+        Check::Different | Check::Shorter => Ok(None),
+    }
+}
+
+/// The entry of `dir` that is the file `id` (a file renamed within its directory).
+fn find_by_identity(dir: &Path, id: FileId) -> Option<PathBuf> {
+    let entries = std::fs::read_dir(if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    })
+    .ok()?;
+    use std::os::unix::fs::DirEntryExt as _;
+    for entry in entries.flatten() {
+        if entry.ino() != id.ino {
+            continue;
+        }
+        if let Ok(meta) = entry.metadata()
+            && meta.is_file()
+            && FileId::of(&meta) == id
+        {
+            return Some(entry.path());
+        }
+    }
+    None
+}
