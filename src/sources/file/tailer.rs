@@ -319,8 +319,10 @@ impl Tailer {
         self.checkpoint();
     }
 
+    /// An empty batch; its arena grows as files are read (most passes read nothing, and must
+    /// not cost a large allocation).
     fn new_builder(&self) -> Builder {
-        let mut arena = Vec::with_capacity(self.config.max_read_size + 4096);
+        let mut arena = Vec::with_capacity(256);
         let mut put = |s: &[u8]| {
             let start = arena.len();
             arena.extend_from_slice(s);
@@ -658,10 +660,31 @@ impl Tailer {
             return false;
         }
         w.paused_until = None;
+        // The size first: an idle file costs one fstat, and a read is sized to what is there
+        // (the buffer is zeroed before reading, which should not happen for bytes not read).
+        let size = match file.metadata() {
+            Ok(meta) => meta.len(),
+            Err(e) => {
+                self.metrics.error(ErrorKind::Io, 1);
+                crate::warn_limited!(self.metrics, path = %w.path.display(), error = %e, "Failed to stat a tailed file; trying again.");
+                return false;
+            }
+        };
+        if size < w.read_pos {
+            // Shorter than what was read: truncated (copytruncate, `> file`).
+            self.restart_truncated(w);
+            return true;
+        }
+        let available = size - w.read_pos;
+        if available == 0 {
+            w.at_eof = true;
+            return false;
+        }
+        let want = (self.config.max_read_size as u64).min(available) as usize;
         let base = b.arena.len();
         let from = w.carry.len();
+        b.arena.reserve(from + want + w.path.as_os_str().len() + 64);
         b.arena.extend_from_slice(&w.carry);
-        let want = self.config.max_read_size;
         b.arena.resize(base + from + want, 0);
         let read = pread_full(file, &mut b.arena[base + from..], w.read_pos);
         let n = match read {
@@ -675,17 +698,11 @@ impl Tailer {
         };
         b.arena.truncate(base + from + n);
         if n == 0 {
+            // Shrank between the fstat and the read: the next turn sees it.
             b.arena.truncate(base);
-            w.at_eof = true;
-            // A file shorter than what was read was truncated (copytruncate, `> file`).
-            if let Ok(meta) = file.metadata()
-                && meta.len() < w.read_pos
-            {
-                self.restart_truncated(w);
-            }
             return false;
         }
-        w.at_eof = n < want;
+        w.at_eof = n as u64 == available;
         w.read_pos += n as u64;
         w.last_growth = now;
         w.last_active = now;
@@ -861,8 +878,19 @@ impl Tailer {
             return;
         }
         if b.events.is_empty() {
-            // Only skipped bytes: nothing to wait for.
-            self.apply_ends(&b.ends);
+            // Only skipped bytes: nothing to deliver, but with acknowledgements the checkpoint
+            // must still not pass batches sent before and not yet acknowledged, so the ends
+            // queue behind them (a receiver resolved at once).
+            if self.acknowledgements && !self.pending.is_empty() {
+                let (finalizer, status) = BatchNotifier::new_with_receiver();
+                drop(finalizer);
+                self.pending.push_back(Pending {
+                    status,
+                    ends: b.ends,
+                });
+            } else {
+                self.apply_ends(&b.ends);
+            }
             return;
         }
         let bytes = b.arena.len();
@@ -1039,10 +1067,16 @@ impl Tailer {
             } else {
                 Some(w.path.clone())
             };
-            let reopened = path.and_then(|p| match open_checked(&p, w.id, &w.fingerprint) {
-                Ok(Some((file, fp, size))) => Some((p, file, fp, size)),
+            let reopened = match path.map(|p| (open_checked(&p, w.id, &w.fingerprint), p)) {
+                Some((Ok(Some((file, fp, size))), p)) => Some((p, file, fp, size)),
+                Some((Err(e), p)) => {
+                    // Unreadable for now (permissions): tried again on the next pass.
+                    self.report_unreadable(w.pattern, &p, &e);
+                    self.files.insert(id, w);
+                    continue;
+                }
                 _ => None,
-            });
+            };
             match reopened {
                 Some((path, file, fingerprint, size)) => {
                     w.path = path;
@@ -1057,8 +1091,10 @@ impl Tailer {
                         .fetch_add(1, Ordering::Relaxed);
                     self.files.insert(id, w);
                 }
-                None if w.gone_since.is_some() => {
-                    // Deleted while closed: what was not read is lost, and said so.
+                None => {
+                    // Deleted (or replaced: a new file, perhaps on the same inode) while closed:
+                    // what was not read is lost, and said so. A new file at the path is found
+                    // by the next scan.
                     let lost = w.size_seen.saturating_sub(w.read_pos);
                     self.patterns[w.pattern]
                         .skipped_deleted
@@ -1067,11 +1103,6 @@ impl Tailer {
                         crate::warn_limited!(self.metrics, path = %w.path.display(), bytes = lost, "A file was deleted while closed (max_open_files) before it was read to its end.");
                     }
                     self.forget(w.id);
-                }
-                None => {
-                    // The path holds another file now; the next scan sorts out which is which.
-                    w.gone_since = Some(now);
-                    self.files.insert(id, w);
                 }
             }
         }
