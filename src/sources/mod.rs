@@ -33,6 +33,9 @@ pub struct SourceContext {
     /// Whether to answer clients only once every sink fed by this source has committed their
     /// events (forward acks, HTTP responses); sources whose protocol has no answer ignore it.
     pub acknowledgements: bool,
+    /// How long the whole stop may take: a source still waiting for acknowledgements at
+    /// shutdown gives up before it.
+    pub shutdown_timeout: std::time::Duration,
     /// The top-level `data_dir`: sources that keep state use `<data_dir>/<id>`.
     pub data_dir: std::path::PathBuf,
 }

@@ -118,6 +118,7 @@ pub async fn start(
                 shutdown: signal.clone(),
                 acknowledgements: source.acknowledgements,
                 data_dir: config.data_dir.clone(),
+                shutdown_timeout: config.shutdown_timeout,
             })
             .await
             .with_context(|| format!("source '{}'", source.id))?;

@@ -134,9 +134,23 @@ impl Server {
     /// As [`Server::start`], naming the config file (its extension picks the format) and adding
     /// environment variables.
     pub fn start_full(template: &str, file_name: &str, env: &[(&str, &str)]) -> Server {
+        Server::start_wrapped(template, file_name, env, &[])
+    }
+
+    /// As [`Server::start_full`], with loghaul run through `wrapper` (a command and its
+    /// arguments that end by executing the command line after them), e.g.
+    /// `["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]` to run it without
+    /// root's rights. With a wrapper the server's directory is made world-readable, so that a
+    /// process under another uid can read its config.
+    pub fn start_wrapped(
+        template: &str,
+        file_name: &str,
+        env: &[(&str, &str)],
+        wrapper: &[&str],
+    ) -> Server {
         let mut last = String::new();
         for _attempt in 0..3 {
-            let mut server = Server::spawn_full(template, file_name, env);
+            let mut server = Server::spawn_wrapped(template, file_name, env, wrapper);
             match server.wait_healthy(START_TIMEOUT) {
                 Ok(()) => return server,
                 Err(why) => {
@@ -165,6 +179,16 @@ impl Server {
 
     /// As [`Server::spawn`], naming the config file and adding environment variables.
     pub fn spawn_full(template: &str, file_name: &str, env: &[(&str, &str)]) -> Server {
+        Server::spawn_wrapped(template, file_name, env, &[])
+    }
+
+    /// As [`Server::spawn_full`], through `wrapper` (see [`Server::start_wrapped`]).
+    pub fn spawn_wrapped(
+        template: &str,
+        file_name: &str,
+        env: &[(&str, &str)],
+        wrapper: &[&str],
+    ) -> Server {
         let dir = tempfile::Builder::new()
             .prefix("loghaul-it-")
             .tempdir()
@@ -174,7 +198,18 @@ impl Server {
         fs::write(&config_path, render(template, &ports, dir.path())).expect("write config");
         let stderr_path = dir.path().join("loghaul.stderr");
         let stdout_path = dir.path().join("loghaul.stdout");
-        let child = Command::new(BIN)
+        let mut cmd = match wrapper.split_first() {
+            None => Command::new(BIN),
+            Some((program, args)) => {
+                use std::os::unix::fs::PermissionsExt;
+                fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))
+                    .expect("make the server's directory readable to other users");
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(BIN);
+                cmd
+            }
+        };
+        let child = cmd
             .arg("run")
             .arg("-c")
             .arg(&config_path)

@@ -20,6 +20,8 @@ mod bad_input;
 mod config;
 mod console;
 mod file_sink;
+mod file_source;
+mod file_tree;
 mod formats;
 mod forward_clients;
 mod forward_wire;

@@ -17,6 +17,7 @@ pub mod encode;
 pub mod forward;
 pub mod framing;
 mod scan;
+pub use scan::is_ascii;
 mod simd;
 pub mod syslog;
 mod time;

@@ -91,7 +91,7 @@ pub(crate) fn strict_name_end(v: V) -> V {
 /// Whether every byte of `s` is ASCII: words OR-ed together (the compiler vectorises the fold),
 /// no early exit, since the answer is nearly always yes.
 #[inline]
-pub(crate) fn is_ascii(s: &[u8]) -> bool {
+pub fn is_ascii(s: &[u8]) -> bool {
     let (words, tail) = s.as_chunks::<8>();
     let acc = words
         .iter()

@@ -50,8 +50,11 @@ const IDLE_MAX: Duration = Duration::from_millis(50);
 const MAX_PENDING: usize = 1024;
 /// How long a file whose batch failed downstream waits before it is read again.
 const REWIND_PAUSE: Duration = Duration::from_secs(1);
-/// At shutdown, how long the last batch may wait for room, and then for its acks.
+/// At shutdown, how long the last batch may wait for room.
 const SHUTDOWN_SEND: Duration = Duration::from_secs(5);
+/// At shutdown, the acknowledgements are awaited until this long before `shutdown_timeout`,
+/// leaving time for the last checkpoint.
+const SHUTDOWN_MARGIN: Duration = Duration::from_secs(1);
 
 /// Counters of one `include` pattern.
 struct PatternMetrics {
@@ -177,6 +180,7 @@ pub struct Tailer {
     fanout: Fanout,
     handle: tokio::runtime::Handle,
     shutdown: ShutdownSignal,
+    shutdown_timeout: Duration,
     acknowledgements: bool,
     store: Store,
     host: String,
@@ -211,6 +215,7 @@ impl Tailer {
             fanout,
             shutdown,
             acknowledgements,
+            shutdown_timeout,
             ..
         } = cx;
         let handle = tokio::runtime::Handle::current();
@@ -246,6 +251,7 @@ impl Tailer {
             fanout,
             handle,
             shutdown,
+            shutdown_timeout,
             acknowledgements,
             store,
             host: crate::net::host_name(),
@@ -306,17 +312,28 @@ impl Tailer {
     }
 
     fn shutdown(&mut self) {
+        let deadline = Instant::now() + self.shutdown_timeout.saturating_sub(SHUTDOWN_MARGIN);
         // What is held back is complete as far as anyone will know: emit it, so it is not lost
         // if the file is never appended to again (bytes appended later start a new line).
         let now = Instant::now();
         self.flush_due(now, true);
-        let deadline = Instant::now() + SHUTDOWN_SEND;
+        // The sinks drain what is queued; every acknowledgement that comes in before the
+        // deadline moves the checkpoint, which is written as it moves, so a stop cut short
+        // (a second signal, the deadline) still leaves the latest one on disk.
+        let mut next_checkpoint = Instant::now() + self.config.checkpoint_interval;
         while !self.pending.is_empty() && Instant::now() < deadline {
             self.poll_acks(false);
+            if Instant::now() >= next_checkpoint {
+                self.checkpoint();
+                next_checkpoint = Instant::now() + self.config.checkpoint_interval;
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
         self.poll_acks(false);
         self.checkpoint();
+        if !self.pending.is_empty() {
+            tracing::warn!(component = %self.id, batches = self.pending.len(), "Stopped before every tailed line was acknowledged; the next start reads the unacknowledged ones again.");
+        }
     }
 
     /// An empty batch; its arena grows as files are read (most passes read nothing, and must
@@ -680,6 +697,24 @@ impl Tailer {
             w.at_eof = true;
             return false;
         }
+        if w.at_eof {
+            // A file that was at its end grew: make sure it is still the same content before
+            // reading on at the old offset (copytruncate, then more written than was read:
+            // the size alone cannot tell).
+            match w.fingerprint.check(file) {
+                Ok(Check::Same(fp)) => {
+                    if fp != w.fingerprint {
+                        w.fingerprint = fp;
+                        self.dirty = true;
+                    }
+                }
+                Ok(Check::Different | Check::Shorter) => {
+                    self.restart_truncated(w);
+                    return true;
+                }
+                Err(_) => {}
+            }
+        }
         let want = (self.config.max_read_size as u64).min(available) as usize;
         let base = b.arena.len();
         let from = w.carry.len();
@@ -721,7 +756,10 @@ impl Tailer {
         if progress.skipped > 0 {
             self.metrics.error(ErrorKind::Oversized, 1);
         }
-        self.emit(w, b, base, progress.keep_from);
+        // Nearly every read is ASCII (one vectorised pass); only the others are checked line
+        // by line.
+        let check_utf8 = !loghaul_codec::is_ascii(&b.arena[base..]);
+        self.emit(w, b, base, progress.keep_from, check_utf8);
         true
     }
 
@@ -780,13 +818,20 @@ impl Tailer {
             return false;
         }
         debug_assert!(progress.keep_from <= from_len);
-        self.emit(w, b, base, progress.keep_from);
+        self.emit(w, b, base, progress.keep_from, true);
         emitted
     }
 
     /// Turns `self.pieces` (spans of the region at `b.arena[base..]`) into events, carries the
     /// region's bytes from `keep_from` on, and records where this file's events end.
-    fn emit(&mut self, w: &mut Watched, b: &mut Builder, base: usize, keep_from: usize) {
+    fn emit(
+        &mut self,
+        w: &mut Watched,
+        b: &mut Builder,
+        base: usize,
+        keep_from: usize,
+        check_utf8: bool,
+    ) {
         let region_offset = w.carry_start;
         w.carry.clear();
         w.carry.extend_from_slice(&b.arena[base + keep_from..]);
@@ -827,6 +872,7 @@ impl Tailer {
         } else {
             None
         };
+        let mut invalid_utf8 = 0u64;
         for i in 0..self.pieces.len() {
             let piece = self.pieces[i];
             let (mut start, mut end) = (base + piece.start, base + piece.end);
@@ -864,12 +910,20 @@ impl Tailer {
             if piece.truncated {
                 flags.insert(Flags::TRUNCATED);
             }
+            if check_utf8 && std::str::from_utf8(&b.arena[start..end]).is_err() {
+                // Kept as read; encoders replace the bad bytes on output.
+                flags.insert(Flags::INVALID_UTF8);
+                invalid_utf8 += 1;
+            }
             b.events.push(Event {
                 message: OptSpan::some(Span::new(start, end)),
                 fields,
                 flags,
                 ..Event::default()
             });
+        }
+        if invalid_utf8 > 0 {
+            self.metrics.error(ErrorKind::InvalidUtf8, invalid_utf8);
         }
     }
 
