@@ -46,6 +46,8 @@ use crate::sources::SourceContext;
 
 /// Longest sleep when no file had anything new.
 const IDLE_MAX: Duration = Duration::from_millis(50);
+/// The sleep after a pass that read only a little.
+const TRICKLE_NAP: Duration = Duration::from_millis(5);
 /// Batches sent but not yet acknowledged, before reading waits for the oldest.
 const MAX_PENDING: usize = 1024;
 /// How long a file whose batch failed downstream waits before it is read again.
@@ -288,8 +290,8 @@ impl Tailer {
                 next_scan = now + self.config.glob_interval;
             }
             self.poll_acks(false);
-            let mut progress = self.read_pass(now);
-            progress |= self.flush_due(now, false);
+            let read = self.read_pass(now);
+            let flushed = self.flush_due(now, false);
             self.reopen(now);
             self.release_gone(now);
             if now >= next_checkpoint {
@@ -299,8 +301,14 @@ impl Tailer {
             self.watched_gauge
                 .store(self.files.len() as i64, Ordering::Relaxed);
             self.open_gauge.store(self.open as i64, Ordering::Relaxed);
-            if progress {
+            if read >= (self.config.max_read_size / 4) as u64 {
+                // Busy: straight on to the next pass.
                 idle = Duration::from_millis(1);
+            } else if read > 0 || flushed {
+                // A trickle: a short nap lets a batch's worth gather, instead of a pass (and a
+                // request downstream) per few lines.
+                idle = Duration::from_millis(1);
+                std::thread::park_timeout(TRICKLE_NAP);
             } else {
                 let until_scan = next_scan.saturating_duration_since(Instant::now());
                 std::thread::park_timeout(idle.min(until_scan));
@@ -633,19 +641,19 @@ impl Tailer {
 
     // ---- reading -------------------------------------------------------------------------
 
-    /// One turn for every open file, batches sent as they fill. Returns whether anything was
+    /// One turn for every open file, batches sent as they fill. Returns how many bytes were
     /// read.
-    fn read_pass(&mut self, now: Instant) -> bool {
+    fn read_pass(&mut self, now: Instant) -> u64 {
         if self.pending.len() >= MAX_PENDING {
             // Acks lag far behind: wait a little for the oldest, and read nothing more until it
             // comes (what may need rewinding stays bounded).
             self.poll_acks(true);
             if self.pending.len() >= MAX_PENDING {
-                return false;
+                return 0;
             }
         }
         let mut builder = self.new_builder();
-        let mut progress = false;
+        let mut progress = 0;
         let n = self.order.len();
         let start = self.next_turn % n.max(1);
         self.next_turn = self.next_turn.wrapping_add(1);
@@ -654,7 +662,7 @@ impl Tailer {
             let Some(mut w) = self.files.remove(&id) else {
                 continue;
             };
-            progress |= self.turn(&mut w, &mut builder, now);
+            progress += self.turn(&mut w, &mut builder, now);
             self.files.insert(id, w);
             if builder.arena.len() >= self.config.max_read_size {
                 let full = std::mem::replace(&mut builder, self.new_builder());
@@ -668,13 +676,14 @@ impl Tailer {
         progress
     }
 
-    /// Reads one file's next bytes into the batch. Returns whether any were read.
-    fn turn(&mut self, w: &mut Watched, b: &mut Builder, now: Instant) -> bool {
+    /// Reads one file's next bytes into the batch. Returns how many were read (at least 1 when
+    /// the file was found truncated: that is progress too).
+    fn turn(&mut self, w: &mut Watched, b: &mut Builder, now: Instant) -> u64 {
         let Some(file) = &w.file else {
-            return false;
+            return 0;
         };
         if w.paused_until.is_some_and(|t| t > now) {
-            return false;
+            return 0;
         }
         w.paused_until = None;
         // The size first: an idle file costs one fstat, and a read is sized to what is there
@@ -684,18 +693,18 @@ impl Tailer {
             Err(e) => {
                 self.metrics.error(ErrorKind::Io, 1);
                 crate::warn_limited!(self.metrics, path = %w.path.display(), error = %e, "Failed to stat a tailed file; trying again.");
-                return false;
+                return 0;
             }
         };
         if size < w.read_pos {
             // Shorter than what was read: truncated (copytruncate, `> file`).
             self.restart_truncated(w);
-            return true;
+            return 1;
         }
         let available = size - w.read_pos;
         if available == 0 {
             w.at_eof = true;
-            return false;
+            return 0;
         }
         if w.at_eof {
             // A file that was at its end grew: make sure it is still the same content before
@@ -710,7 +719,7 @@ impl Tailer {
                 }
                 Ok(Check::Different | Check::Shorter) => {
                     self.restart_truncated(w);
-                    return true;
+                    return 1;
                 }
                 Err(_) => {}
             }
@@ -728,14 +737,14 @@ impl Tailer {
                 b.arena.truncate(base);
                 self.metrics.error(ErrorKind::Io, 1);
                 crate::warn_limited!(self.metrics, path = %w.path.display(), error = %e, "Failed to read a tailed file; trying again.");
-                return false;
+                return 0;
             }
         };
         b.arena.truncate(base + from + n);
         if n == 0 {
             // Shrank between the fstat and the read: the next turn sees it.
             b.arena.truncate(base);
-            return false;
+            return 0;
         }
         w.at_eof = n as u64 == available;
         w.read_pos += n as u64;
@@ -760,7 +769,7 @@ impl Tailer {
         // by line.
         let check_utf8 = !loghaul_codec::is_ascii(&b.arena[base..]);
         self.emit(w, b, base, progress.keep_from, check_utf8);
-        true
+        n as u64
     }
 
     /// Emits what is due in every file's carried bytes: partial lines whose writer paused for
