@@ -449,13 +449,11 @@ impl Tailer {
             let pattern = self.pattern_of(&entry.path);
             match open_checked(&path, entry.id, &entry.fingerprint) {
                 Ok(Some((file, fingerprint, size))) => {
+                    // Shorter than the checkpoint says: the first turn sees it and starts over.
                     let mut w =
                         self.watched(entry.id, path, pattern, fingerprint, entry.offset, now);
                     w.size_seen = size;
                     w.gone_since = Some(now);
-                    if entry.offset > size {
-                        self.count_truncation(&mut w);
-                    }
                     self.insert(w, Some(file));
                 }
                 Ok(None) => self.dirty = true,
