@@ -23,9 +23,14 @@ OUT="${OUT:-bench/results/$(date +%F)}"
 "$LOGHAUL" bench run raw     --subjects loghaul,rsyslog,syslog-ng,bare              --runs 3 --out "$OUT" "$@"
 "$LOGHAUL" bench run rfc5424 --subjects loghaul,rsyslog,syslog-ng,bare              --runs 3 --out "$OUT" "$@"
 # Fluentd cannot be installed from the registries these machines reach: it joins the forward
-# scenarios as a subject only when LOGHAUL_FLUENTD names a `fluentd` command.
+# scenarios (and the tree below) as a subject only when LOGHAUL_FLUENTD names a `fluentd` command.
 fwd_subjects=loghaul,bare
 [ -n "${LOGHAUL_FLUENTD:-}" ] && fwd_subjects=loghaul,fluentd,bare
 "$LOGHAUL" bench run forward --subjects "$fwd_subjects"                          --runs 3 --out "$OUT" "$@"
 "$LOGHAUL" bench run forward_relay --subjects loghaul                            --runs 3 --out "$OUT" "$@"
+# The peer-deliver tree climbs rate steps once per subject (no --runs): 10 agents → 2 delivers →
+# 2 receivers, 10s per step, until a step is not sustained.
+tree_subjects=loghaul
+[ -n "${LOGHAUL_FLUENTD:-}" ] && tree_subjects=loghaul,fluentd
+"$LOGHAUL" bench run forward_deliver --subjects "$tree_subjects"                           --out "$OUT" "$@"
 echo "results in $OUT" >&2

@@ -63,6 +63,7 @@ fn wire(scenario: Scenario) -> Result<Wire> {
         Scenario::Rfc5424 => Wire::Syslog(Format::Rfc5424, FramingMode::OctetCounting),
         Scenario::Forward => Wire::Forward,
         Scenario::ForwardRelay => bail!("the bare loop has no relay: run it with `forward`"),
+        Scenario::ForwardDeliver => bail!("the bare loop has no tree: run it with `forward`"),
     })
 }
 

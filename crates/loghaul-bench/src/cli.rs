@@ -11,13 +11,14 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 
+use crate::deliver::{DEFAULT_RATES, TreeOptions};
 use crate::fluent::{self, FluentMode, FluentOptions};
 use crate::generator::{self, GenConfig};
 use crate::meter::{self, MeterSource, StopRule};
 use crate::payload::{Format, Framing, PayloadSpec};
 use crate::progress::{Progress, human};
 use crate::scenario::{self, Plan};
-use crate::subjects::{Scenario, SubjectKind};
+use crate::subjects::{Scenario, SubjectKind, TreeShape};
 use crate::target::{TargetOptions, TargetUrl};
 
 /// `loghaul bench ...`
@@ -40,7 +41,9 @@ pub enum BenchCommand {
         loghaul bench run syslog --subjects loghaul,rsyslog,syslog-ng --runs 3\n  \
         loghaul bench run basic --subjects loghaul,eventmachine --events 5000000\n  \
         loghaul bench run forward --subjects loghaul,bare,fluentd --runs 3\n  \
-        loghaul bench run forward_relay --subjects loghaul --ack")]
+        loghaul bench run forward_relay --subjects loghaul --ack\n  \
+        loghaul bench run forward_deliver --subjects loghaul --agents 10 --delivers 2 --receivers 2\n  \
+        loghaul bench run forward_deliver --subjects loghaul --rates 1000,10000,50000 --step-duration 20s")]
     Run(RunArgs),
     /// A discarding TCP listener, to measure the generator alone.
     #[command(hide = true)]
@@ -71,9 +74,10 @@ pub struct GenArgs {
     /// Messages per second over all connections; 0 = as fast as possible.
     #[arg(long, short = 'r', default_value_t = 0)]
     pub rate: u64,
-    /// Parallel connections, each its own generator id.
-    #[arg(long, short = 'c', default_value_t = 4)]
-    pub connections: usize,
+    /// Parallel connections, each its own generator id [default: 4; 1 for file://, which
+    /// takes one].
+    #[arg(long, short = 'c')]
+    pub connections: Option<usize>,
     /// Message size in bytes (header and marker included; filler pads up to it).
     #[arg(long, short = 's', default_value_t = 128)]
     pub message_size: usize,
@@ -83,7 +87,8 @@ pub struct GenArgs {
     /// Generator id of the first connection (give distinct bases to concurrent generators).
     #[arg(long, default_value_t = 0)]
     pub gen_id_base: u32,
-    /// file:// target: rotate (rename to PATH.N) every this many lines; 0 = never.
+    /// file:// target: every this many lines rename PATH to PATH.1 (replacing the older PATH.1)
+    /// and go on in a new PATH, like logrotate; 0 = never.
     #[arg(long, default_value_t = 0)]
     pub rotate_lines: u64,
     #[command(flatten)]
@@ -170,14 +175,15 @@ pub struct RunArgs {
         default_value = "loghaul,rsyslog,syslog-ng,eventmachine"
     )]
     pub subjects: Vec<SubjectKind>,
-    /// Runs per subject.
-    #[arg(long, default_value_t = 3)]
-    pub runs: usize,
+    /// Runs per subject [default: 3; forward_deliver climbs its steps once].
+    #[arg(long)]
+    pub runs: Option<usize>,
     /// Uncounted warm-up rounds before the measured runs: each subject once per round, same
     /// load. The first run after a build or an idle spell is often slow (page cache, writeback,
     /// caches), and it would always be the first subject's. Kept in the raw runs as `warmup`.
-    #[arg(long, default_value_t = 1)]
-    pub warmup: usize,
+    /// [default: 1; forward_deliver: none, its first steps are a few lines per second]
+    #[arg(long)]
+    pub warmup: Option<usize>,
     /// Events per run (default: 40M for basic, 2M for rfc5424, 5M otherwise).
     #[arg(long)]
     pub events: Option<u64>,
@@ -210,6 +216,58 @@ pub struct RunArgs {
     /// The forward scenarios' requests (`--fluent-mode`, `--batch`, `--ack`; ignored elsewhere).
     #[command(flatten)]
     pub fluent: FluentArgs,
+    /// forward_deliver's tree and rate steps.
+    #[command(flatten)]
+    pub tree: TreeArgs,
+}
+
+/// The tree and the rate steps of `forward_deliver` (ignored by the other scenarios).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "forward_deliver")]
+pub struct TreeArgs {
+    /// Tailing agents, each with its own log file (file source → fluent sink).
+    #[arg(long, default_value_t = 10)]
+    pub agents: usize,
+    /// Delivers between agents and receivers (fluent source → fluent sink).
+    #[arg(long, default_value_t = 2)]
+    pub delivers: usize,
+    /// Receivers (fluent source → JSON-lines file, read by the meter).
+    #[arg(long, default_value_t = 2)]
+    pub receivers: usize,
+    /// Lines per second written to each agent's file, one step each, comma-separated; the climb
+    /// stops after the first step not sustained (see --all-steps) [default: 10,100,1000,10000,
+    /// 20000,50000,60000,100000,150000,200000,300000,400000,500000].
+    #[arg(long, value_delimiter = ',')]
+    pub rates: Vec<u64>,
+    /// How long each step writes.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub step_duration: Duration,
+    /// Rotate each agent's file (PATH → PATH.1) every this many lines of a step; 0 = never.
+    #[arg(long, default_value_t = 0)]
+    pub rotate_lines: u64,
+    /// Climb every step of --rates, even past one the tree did not sustain.
+    #[arg(long)]
+    pub all_steps: bool,
+}
+
+impl TreeArgs {
+    fn options(&self) -> TreeOptions {
+        TreeOptions {
+            shape: TreeShape {
+                agents: self.agents,
+                delivers: self.delivers,
+                receivers: self.receivers,
+            },
+            rates: if self.rates.is_empty() {
+                DEFAULT_RATES.to_vec()
+            } else {
+                self.rates.clone()
+            },
+            step: self.step_duration,
+            rotate_lines: self.rotate_lines,
+            all_steps: self.all_steps,
+        }
+    }
 }
 
 /// Options of the hidden `bench discard`.
@@ -282,6 +340,9 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
 
 fn gen_cmd(a: GenArgs) -> Result<()> {
     let target = TargetUrl::parse(&a.target)?;
+    let connections = a
+        .connections
+        .unwrap_or(if target.allows_connections() { 4 } else { 1 });
     let cfg = GenConfig {
         target,
         target_options: TargetOptions {
@@ -298,7 +359,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         count: a.count,
         duration: a.duration,
         rate: a.rate,
-        connections: a.connections,
+        connections,
         gen_id_base: a.gen_id_base,
     };
     let progress = Progress::new("gen");
@@ -316,7 +377,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
             stats.elapsed_secs,
             human(stats.rate()),
             stats.bytes as f64 / stats.elapsed_secs.max(1e-9) / 1e6,
-            a.connections,
+            connections,
             a.target,
             stats.cpu_secs.map_or(String::new(), |c| format!(
                 "; generator CPU {c:.2}s ({:.2} cores)",
@@ -388,7 +449,21 @@ fn run_cmd(a: RunArgs) -> Result<()> {
             exe
         }
     };
-    if a.runs == 0 || a.subjects.is_empty() {
+    let tree = a.scenario == Scenario::ForwardDeliver;
+    if tree && (a.runs.is_some() || a.warmup.is_some() || a.events.is_some()) {
+        // Said, not refused: bench/run-all.sh passes its extra options to every scenario.
+        eprintln!(
+            "forward_deliver climbs its rate steps once per subject, with no warm-up round, and \
+             writes rate × --step-duration lines per step: --runs, --warmup and --events do not \
+             apply and are ignored"
+        );
+    }
+    let (runs, warmup) = if tree {
+        (1, 0)
+    } else {
+        (a.runs.unwrap_or(3), a.warmup.unwrap_or(1))
+    };
+    if runs == 0 || a.subjects.is_empty() {
         bail!("--runs and --subjects must not be empty");
     }
     let out = a.out.unwrap_or_else(|| {
@@ -397,8 +472,8 @@ fn run_cmd(a: RunArgs) -> Result<()> {
     let plan = Plan {
         scenario: a.scenario,
         subjects: a.subjects,
-        runs: a.runs,
-        warmup: a.warmup,
+        runs,
+        warmup,
         events: a
             .events
             .unwrap_or_else(|| scenario::default_events(a.scenario)),
@@ -414,6 +489,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         driver: a.generator,
         command: command_line(),
         fluent: a.fluent.options()?,
+        tree: a.tree.options(),
     };
     let table = scenario::run(&plan)?;
     println!("{table}");

@@ -4,13 +4,15 @@
 //! Layout: [`payload`] builds seeded message blocks, [`target`] sends them (one small impl per
 //! transport; the forward protocol's is [`fluent`]), [`generator`] drives connections; [`meter`] turns what a subject wrote into exact
 //! loss, duplicates, flow and latency, and [`watch`] samples a subject's output cheaply during a
-//! run; [`subjects`] configures loghaul and its peers, [`scenario`] runs them, [`procstat`] charges
-//! them CPU and memory, [`report`] writes the table, raw runs and chart; [`discard`] is a listener
+//! run; [`subjects`] configures loghaul and its peers, [`scenario`] runs them ([`deliver`] climbs
+//! the rate steps of `forward_deliver`'s tree of processes), [`procstat`] charges them CPU and
+//! memory, [`report`] writes the table, raw runs and chart; [`discard`] is a listener
 //! that measures the generator alone; [`bare`] is loghaul's codec without the pipeline, the
 //! yardstick subject. [`cli`] is the clap surface the `loghaul` binary mounts under `bench`.
 
 pub mod bare;
 pub mod cli;
+pub mod deliver;
 pub mod discard;
 pub mod fluent;
 pub mod generator;

@@ -61,6 +61,34 @@ impl GenTrack {
         self.max_seq = Some(self.max_seq.map_or(seq, |m| m.max(seq)));
     }
 
+    /// Adds `other`'s sequence numbers: one seen by both is a duplicate, as if read twice.
+    fn merge(&mut self, other: &GenTrack) {
+        if self.bits.len() < other.bits.len() {
+            self.bits.resize(other.bits.len(), 0);
+        }
+        for (word, (mine, &theirs)) in self.bits.iter_mut().zip(&other.bits).enumerate() {
+            let mut both = *mine & theirs;
+            self.dups += u64::from(both.count_ones());
+            while both != 0 && self.dup_samples.len() < SAMPLE_LIMIT {
+                self.dup_samples
+                    .push(word as u64 * 64 + u64::from(both.trailing_zeros()));
+                both &= both - 1;
+            }
+            self.unique += u64::from((theirs & !*mine).count_ones());
+            *mine |= theirs;
+        }
+        self.dups += other.dups;
+        for &seq in &other.dup_samples {
+            if self.dup_samples.len() < SAMPLE_LIMIT {
+                self.dup_samples.push(seq);
+            }
+        }
+        self.max_seq = match (self.max_seq, other.max_seq) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
     fn has(&self, seq: u64) -> bool {
         let word = (seq / 64) as usize;
         word < self.bits.len() && self.bits[word] & (1u64 << (seq % 64)) != 0
@@ -110,6 +138,17 @@ pub struct Tracker {
     last_us: Option<u64>,
     finder: memmem::Finder<'static>,
     loggen: bool,
+    /// Only these generators' markers are read (others are skipped, not counted as malformed).
+    only: Option<std::ops::Range<usize>>,
+}
+
+/// One generator's counts in a [`Tracker`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct GenCounts {
+    /// Distinct sequence numbers seen.
+    pub unique: u64,
+    /// Extra copies seen.
+    pub duplicates: u64,
 }
 
 impl Tracker {
@@ -126,7 +165,53 @@ impl Tracker {
             last_us: None,
             finder: memmem::Finder::new(b"gen="),
             loggen: false,
+            only: None,
         }
+    }
+
+    /// This tracker, reading only the markers of generators `gens` (a later phase of a run whose
+    /// earlier phases' lines are still in the same file: see `forward_deliver`).
+    pub fn only_generators(self, gens: std::ops::Range<usize>) -> Self {
+        Self {
+            only: Some(gens),
+            ..self
+        }
+    }
+
+    /// Generator `gen_id`'s counts so far.
+    pub fn counts(&self, gen_id: usize) -> GenCounts {
+        self.gens
+            .get(gen_id)
+            .map_or_else(GenCounts::default, |g| GenCounts {
+                unique: g.unique,
+                duplicates: g.dups,
+            })
+    }
+
+    /// Adds what `other` saw, as if this tracker had read it too: a marker both saw counts as a
+    /// duplicate (the same event written by two receivers), latency and flow add up. Both must
+    /// count flow seconds from the same start.
+    pub fn merge(&mut self, other: &Tracker) {
+        if self.gens.len() < other.gens.len() {
+            self.gens.resize_with(other.gens.len(), GenTrack::default);
+        }
+        for (mine, theirs) in self.gens.iter_mut().zip(&other.gens) {
+            mine.merge(theirs);
+        }
+        self.markers += other.markers;
+        self.malformed += other.malformed;
+        self.latency.merge(&other.latency);
+        if self.flow.len() < other.flow.len() {
+            self.flow.resize(other.flow.len(), 0);
+        }
+        for (a, b) in self.flow.iter_mut().zip(&other.flow) {
+            *a += b;
+        }
+        self.first_us = match (self.first_us, other.first_us) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.last_us = self.last_us.max(other.last_us);
     }
 
     /// A tracker that reads syslog-ng `loggen`'s markers instead (`seq: S, thread: T,`, thread as the
@@ -180,6 +265,7 @@ impl Tracker {
                 parse_marker(&data[pos + 4..]).map(|(g, s, t)| (g, s, Some(t)))
             };
             match parsed {
+                Some((gen_id, ..)) if self.only.as_ref().is_some_and(|r| !r.contains(&gen_id)) => {}
                 Some((gen_id, seq, t)) => {
                     self.gens
                         .resize_with(self.gens.len().max(gen_id + 1), GenTrack::default);
@@ -802,6 +888,45 @@ mod tests {
         let r = t.report(None, None);
         assert_eq!(r.events, 1);
         assert_eq!(r.generators["2"].missing_ranges, vec![(0, 3)]);
+    }
+
+    #[test]
+    fn merged_trackers_count_what_both_saw_as_duplicates() {
+        let mut a = Tracker::new(0);
+        let mut b = Tracker::new(0);
+        let lines = |g, seqs: std::ops::Range<u64>| seqs.map(|s| line(g, s)).collect::<String>();
+        a.feed(lines(0, 0..100).as_bytes(), 5);
+        // b saw 50..150 of generator 0 (50 of them also in a), and 7 (also in a).
+        b.feed(
+            (lines(0, 50..150) + &line(0, 7) + &lines(1, 0..10)).as_bytes(),
+            7,
+        );
+        a.merge(&b);
+        let zero = a.counts(0);
+        assert_eq!((zero.unique, zero.duplicates), (150, 51));
+        assert_eq!(a.counts(1).unique, 10);
+        assert_eq!(a.counts(2), GenCounts::default());
+        assert_eq!(a.events(), 100 + 111);
+        assert_eq!(a.latency().len(), 211);
+        let r = a.report(Some(300), Some(2));
+        assert!(r.generators["0"].missing_ranges.is_empty());
+        assert_eq!(r.generators["1"].missing_ranges, vec![(10, 149)]);
+        let dups = &r.generators["0"].duplicate_seqs;
+        assert_eq!(dups.len(), 51);
+        assert_eq!(&dups[..3], &[7, 50, 51]);
+    }
+
+    #[test]
+    fn a_tracker_of_some_generators_skips_the_others() {
+        let mut t = Tracker::new(0).only_generators(2..4);
+        let text: String = (0..6).map(|g| line(g, 0)).collect();
+        t.feed(text.as_bytes(), 1);
+        assert_eq!((t.events(), t.unique()), (2, 2));
+        assert_eq!(t.counts(1).unique, 0);
+        assert_eq!(t.counts(3).unique, 1);
+        let r = t.report(None, None);
+        assert_eq!(r.malformed, 0);
+        assert_eq!(t.latency().len(), 2);
     }
 
     #[test]

@@ -109,6 +109,37 @@ pub fn process_cpu_secs(pid: u32) -> Option<f64> {
     Some(ticks as f64 / USER_HZ)
 }
 
+/// The whole machine's CPU time so far, from the first line of /proc/stat, in seconds summed over
+/// all cores: what a run left idle, and what the hypervisor took.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct MachineCpu {
+    /// user + nice + system + irq + softirq: every process (the subject's, the lab's, the
+    /// kernel's own threads) and interrupt handling.
+    pub busy_secs: f64,
+    /// idle + iowait.
+    pub idle_secs: f64,
+    /// Time the hypervisor ran something else while a virtual CPU wanted to run.
+    pub steal_secs: f64,
+}
+
+/// Reads [`MachineCpu`] now (`None` where /proc/stat is unreadable).
+pub fn machine_cpu() -> Option<MachineCpu> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    let at = |i: usize| v.get(i).copied().unwrap_or(0) as f64 / USER_HZ;
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    Some(MachineCpu {
+        busy_secs: at(0) + at(1) + at(2) + at(5) + at(6),
+        idle_secs: at(3) + at(4),
+        steal_secs: at(7),
+    })
+}
+
 /// Samples the RSS of one or more trees (a subject of several processes) every 50ms in the
 /// background, keeping the peak of their sum.
 #[derive(Debug)]
@@ -158,6 +189,18 @@ impl RssSampler {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn machine_cpu_moves_forward() {
+        let a = machine_cpu().unwrap();
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < Duration::from_millis(50) {
+            std::hint::black_box(0u64);
+        }
+        let b = machine_cpu().unwrap();
+        assert!(b.busy_secs >= a.busy_secs && b.idle_secs >= a.idle_secs);
+        assert!(b.busy_secs + b.idle_secs > a.busy_secs + a.idle_secs);
+    }
 
     #[test]
     fn samples_own_process() {

@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use crate::deliver::{self, TreeOptions};
 use crate::fluent::FluentOptions;
 use crate::generator::{self, GenConfig};
 use crate::meter::{self, FileFollower, SharedTracker};
@@ -73,6 +74,8 @@ pub struct Plan {
     pub command: String,
     /// How the generator sends the forward scenarios' load (mode, batch, acks).
     pub fluent: FluentOptions,
+    /// `forward_deliver`'s tree and rate steps.
+    pub tree: TreeOptions,
 }
 
 /// The load generator of a run.
@@ -109,6 +112,8 @@ pub fn default_events(scenario: Scenario) -> u64 {
         // (5–7M/s at 2M events) or 1.5s of `forward_relay` (about 3.2M/s).
         Scenario::Syslog | Scenario::Raw | Scenario::Forward | Scenario::ForwardRelay => 5_000_000,
         Scenario::Rfc5424 => 2_000_000,
+        // Its load is rate × step duration per agent, not a count (`crate::deliver`).
+        Scenario::ForwardDeliver => 0,
     }
 }
 
@@ -120,6 +125,8 @@ pub fn default_message_size(scenario: Scenario) -> usize {
         Scenario::Rfc5424 => 256,
         // The message text of a forward record: a typical application log line.
         Scenario::Forward | Scenario::ForwardRelay => 100,
+        // About the seed's dummer lines (LTSV: id, time, level, method, uri, status, ...).
+        Scenario::ForwardDeliver => 128,
         _ => 128,
     }
 }
@@ -128,9 +135,11 @@ pub fn default_message_size(scenario: Scenario) -> usize {
 /// record: the framing is the protocol's, see [`crate::fluent`]).
 pub fn payload_for(scenario: Scenario, message_size: usize, seed: u64) -> PayloadSpec {
     let (format, framing) = match scenario {
-        Scenario::Basic | Scenario::Raw | Scenario::Forward | Scenario::ForwardRelay => {
-            (Format::Raw, Framing::Newline)
-        }
+        Scenario::Basic
+        | Scenario::Raw
+        | Scenario::Forward
+        | Scenario::ForwardRelay
+        | Scenario::ForwardDeliver => (Format::Raw, Framing::Newline),
         Scenario::Syslog => (Format::Rfc3164, Framing::Newline),
         Scenario::Rfc5424 => (Format::Rfc5424, Framing::OctetCounting),
     };
@@ -172,8 +181,14 @@ pub fn run(plan: &Plan) -> Result<String> {
     if wants_fluentd && peers.fluentd.is_none() {
         bail!("{}", subjects::FLUENTD_MISSING);
     }
-    if plan.driver == Driver::Loggen && plan.scenario.is_forward() {
+    if plan.driver == Driver::Loggen
+        && (plan.scenario.is_forward() || plan.scenario == Scenario::ForwardDeliver)
+    {
         bail!("loggen speaks syslog only: the forward scenarios take the built-in generator");
+    }
+    if plan.scenario == Scenario::ForwardDeliver {
+        // Rate steps through a tree of processes: its own runner and table.
+        return deliver::run(plan, &peers);
     }
     let work = std::env::temp_dir().join(format!(
         "loghaul-bench-{}-{}",
@@ -313,7 +328,7 @@ fn describe(r: &RunRecord) -> String {
 }
 
 /// Copies the subject's config files next to the results, so every figure has its exact config.
-fn save_configs(run_dir: &Path, dest: &Path) {
+pub(crate) fn save_configs(run_dir: &Path, dest: &Path) {
     let Ok(entries) = std::fs::read_dir(run_dir) else {
         return;
     };
@@ -333,36 +348,62 @@ fn save_configs(run_dir: &Path, dest: &Path) {
 }
 
 /// Kills the child on drop, so an error path never leaves a subject running.
-struct ChildGuard(Option<Child>);
+pub(crate) struct ChildGuard(Option<Child>);
 
 impl ChildGuard {
-    fn child(&mut self) -> Result<&mut Child> {
+    pub(crate) fn child(&mut self) -> Result<&mut Child> {
         self.0.as_mut().context("the subject was already reaped")
     }
 
     /// SIGTERM, then up to `grace` for a clean exit, then SIGKILL.
-    fn terminate(&mut self, grace: Duration) -> Result<()> {
+    pub(crate) fn terminate(&mut self, grace: Duration) -> Result<()> {
+        terminate_all(std::slice::from_mut(self), grace)
+    }
+
+    /// Sends SIGTERM if the process still runs; returns whether it does.
+    fn ask_to_stop(&mut self) -> Result<bool> {
         let Some(child) = self.0.as_mut() else {
-            return Ok(());
+            return Ok(false);
         };
-        if child.try_wait().context("polling the subject")?.is_none() {
-            // std has no SIGTERM and the workspace forbids unsafe code, so ask kill(1).
-            let _ = Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .stderr(Stdio::null())
-                .status();
-            let deadline = Instant::now() + grace;
-            while child.try_wait().context("polling the subject")?.is_none() {
-                if Instant::now() >= deadline {
+        if child.try_wait().context("polling the subject")?.is_some() {
+            self.0 = None;
+            return Ok(false);
+        }
+        // std has no SIGTERM and the workspace forbids unsafe code, so ask kill(1).
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .stderr(Stdio::null())
+            .status();
+        Ok(true)
+    }
+}
+
+/// Stops processes together: SIGTERM to each, then up to `grace` for all of them to exit, then
+/// SIGKILL for the rest. A tier of a tree stops in the time of its slowest process, not their sum.
+pub(crate) fn terminate_all(guards: &mut [ChildGuard], grace: Duration) -> Result<()> {
+    for g in guards.iter_mut() {
+        g.ask_to_stop()?;
+    }
+    let deadline = Instant::now() + grace;
+    loop {
+        let mut running = false;
+        for g in guards.iter_mut() {
+            if let Some(child) = g.0.as_mut() {
+                if child.try_wait().context("polling the subject")?.is_some() {
+                    g.0 = None;
+                } else if Instant::now() >= deadline {
                     let _ = child.kill();
                     let _ = child.wait();
-                    break;
+                    g.0 = None;
+                } else {
+                    running = true;
                 }
-                std::thread::sleep(Duration::from_millis(10));
             }
         }
-        self.0 = None;
-        Ok(())
+        if !running {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -375,14 +416,15 @@ impl Drop for ChildGuard {
     }
 }
 
-fn tail_of(path: &Path) -> String {
+/// The last lines of a process's log, for an error message.
+pub(crate) fn tail_of(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(5)..].join(" | ")
 }
 
 /// Waits until the process in `guard` passes `ready` and accepts connections on `port`.
-fn wait_ready(
+pub(crate) fn wait_ready(
     guard: &mut ChildGuard,
     ready: &Ready,
     port: u16,
@@ -431,7 +473,7 @@ fn health_ok(addr: SocketAddr) -> bool {
 }
 
 /// Starts one process of a subject, its output into log files in `dir`.
-fn spawn(
+pub(crate) fn spawn(
     program: &Path,
     args: &[String],
     env: &[(String, String)],

@@ -188,25 +188,35 @@ impl Target for UdpTarget {
     }
 }
 
-/// Appends frames to a file, renaming it to `PATH.1`, `PATH.2`, ... every `rotate_lines` lines (like
-/// Fluentd's `dummer`), so that tailing sources can be tested against rotation.
+/// Appends lines to a file, like Fluentd's `dummer`; with `rotate_lines`, rotates it like
+/// logrotate's default (`create`, one old file kept): every `rotate_lines` lines `PATH` is renamed
+/// to `PATH.1`, replacing the older `PATH.1`, and writing goes on in a new `PATH`. Tailing sources
+/// are tested against rotation with it.
+///
+/// Each send is one `write` of whole lines (a send that reaches the rotation point is one before
+/// the rename and one after), so a reader of the file never finds a partial line at a write
+/// boundary: an `O_APPEND` write to a regular file is never short but on a full disk or a file
+/// size limit, where `write_all` retries the rest. No fsync: the page cache is what a tailer
+/// reads, as it is for a real application's log.
 struct FileTarget {
     path: PathBuf,
+    rotated: PathBuf,
     file: File,
     rotate_lines: u64,
     lines_in_file: u64,
-    rotations: u64,
 }
 
 impl FileTarget {
     fn open(path: PathBuf, rotate_lines: u64) -> Result<Self> {
         let file = Self::open_append(&path)?;
+        let mut rotated = path.clone().into_os_string();
+        rotated.push(".1");
         Ok(Self {
             path,
+            rotated: PathBuf::from(rotated),
             file,
             rotate_lines,
             lines_in_file: 0,
-            rotations: 0,
         })
     }
 
@@ -219,11 +229,9 @@ impl FileTarget {
     }
 
     fn rotate(&mut self) -> Result<()> {
-        self.file.flush().context("flushing before rotation")?;
-        self.rotations += 1;
-        let mut rotated = self.path.clone().into_os_string();
-        rotated.push(format!(".{}", self.rotations));
-        std::fs::rename(&self.path, &rotated)
+        // rename(2) replaces the older PATH.1 atomically: a tailer sees PATH.1 change identity,
+        // never a moment without it.
+        std::fs::rename(&self.path, &self.rotated)
             .with_context(|| format!("rotating {}", self.path.display()))?;
         self.file = Self::open_append(&self.path)?;
         self.lines_in_file = 0;
@@ -284,7 +292,7 @@ mod tests {
     }
 
     #[test]
-    fn file_target_rotates_every_n_lines() {
+    fn file_target_rotates_every_n_lines_keeping_one_old_file() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("out.log");
         let mut blocks = build_blocks(
@@ -296,23 +304,40 @@ mod tests {
         )
         .unwrap();
         let n = blocks[0].len();
+        assert!(n > 7, "{n}");
         let mut t = FileTarget::open(path.clone(), 7).unwrap();
-        t.send(&mut blocks[0], n).unwrap();
-        t.send(&mut blocks[0], n).unwrap();
-        t.finish().unwrap();
-        let mut total = 0;
-        let mut files = 0;
-        for entry in std::fs::read_dir(dir.path()).unwrap() {
-            let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-            let lines = text.lines().count();
-            assert!(lines <= 7);
-            total += lines;
-            files += 1;
+        let mut seq = crate::payload::SeqCounter::new(0);
+        for _ in 0..3 {
+            blocks[0].stamp(n, &mut seq, &crate::payload::time_digits(1));
+            t.send(&mut blocks[0], n).unwrap();
         }
-        assert_eq!(total, 2 * n);
+        t.finish().unwrap();
+        // Only PATH and PATH.1 exist; PATH.1 holds the 7 lines before PATH's, every line whole.
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["out.log", "out.log.1"]);
+        let seqs = |name: &str| -> Vec<u64> {
+            let text = std::fs::read_to_string(dir.path().join(name)).unwrap();
+            assert!(text.ends_with('\n'), "{name}");
+            text.lines()
+                .map(|l| {
+                    let at = l.find(" seq=").unwrap() + 5;
+                    l[at..at + 10].parse().unwrap()
+                })
+                .collect()
+        };
+        let total = 3 * n as u64;
+        let current = total % 7;
+        let old = seqs("out.log.1");
+        let new = seqs("out.log");
+        assert_eq!(new.len() as u64, current);
         assert_eq!(
-            files,
-            (2 * n).div_ceil(7).max(1) + usize::from((2 * n).is_multiple_of(7))
+            old,
+            (total - current - 7..total - current).collect::<Vec<_>>()
         );
+        assert_eq!(new, (total - current..total).collect::<Vec<_>>());
     }
 }

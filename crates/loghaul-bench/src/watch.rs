@@ -41,12 +41,17 @@ pub struct WatchState {
     /// (time µs, file size) points, at most one per 100ms, for the per-second flow.
     pub progress: Vec<(u64, u64)>,
     start_us: u64,
+    /// The size the file had when watching started.
+    base: u64,
 }
 
 impl WatchState {
     /// Events per second of the run: bytes written each second × `events` / bytes written in all.
     pub fn flow_per_sec(&self, events: u64) -> Vec<u64> {
-        let total = self.progress.last().map_or(0, |p| p.1);
+        let total = self
+            .progress
+            .last()
+            .map_or(0, |p| p.1.saturating_sub(self.base));
         if total == 0 {
             return Vec::new();
         }
@@ -59,9 +64,9 @@ impl WatchState {
 
     fn byte_flow(&self) -> Vec<u64> {
         let mut flow = Vec::new();
-        let mut prev = 0u64;
+        let mut prev = self.base;
         let mut sec = 1u64;
-        let mut last = 0u64;
+        let mut last = self.base;
         for &(t, f) in &self.progress {
             while t >= self.start_us + sec * 1_000_000 {
                 flow.push(last.saturating_sub(prev));
@@ -89,17 +94,25 @@ impl Watcher {
     /// Starts watching `path` (which may not exist yet), feeding samples into `samples` (a fresh
     /// tracker for the markers expected); flow seconds count from `start_us`.
     pub fn start(path: &Path, samples: Tracker, start_us: u64) -> Self {
+        Self::start_at(path, samples, start_us, 0)
+    }
+
+    /// As [`Watcher::start`], for a file that already holds `from` bytes of earlier output: only
+    /// growth past them counts (arrival, samples, flow), so one output file can be watched phase
+    /// by phase.
+    pub fn start_at(path: &Path, samples: Tracker, start_us: u64, from: u64) -> Self {
         let state = Arc::new(Mutex::new(WatchState {
             samples,
-            size: 0,
+            size: from,
             last_growth_us: None,
             progress: Vec::new(),
             start_us,
+            base: from,
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let handle = {
             let (state, stop, path) = (Arc::clone(&state), Arc::clone(&stop), path.to_path_buf());
-            std::thread::spawn(move || watch(&path, &state, &stop))
+            std::thread::spawn(move || watch(&path, &state, &stop, from))
         };
         Self {
             state,
@@ -137,12 +150,12 @@ impl Drop for Watcher {
     }
 }
 
-fn watch(path: &PathBuf, state: &Mutex<WatchState>, stop: &AtomicBool) {
+fn watch(path: &PathBuf, state: &Mutex<WatchState>, stop: &AtomicBool, from: u64) {
     let mut file: Option<File> = None;
-    let mut size = 0u64;
+    let mut size = from;
     // Offset of the first line not sampled yet: a line may be written in several pieces, so the
     // next window starts there rather than at the old end of file (which may be mid-line).
-    let mut next_line = 0u64;
+    let mut next_line = from;
     let mut buf = vec![0u8; WINDOW as usize];
     let mut last_point = 0u64;
     while !stop.load(Ordering::Relaxed) {
@@ -233,5 +246,36 @@ mod tests {
         assert!(st.last_growth_us.is_some());
         assert!(!st.samples.latency().is_empty());
         assert_eq!(st.flow_per_sec(2000).iter().sum::<u64>(), 2000);
+    }
+
+    #[test]
+    fn started_at_an_offset_only_growth_past_it_counts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let start = now_micros();
+        let mut f = std::fs::File::create(&path).unwrap();
+        for s in 0..500u64 {
+            writeln!(f, "{{\"message\":\"gen=0 seq={s:010} t={:016} x\"}}", start).unwrap();
+        }
+        let from = f.metadata().unwrap().len();
+        let w = Watcher::start_at(&path, Tracker::new(start), start, from);
+        std::thread::sleep(Duration::from_millis(50));
+        // Nothing grew yet: no arrival, no sample of the earlier lines.
+        assert_eq!((w.last_growth_us(), w.frontier()), (None, 0));
+        for s in 0..300u64 {
+            writeln!(f, "{{\"message\":\"gen=1 seq={s:010} t={:016} x\"}}", start).unwrap();
+        }
+        for _ in 0..500 {
+            if w.frontier() == 300 {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let st = w.finish();
+        assert!(st.last_growth_us.is_some());
+        // Samples, not books: a burst larger than the window is sampled at its newest lines.
+        assert_eq!(st.samples.counts(0).unique, 0);
+        assert_eq!(st.samples.frontier(), 300);
+        assert_eq!(st.flow_per_sec(300).iter().sum::<u64>(), 300);
     }
 }

@@ -241,7 +241,8 @@ fn udp_target_one_message_per_datagram() {
     assert_eq!(receiver.join().unwrap(), 3000);
 }
 
-/// The file target appends lines and rotates every N lines; the meter reads a text file.
+/// The file target appends lines and rotates every N lines (PATH → PATH.1); the meter reads a
+/// text file.
 #[test]
 fn file_target_then_meter_text_file() {
     let dir = tempfile::tempdir().unwrap();
@@ -279,10 +280,53 @@ fn file_target_then_meter_text_file() {
         .args(["--rotate-lines", "1000"])
         .output()
         .unwrap());
-    for (name, lines) in [("rot.log.1", 1000), ("rot.log.2", 1000), ("rot.log", 500)] {
+    // Like logrotate with one old file kept: rot.log.1 was replaced at line 2000 and holds lines
+    // 1000..2000; the first thousand are gone; no rot.log.2.
+    for (name, first, lines) in [("rot.log.1", 1000, 1000), ("rot.log", 2000, 500)] {
         let text = std::fs::read_to_string(dir.path().join(name)).unwrap();
         assert_eq!(text.lines().count(), lines, "{name}");
+        assert!(text.ends_with('\n'), "{name}");
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .contains(&format!(" seq={first:010} ")),
+            "{name}"
+        );
     }
+    assert!(!dir.path().join("rot.log.2").exists());
+}
+
+/// A file target at a rate, as bench/README.md shows it (no --connections: a file takes one):
+/// whole lines only, and PATH.1 then PATH hold the newest lines in order, numbered without a gap.
+#[test]
+fn file_target_at_a_rate_rotates_like_logrotate() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("app.log");
+    let out: serde_json::Value = serde_json::from_str(&ok(bench()
+        .args(["gen", "--target", &format!("file://{}", path.display())])
+        .args(["--format", "raw", "--rate", "2000", "--duration", "1s"])
+        .args(["--rotate-lines", "700", "--json"])
+        .output()
+        .unwrap()))
+    .unwrap();
+    let sent = out["sent"].as_u64().unwrap();
+    assert!(sent > 700, "{out}");
+    assert_eq!(out["per_connection"].as_array().unwrap().len(), 1, "{out}");
+    let mut seqs = Vec::new();
+    for name in ["app.log.1", "app.log"] {
+        let text = std::fs::read_to_string(dir.path().join(name)).unwrap();
+        assert!(text.is_empty() || text.ends_with('\n'), "{name}");
+        for line in text.lines() {
+            assert!(line.starts_with("gen=0 seq="), "{name}: {line}");
+            seqs.push(field(line, "seq=").parse::<u64>().unwrap());
+        }
+    }
+    let current = sent % 700;
+    assert_eq!(seqs.len() as u64, 700 + current);
+    let first = sent - current - 700;
+    assert_eq!(seqs, (first..sent).collect::<Vec<_>>());
+    assert!(!dir.path().join("app.log.2").exists());
 }
 
 /// Runs one scenario at a small size with loghaul, rsyslog and the bare loop, and checks the results
@@ -601,6 +645,131 @@ fn scenario_forward_relay_small() {
             extra,
         );
     }
+}
+
+/// The peer-deliver tree at its smallest (2 agents → 1 deliver → 1 receiver), two rate steps of
+/// 3s: every line of every step arrives once, the table has a row per step, the configs are kept.
+/// `--all-steps`: a step the tree did not sustain (a slow CI machine) must not hide the next row.
+#[test]
+fn scenario_forward_deliver_small() {
+    let Some(loghaul) = std::env::var_os("LOGHAUL_BIN") else {
+        eprintln!(
+            "\n*** SKIPPED scenario `forward_deliver`: LOGHAUL_BIN is not set (CI sets it to \
+             target/release/loghaul; set it to run the scenario tests) ***\n"
+        );
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let table = ok(bench()
+        .args(["run", "forward_deliver", "--subjects", "loghaul"])
+        .args(["--agents", "2", "--delivers", "1", "--receivers", "1"])
+        .args([
+            "--rates",
+            "100,1000",
+            "--step-duration",
+            "3s",
+            "--all-steps",
+        ])
+        .args(["--idle-timeout", "20s", "--out"])
+        .arg(out.path())
+        .env("LOGHAUL_BIN", &loghaul)
+        .output()
+        .unwrap());
+    assert!(
+        table.contains("| rate of writing (lines/s per agent) | written (lines/s, all agents) |"),
+        "{table}"
+    );
+    for rate in ["100", "1,000"] {
+        assert_eq!(
+            table
+                .lines()
+                .filter(|l| l.starts_with(&format!("| {rate} | ")))
+                .count(),
+            // Ours, and the seed's row of the same rate below it.
+            2,
+            "{rate}: {table}"
+        );
+    }
+    for ext in ["md", "csv", "json", "svg"] {
+        assert!(
+            out.path().join(format!("forward_deliver.{ext}")).exists(),
+            "{ext}"
+        );
+    }
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join("forward_deliver.json")).unwrap(),
+    )
+    .unwrap();
+    let steps = json["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{json}");
+    for (s, rate) in steps.iter().zip([100, 1000]) {
+        assert_eq!(s["rate_per_agent"], rate, "{s}");
+        assert_eq!(s["status"], "complete", "{s}");
+        assert_eq!(s["loss"], 0, "{s}");
+        assert_eq!(s["duplicates"], 0, "{s}");
+        let per_agent: Vec<u64> = s["written_per_agent"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(per_agent.len(), 2, "{s}");
+        assert!(per_agent.iter().all(|&n| n > 0), "{s}");
+        let written = s["written"].as_u64().unwrap();
+        assert_eq!(per_agent.iter().sum::<u64>(), written, "{s}");
+        assert_eq!(
+            s["received_per_receiver"],
+            serde_json::json!([written]),
+            "{s}"
+        );
+        // Every tier was charged something (CPU is in 10ms ticks: a tier may read 0).
+        for tier in ["agents", "delivers", "receivers"] {
+            assert!(
+                s[format!("cpu_{tier}_secs")].as_f64().unwrap() >= 0.0,
+                "{s}"
+            );
+        }
+        assert!(s["delay_p99_ms"].as_f64().is_some(), "{s}");
+    }
+    let kept = out.path().join("configs").join("forward_deliver");
+    for name in [
+        "agent-0.yaml",
+        "agent-1.yaml",
+        "deliver-0.yaml",
+        "receiver-0.yaml",
+    ] {
+        assert!(kept.join(name).exists(), "{name}");
+    }
+}
+
+/// forward_deliver climbs once, without a warm-up, and its load is given in rates: the options
+/// that do not apply are ignored, saying so (bench/run-all.sh passes its options to every
+/// scenario); a subject that cannot start leaves a note in the table, not a crash.
+#[test]
+fn forward_deliver_ignores_runs_warmup_and_events_saying_so() {
+    let out = tempfile::tempdir().unwrap();
+    let run = bench()
+        .args(["run", "forward_deliver", "--subjects", "loghaul,rsyslog"])
+        .args(["--runs", "3", "--warmup", "1", "--events", "1000"])
+        .arg("--out")
+        .arg(out.path())
+        .env("LOGHAUL_BIN", "/nonexistent/loghaul")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--runs, --warmup and --events do not apply and are ignored"),
+        "{stderr}"
+    );
+    let md = std::fs::read_to_string(out.path().join("forward_deliver.md")).unwrap();
+    assert!(
+        md.contains("loghaul: failed: loghaul not found at /nonexistent/loghaul"),
+        "{md}"
+    );
+    assert!(md.contains("rsyslog: n/a: "), "{md}");
+    // The seed's table is there whatever ran.
+    assert!(md.contains("| 60,000 | 269,636 | Delay occured |"), "{md}");
 }
 
 /// Asking for the fluentd subject without `LOGHAUL_FLUENTD` fails before anything runs, saying
