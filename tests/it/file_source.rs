@@ -113,6 +113,33 @@ fn rename_rotation(include: &str) {
     server.finish();
 }
 
+/// Rotation faster than the glob interval (an hour here): every 50ms the live file is renamed
+/// over the previous rotated one and a new one is started, so a file exists under a matched
+/// name for about 100ms. File system events must ask for a scan at once; a source that only
+/// globbed would never see most files and lose their lines without a trace.
+#[test]
+fn file_source_rotation_faster_than_the_glob_interval_loses_nothing() {
+    let work = Work::new();
+    let cfg =
+        tail_config(&["{LOGS}/app.log*"], "").replace("glob_interval: 100ms", "glob_interval: 1h");
+    let app = work.log("app.log");
+    let rotated = work.log("app.log.1");
+    append(&app, "app", 0..100);
+    let server = work.start(&cfg);
+    for round in 1..40u64 {
+        std::thread::sleep(Duration::from_millis(50));
+        rename(&app, &rotated);
+        append(&app, "app", round * 100..(round + 1) * 100);
+    }
+    work.wait_count(4000);
+    assert_each_once(
+        &work.numbers(),
+        4000,
+        "rotated every 50ms, glob_interval 1h",
+    );
+    server.finish();
+}
+
 /// logrotate's `copytruncate`: the file is copied (the copy excluded by the config, as users
 /// do, since it holds lines already read) and truncated in place while its writer keeps
 /// appending. Running, the new content outgrows the old offset at once, so only the changed

@@ -8,6 +8,7 @@
 
 pub mod checkpoint;
 pub mod config;
+mod events;
 pub mod lines;
 mod tailer;
 

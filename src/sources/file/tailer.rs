@@ -12,7 +12,10 @@
 //!                         files renamed away or deleted: read to the end, then released
 //!                         closed files that grew: reopen (least recently active evicted)
 //!   every checkpoint_interval   write checkpoints (committed offsets only)
-//!   nothing read          sleep (1ms doubling to 50ms), woken early by shutdown
+//!   read a trickle        sleep 5ms, so lines gather into batches
+//!   nothing read          wait (1ms doubling to 50ms); a write or a new file in a watched
+//!                         directory (inotify, [`super::events`]) or shutdown ends it early
+//!   file created, renamed or removed (inotify): scan now (at most every 20ms)
 //! ```
 //!
 //! Offsets of one file, in order: `committed` ≤ `carry_start` ≤ `read_pos`. Bytes before
@@ -39,6 +42,7 @@ use loghaul_core::{
 
 use super::checkpoint::{Check, Entry, FileId, Fingerprint, Loaded, Store};
 use super::config::{FileSourceConfig, ReadFrom};
+use super::events::{Events, fixed_dir};
 use super::lines::{Lines, Piece};
 use crate::metrics::{ComponentMetrics, ErrorKind, Health};
 use crate::pipeline::{Fanout, ShutdownSignal};
@@ -48,6 +52,8 @@ use crate::sources::SourceContext;
 const IDLE_MAX: Duration = Duration::from_millis(50);
 /// The sleep after a pass that read only a little.
 const TRICKLE_NAP: Duration = Duration::from_millis(5);
+/// The least time between two scans asked for by file system events.
+const RESCAN_GAP: Duration = Duration::from_millis(20);
 /// Batches sent but not yet acknowledged, before reading waits for the oldest.
 const MAX_PENDING: usize = 1024;
 /// How long a file whose batch failed downstream waits before it is read again.
@@ -279,15 +285,26 @@ impl Tailer {
     /// writes the last checkpoint.
     pub fn run(mut self) {
         self.metrics.set_health(Health::Running, None);
+        let (mut events, unavailable) = Events::new(std::thread::current());
+        if let Some(e) = unavailable {
+            tracing::warn!(component = %self.id, error = %e, "File system events are unavailable; files are polled (new files are found every glob_interval).");
+        }
         let mut next_scan = Instant::now();
+        let mut last_scan: Option<Instant> = None;
         let mut next_checkpoint = Instant::now() + self.config.checkpoint_interval;
         let mut idle = Duration::from_millis(1);
+        let mut rescan = false;
         while !self.shutdown.is_triggered() {
             let now = Instant::now();
-            if now >= next_scan {
+            rescan |= events.take_rescan();
+            let event_scan = rescan && last_scan.is_none_or(|t| now >= t + RESCAN_GAP);
+            if now >= next_scan || event_scan {
+                rescan = false;
                 self.scan(now);
                 self.adopt_rotated_while_stopped(now);
+                self.watch_dirs(&mut events);
                 next_scan = now + self.config.glob_interval;
+                last_scan = Some(now);
             }
             self.poll_acks(false);
             let read = self.read_pass(now);
@@ -306,13 +323,19 @@ impl Tailer {
                 idle = Duration::from_millis(1);
             } else if read > 0 || flushed {
                 // A trickle: a short nap lets a batch's worth gather, instead of a pass (and a
-                // request downstream) per few lines.
+                // request downstream) per few lines. A sleep, not a park: the writes' own events
+                // must not cut it short.
                 idle = Duration::from_millis(1);
-                std::thread::park_timeout(TRICKLE_NAP);
-            } else {
+                std::thread::sleep(TRICKLE_NAP);
+            } else if !rescan {
+                // Idle: a file system event (a write, a new file) or shutdown ends the wait;
+                // without events, the polls back off to IDLE_MAX.
                 let until_scan = next_scan.saturating_duration_since(Instant::now());
                 std::thread::park_timeout(idle.min(until_scan));
                 idle = (idle * 2).min(IDLE_MAX);
+            } else {
+                // A rescan is asked for but the last one was just now: wait out the gap.
+                std::thread::sleep(Duration::from_millis(2));
             }
         }
         self.shutdown();
@@ -423,6 +446,22 @@ impl Tailer {
         }
         self.check_fingerprints();
         self.first_scan = false;
+    }
+
+    /// Watches the directories new matches may appear in, and those of the files followed.
+    fn watch_dirs(&self, events: &mut Events) {
+        for pattern in &self.config.include {
+            events.watch(&fixed_dir(pattern.as_str()));
+        }
+        for w in self.files.values() {
+            if let Some(dir) = w.path.parent() {
+                events.watch(if dir.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    dir
+                });
+            }
+        }
     }
 
     /// Start-up: a checkpointed file that no glob matches any more was most likely rotated by
