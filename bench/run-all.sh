@@ -33,4 +33,7 @@ fwd_subjects=loghaul,bare
 tree_subjects=loghaul
 [ -n "${LOGHAUL_FLUENTD:-}" ] && tree_subjects=loghaul,fluentd
 "$LOGHAUL" bench run forward_deliver --subjects "$tree_subjects"                           --out "$OUT" "$@"
+# One file of 5M lines, written before any subject starts, read from its beginning into JSON
+# lines. Fluent Bit and Vector would be its peers, but neither is in Debian's repositories.
+"$LOGHAUL" bench run tail    --subjects loghaul,bare                              --runs 3 --out "$OUT" "$@"
 echo "results in $OUT" >&2

@@ -17,12 +17,20 @@
 //! events are written (a client waiting for acks would stall otherwise), in request order. A
 //! stream that breaks the protocol ends its connection, as in loghaul.
 //!
+//! For `tail` it reads a file instead of connections ([`tail`]): one thread reads the file in
+//! 1MiB chunks (the `file` source's `max_read_size`), cuts lines with memchr as the source cuts
+//! them (a `\r` before the newline dropped, lines over `max_line_size` cut and flagged, lines that
+//! are not UTF-8 flagged), builds one batch per read with the `file` and `host` fields the source
+//! adds, JSON-encodes it and appends it with one `write`. No checkpoints, acknowledgements,
+//! rotation or partial-line timeout: at the end of the file it naps and looks again.
+//!
 //! It is a measuring instrument, not a server: a write error ends the process with a message, and
 //! it runs until it is killed.
 
 use std::fs::File;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,7 +43,7 @@ use loghaul_codec::{
     DecodeOptions, DecodeStats, Decoder, Format, Frame, Framer, FramingMode, FramingStats,
     encode_json,
 };
-use loghaul_core::{EventBatch, Timestamp};
+use loghaul_core::{Event, EventBatch, Field, Flags, OptSpan, Span, Timestamp, Value};
 
 use crate::subjects::Scenario;
 
@@ -48,6 +56,12 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(10);
 const MAX_REQUEST: usize = 16 << 20;
 const MAX_DECOMPRESSED: usize = 256 << 20;
 const BATCH_BYTES: usize = 8 << 20;
+/// The `file` source's defaults: bytes read from a file per turn (`max_read_size`) and the
+/// longest event (`max_line_size`).
+const TAIL_READ: usize = 1 << 20;
+const MAX_LINE: usize = 100 * 1024;
+/// The longest nap at the end of the tailed file, as the source's when nothing was read.
+const TAIL_IDLE_MAX: Duration = Duration::from_millis(50);
 
 /// The wire of a scenario as loghaul's bench config sets it (see `subjects::loghaul_config`).
 #[derive(Clone, Copy, Debug)]
@@ -64,6 +78,7 @@ fn wire(scenario: Scenario) -> Result<Wire> {
         Scenario::Forward => Wire::Forward,
         Scenario::ForwardRelay => bail!("the bare loop has no relay: run it with `forward`"),
         Scenario::ForwardDeliver => bail!("the bare loop has no tree: run it with `forward`"),
+        Scenario::Tail => bail!("`tail` reads a file, not connections: see `bare::tail`"),
     })
 }
 
@@ -311,4 +326,116 @@ fn write_forward(
         acks.clear();
     }
     Ok(())
+}
+
+/// Reads `input` from its beginning and follows it as it grows, until the process is killed,
+/// appending to `out` for every line the JSON line loghaul's `file` source and file sink write:
+/// the line as `message`, the read time, `source_type` `"file"`, the `file` path (as given) and
+/// this machine's `host`.
+///
+/// # Errors
+/// A file cannot be opened, read or written.
+pub fn tail(input: &Path, out: &Path) -> Result<()> {
+    let mut file = File::open(input).with_context(|| format!("opening {}", input.display()))?;
+    let mut output = File::create(out).with_context(|| format!("creating {}", out.display()))?;
+    let host = host_name();
+    let source: Arc<str> = Arc::from("in");
+    let mut arena = BytesMut::new();
+    // The unfinished last line of a read, carried to the front of the next.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut events: Vec<Event> = Vec::new();
+    let mut json = Vec::with_capacity(4 * TAIL_READ);
+    let mut idle = Duration::from_millis(1);
+    loop {
+        // Reclaims the last read's buffer (its batch is gone), so the pages stay mapped.
+        arena.reserve(carry.len() + TAIL_READ + 256);
+        let mut put = |bytes: &[u8]| {
+            let start = arena.len();
+            arena.extend_from_slice(bytes);
+            Span::new(start, arena.len())
+        };
+        // What every event of the read shares goes first, as in the source's batches.
+        let shared = [
+            (put(b"file"), put(input.as_os_str().as_bytes())),
+            (put(b"host"), put(host.as_bytes())),
+        ];
+        let base = arena.len();
+        let from = carry.len();
+        arena.extend_from_slice(&carry);
+        // Zeroed before reading, as the source's buffer is: std reads into initialised bytes.
+        arena.resize(base + from + TAIL_READ, 0);
+        let n = loop {
+            match file.read(&mut arena[base + from..]) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e).with_context(|| format!("reading {}", input.display())),
+            }
+        };
+        arena.truncate(base + from + n);
+        if n == 0 {
+            arena.clear();
+            std::thread::sleep(idle);
+            idle = (idle * 2).min(TAIL_IDLE_MAX);
+            continue;
+        }
+        idle = Duration::from_millis(1);
+        let region = &arena[base..];
+        // Nearly every read is ASCII (one vectorised pass); only the others are checked line by
+        // line, as the source checks them.
+        let check_utf8 = !loghaul_codec::is_ascii(region);
+        let mut start = 0;
+        for nl in memchr::memchr_iter(b'\n', &region[from..]).map(|i| from + i) {
+            let mut end = nl;
+            if end > start && region[end - 1] == b'\r' {
+                end -= 1;
+            }
+            let mut flags = Flags::default();
+            if end - start > MAX_LINE {
+                end = start + MAX_LINE;
+                flags.insert(Flags::TRUNCATED);
+            }
+            if check_utf8 && std::str::from_utf8(&region[start..end]).is_err() {
+                flags.insert(Flags::INVALID_UTF8);
+            }
+            events.push(Event {
+                message: OptSpan::some(Span::new(base + start, base + end)),
+                fields: (0, shared.len() as u32),
+                flags,
+                ..Event::default()
+            });
+            start = nl + 1;
+        }
+        carry.clear();
+        carry.extend_from_slice(&region[start..]);
+        if events.is_empty() {
+            arena.clear();
+            continue;
+        }
+        let mut batch = EventBatch::new(arena.split().freeze(), Arc::clone(&source), "file");
+        batch.events = std::mem::take(&mut events);
+        batch.fields = shared
+            .iter()
+            .map(|&(name, value)| Field {
+                name,
+                value: Value::Str(value),
+            })
+            .collect();
+        batch.received = Timestamp::now();
+        json.clear();
+        for e in &batch.events {
+            encode_json(&batch, e, &mut json);
+        }
+        output.write_all(&json).context("writing the output")?;
+        events = std::mem::take(&mut batch.events);
+        events.clear();
+    }
+}
+
+/// This machine's name as loghaul's `file` source gives it (`host`).
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "loghaul".to_owned())
 }

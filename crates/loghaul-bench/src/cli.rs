@@ -43,12 +43,14 @@ pub enum BenchCommand {
         loghaul bench run forward --subjects loghaul,bare,fluentd --runs 3\n  \
         loghaul bench run forward_relay --subjects loghaul --ack\n  \
         loghaul bench run forward_deliver --subjects loghaul --agents 10 --delivers 2 --receivers 2\n  \
-        loghaul bench run forward_deliver --subjects loghaul --rates 1000,10000,50000 --step-duration 20s")]
+        loghaul bench run forward_deliver --subjects loghaul --rates 1000,10000,50000 --step-duration 20s\n  \
+        loghaul bench run tail --subjects loghaul,bare --runs 3")]
     Run(RunArgs),
     /// A discarding TCP listener, to measure the generator alone.
     #[command(hide = true)]
     Discard(DiscardArgs),
-    /// loghaul's codec in a bare thread-per-connection loop: the `bare` subject of `bench run`.
+    /// loghaul's codec in a bare thread-per-connection loop (for `tail`, one thread reading a
+    /// file): the `bare` subject of `bench run`.
     #[command(hide = true)]
     Bare(BareArgs),
 }
@@ -184,14 +186,15 @@ pub struct RunArgs {
     /// [default: 1; forward_deliver: none, its first steps are a few lines per second]
     #[arg(long)]
     pub warmup: Option<usize>,
-    /// Events per run (default: 40M for basic, 2M for rfc5424, 5M otherwise).
+    /// Events per run; for tail, lines in its file (default: 40M for basic, 2M for rfc5424, 5M
+    /// otherwise).
     #[arg(long)]
     pub events: Option<u64>,
     /// Generator connections.
     #[arg(long, default_value_t = 4)]
     pub connections: usize,
     /// Message size in bytes (default: 64 for basic, 256 for rfc5424, 100 for the forward
-    /// scenarios' message texts, 128 otherwise).
+    /// scenarios' message texts and tail's lines, 128 otherwise).
     #[arg(long)]
     pub message_size: Option<usize>,
     /// Payload seed.
@@ -284,9 +287,12 @@ pub struct BareArgs {
     /// The experiment whose wire and output to use.
     #[arg(long, value_enum)]
     pub scenario: Scenario,
-    /// Address to listen on.
-    #[arg(long)]
-    pub listen: String,
+    /// Address to listen on (every scenario but `tail`).
+    #[arg(long, required_unless_present = "input")]
+    pub listen: Option<String>,
+    /// `tail`: the file to read from its beginning and follow.
+    #[arg(long, conflicts_with = "listen")]
+    pub input: Option<PathBuf>,
     /// The JSON-lines file to append to (for `basic`: the file the count is published to).
     #[arg(long)]
     pub out: PathBuf,
@@ -330,11 +336,15 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             eprintln!("discard: listening on {}", a.listen);
             crate::discard::serve_forever(l, Duration::from_secs(1))
         }
-        BenchCommand::Bare(a) => {
-            let l =
-                TcpListener::bind(&a.listen).with_context(|| format!("binding {}", a.listen))?;
-            crate::bare::serve(&l, a.scenario, &a.out)
-        }
+        BenchCommand::Bare(a) => match (a.scenario, a.listen, a.input) {
+            (Scenario::Tail, _, Some(input)) => crate::bare::tail(&input, &a.out),
+            (Scenario::Tail, ..) => bail!("the bare loop of `tail` reads a file: give --input"),
+            (_, Some(listen), None) => {
+                let l = TcpListener::bind(&listen).with_context(|| format!("binding {listen}"))?;
+                crate::bare::serve(&l, a.scenario, &a.out)
+            }
+            (s, ..) => bail!("the bare loop of `{}` serves --listen", s.name()),
+        },
     }
 }
 

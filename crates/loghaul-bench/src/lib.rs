@@ -5,7 +5,8 @@
 //! transport; the forward protocol's is [`fluent`]), [`generator`] drives connections; [`meter`] turns what a subject wrote into exact
 //! loss, duplicates, flow and latency, and [`watch`] samples a subject's output cheaply during a
 //! run; [`subjects`] configures loghaul and its peers, [`scenario`] runs them ([`deliver`] climbs
-//! the rate steps of `forward_deliver`'s tree of processes), [`procstat`] charges them CPU and
+//! the rate steps of `forward_deliver`'s tree of processes, [`tail`] runs a subject reading a
+//! file written before it starts), [`procstat`] charges them CPU and
 //! memory, [`report`] writes the table, raw runs and chart; [`discard`] is a listener
 //! that measures the generator alone; [`bare`] is loghaul's codec without the pipeline, the
 //! yardstick subject. [`cli`] is the clap surface the `loghaul` binary mounts under `bench`.
@@ -24,5 +25,6 @@ pub mod progress;
 pub mod report;
 pub mod scenario;
 pub mod subjects;
+pub mod tail;
 pub mod target;
 pub mod watch;

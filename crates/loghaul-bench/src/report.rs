@@ -501,9 +501,13 @@ pub struct Context<'a> {
     pub machine: &'a str,
     /// The command that produced the results.
     pub command: &'a str,
+    /// Markdown that goes under the table (what the scenario's figures need said beside them,
+    /// e.g. `tail`'s ratios and targets); empty for most scenarios.
+    pub notes: &'a str,
 }
 
-/// Writes `<scenario>.md`, `.json`, `.csv` and `.svg` into `dir`; returns the Markdown.
+/// Writes `<scenario>.md`, `.json`, `.csv` and `.svg` into `dir`; returns the Markdown table
+/// (with the notes, if any).
 ///
 /// # Errors
 /// A file cannot be written.
@@ -520,10 +524,14 @@ pub fn write_all(
         warmup,
         machine,
         command,
+        notes,
     } = *cx;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let summaries = summarize(records, subjects);
-    let table = markdown(scenario, events, runs, warmup, &summaries);
+    let mut table = markdown(scenario, events, runs, warmup, &summaries);
+    if !notes.is_empty() {
+        table = format!("{table}\n{notes}");
+    }
     let md = format!(
         "{table}\nMachine: {machine}\n\nCommand: `{command}`\n\nChart: [{scenario}.svg]({scenario}.svg); \
          raw runs: [{scenario}.json]({scenario}.json), [{scenario}.csv]({scenario}.csv)\n"
@@ -541,6 +549,7 @@ pub fn write_all(
         "warmup_rounds": warmup,
         "machine": machine,
         "command": command,
+        "notes": notes,
         "summary": summaries,
         "records": records,
     });

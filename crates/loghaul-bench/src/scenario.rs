@@ -18,6 +18,9 @@
 //! cores: that is stated beside the results). Runs interleave the subjects (A B C A B C …) so that
 //! drift of the machine is spread over everyone, after an uncounted warm-up round (`--warmup`):
 //! what the machine did before the lab is then nobody's first measured run.
+//!
+//! `tail` runs through the same rounds with its own run of one subject ([`crate::tail`]): its
+//! load is a file written once before the first round, and its clock starts with the subject.
 
 use std::io::{IsTerminal, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -38,6 +41,7 @@ use crate::procstat;
 use crate::progress::human;
 use crate::report::{self, RunRecord, Status};
 use crate::subjects::{self, Companion, Launch, Output, Peers, Ready, Scenario, SubjectKind};
+use crate::tail;
 use crate::target::{TargetOptions, TargetUrl};
 use crate::watch::Watcher;
 
@@ -111,6 +115,8 @@ pub fn default_events(scenario: Scenario) -> u64 {
         // Forward lines are ~225 bytes of JSON: 5M is about 1.1GB, and 0.7–1s of `forward`
         // (5–7M/s at 2M events) or 1.5s of `forward_relay` (about 3.2M/s).
         Scenario::Syslog | Scenario::Raw | Scenario::Forward | Scenario::ForwardRelay => 5_000_000,
+        // 5M lines of about 100 bytes: a 506MB file read into 1.1GB of JSON, 0.5–1s of loghaul.
+        Scenario::Tail => 5_000_000,
         Scenario::Rfc5424 => 2_000_000,
         // Its load is rate × step duration per agent, not a count (`crate::deliver`).
         Scenario::ForwardDeliver => 0,
@@ -123,8 +129,8 @@ pub fn default_message_size(scenario: Scenario) -> usize {
         Scenario::Basic => 64,
         // Header and structured data take ~130 bytes: leave room for a message text.
         Scenario::Rfc5424 => 256,
-        // The message text of a forward record: a typical application log line.
-        Scenario::Forward | Scenario::ForwardRelay => 100,
+        // The message text of a forward record, a tailed line: a typical application log line.
+        Scenario::Forward | Scenario::ForwardRelay | Scenario::Tail => 100,
         // About the seed's dummer lines (LTSV: id, time, level, method, uri, status, ...).
         Scenario::ForwardDeliver => 128,
         _ => 128,
@@ -139,7 +145,8 @@ pub fn payload_for(scenario: Scenario, message_size: usize, seed: u64) -> Payloa
         | Scenario::Raw
         | Scenario::Forward
         | Scenario::ForwardRelay
-        | Scenario::ForwardDeliver => (Format::Raw, Framing::Newline),
+        | Scenario::ForwardDeliver
+        | Scenario::Tail => (Format::Raw, Framing::Newline),
         Scenario::Syslog => (Format::Rfc3164, Framing::Newline),
         Scenario::Rfc5424 => (Format::Rfc5424, Framing::OctetCounting),
     };
@@ -186,6 +193,9 @@ pub fn run(plan: &Plan) -> Result<String> {
     {
         bail!("loggen speaks syslog only: the forward scenarios take the built-in generator");
     }
+    if plan.driver == Driver::Loggen && plan.scenario == Scenario::Tail {
+        bail!("`tail` reads a file the lab writes before the subject starts: no generator runs");
+    }
     if plan.scenario == Scenario::ForwardDeliver {
         // Rate steps through a tree of processes: its own runner and table.
         return deliver::run(plan, &peers);
@@ -199,13 +209,13 @@ pub fn run(plan: &Plan) -> Result<String> {
     let platforms: Vec<String> = plan
         .subjects
         .iter()
-        .map(|&k| {
-            let p = peers.platform(k, &plan.loghaul);
-            if k == SubjectKind::Loghaul && plan.scenario == Scenario::ForwardRelay {
-                format!("{p}, two processes: relay A → receiver B")
-            } else {
-                p
-            }
+        .map(|&k| match (k, plan.scenario) {
+            (SubjectKind::Loghaul, Scenario::ForwardRelay) => format!(
+                "{}, two processes: relay A → receiver B",
+                peers.platform(k, &plan.loghaul)
+            ),
+            (SubjectKind::Bare, Scenario::Tail) => tail::bare_platform(&peers, &plan.loghaul),
+            _ => peers.platform(k, &plan.loghaul),
         })
         .collect();
     // Warm-up rounds first, then the measured ones; every round runs each subject once, in order.
@@ -216,17 +226,34 @@ pub fn run(plan: &Plan) -> Result<String> {
     let total = rounds.len() * plan.subjects.len();
     let mut records = Vec::new();
     let mut step = 0;
+    let load = if plan.scenario == Scenario::Tail {
+        format!("{} lines in one file", plan.events)
+    } else {
+        format!(
+            "{} events per run, {} connections",
+            plan.events, plan.connections
+        )
+    };
     eprintln!(
-        "bench {}: {} subjects × {} runs after {} warm-up round(s), {} events per run, {} \
-         connections ({})",
+        "bench {}: {} subjects × {} runs after {} warm-up round(s), {load} ({})",
         plan.scenario.name(),
         plan.subjects.len(),
         plan.runs,
         plan.warmup,
-        plan.events,
-        plan.connections,
         machine()
     );
+    // `tail`'s one input, written (and on disk) before any subject runs: the runs read it.
+    let input = if plan.scenario == Scenario::Tail {
+        match tail::write_input(plan, &work) {
+            Ok(input) => Some(input),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&work);
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
     for &(run, warmup) in &rounds {
         for (i, &kind) in plan.subjects.iter().enumerate() {
             step += 1;
@@ -254,7 +281,11 @@ pub fn run(plan: &Plan) -> Result<String> {
                 )
             } else {
                 let dir = work.join(&dir_name);
-                match run_one(plan, kind, &peers, &dir, &label) {
+                let one = match &input {
+                    Some(input) => tail::run_one(plan, kind, &peers, &dir, &input.path, &label),
+                    None => run_one(plan, kind, &peers, &dir, &label),
+                };
+                match one {
                     Ok(mut r) => {
                         r.run = run;
                         r.platform = platforms[i].clone();
@@ -288,6 +319,10 @@ pub fn run(plan: &Plan) -> Result<String> {
     }
     let names: Vec<String> = plan.subjects.iter().map(|k| k.name().to_string()).collect();
     let machine = machine();
+    let notes = match &input {
+        Some(input) => tail::notes(plan, input, &records, &names),
+        None => String::new(),
+    };
     let cx = report::Context {
         scenario: plan.scenario.name(),
         events: plan.events,
@@ -295,6 +330,7 @@ pub fn run(plan: &Plan) -> Result<String> {
         warmup: plan.warmup,
         machine: &machine,
         command: &plan.command,
+        notes: &notes,
     };
     report::write_all(&plan.out, &cx, &records, &names)
 }

@@ -6,6 +6,9 @@
 //! or at the fixed paths that script installs to. Fluentd is not installed by that script: the
 //! `fluentd` subject runs only when `LOGHAUL_FLUENTD` names a `fluentd` command.
 //!
+//! In `tail` there is no port: the subject reads a file the lab wrote before starting it
+//! ([`prepare_tail`]), and its clock starts when the process does.
+//!
 //! A subject may be several processes: in `forward_relay`, loghaul is a pair (A relays to B, B
 //! writes the file); B is a [`Companion`] started and made ready before A, stopped after it, and
 //! charged with A for CPU and memory.
@@ -80,6 +83,9 @@ pub enum Scenario {
     #[value(name = "forward_deliver", alias = "forward-deliver")]
     #[serde(rename = "forward_deliver")]
     ForwardDeliver,
+    /// One file of numbered lines, written before the subject starts, tailed from its beginning
+    /// into a JSON-lines file: what reading costs ([`crate::tail`]).
+    Tail,
 }
 
 impl Scenario {
@@ -93,6 +99,7 @@ impl Scenario {
             Self::Forward => "forward",
             Self::ForwardRelay => "forward_relay",
             Self::ForwardDeliver => "forward_deliver",
+            Self::Tail => "tail",
         }
     }
 
@@ -195,6 +202,10 @@ pub struct Companion {
 /// Why a subject cannot run a scenario, if it cannot.
 pub fn unsupported(kind: SubjectKind, scenario: Scenario) -> Option<&'static str> {
     match (kind, scenario) {
+        (SubjectKind::Loghaul | SubjectKind::Bare, Scenario::Tail) => None,
+        (_, Scenario::Tail) => {
+            Some("n/a: not configured to tail a file (yet): loghaul and the bare loop only")
+        }
         (SubjectKind::Loghaul | SubjectKind::Fluentd, Scenario::ForwardDeliver) => None,
         (SubjectKind::Bare, Scenario::ForwardDeliver) => {
             Some("n/a: no bare tree: the bare loop is one receiving process")
@@ -382,6 +393,9 @@ pub fn prepare(
     peers: &Peers,
     loghaul: &Path,
 ) -> Result<Launch> {
+    if scenario == Scenario::Tail {
+        bail!("`tail` has no input port: its subjects are prepared by `prepare_tail`");
+    }
     let program = peers.program(kind, loghaul)?;
     let port = free_port()?;
     let out = dir.join("out.log");
@@ -588,7 +602,9 @@ pub fn loghaul_config(scenario: Scenario, port: u16, api: u16, out: &str) -> Str
         }
         Scenario::Basic => ("raw", "newline", "text"),
         Scenario::Syslog => ("rfc3164", "newline", "json"),
-        Scenario::Raw => ("raw", "newline", "json"),
+        // `tail` reads a file, not a port: its config is `tail_config`; it would get `raw`'s
+        // if it got here (`prepare` refuses it first).
+        Scenario::Raw | Scenario::Tail => ("raw", "newline", "json"),
         Scenario::Rfc5424 => ("rfc5424", "octet_counting", "json"),
     };
     format!(
@@ -604,6 +620,101 @@ pub fn loghaul_config(scenario: Scenario, port: u16, api: u16, out: &str) -> Str
         } else {
             format!("{{ type: file, inputs: [in], path: \"{out}\", encoding: {encoding} }}")
         }
+    )
+}
+
+/// How to start one subject of `tail` (see [`crate::tail`]). There is no port and no readiness
+/// probe: the subject starts reading as soon as it runs, and its clock starts with the process.
+#[derive(Clone, Debug)]
+pub struct TailLaunch {
+    /// Program to execute.
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The JSON-lines file it writes.
+    pub output: PathBuf,
+}
+
+/// Writes `kind`'s config for `tail` into `dir`: the subject reads `input` from its beginning
+/// and writes JSON lines to `dir/out.log`. Returns how to start it.
+///
+/// # Errors
+/// The subject does not do `tail`, its config cannot be written, or its program is missing.
+pub fn prepare_tail(
+    kind: SubjectKind,
+    dir: &Path,
+    input: &Path,
+    peers: &Peers,
+    loghaul: &Path,
+) -> Result<TailLaunch> {
+    let s = |p: &Path| p.display().to_string();
+    let out = dir.join("out.log");
+    let write = |name: &str, text: &str| -> Result<PathBuf> {
+        let p = dir.join(name);
+        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))?;
+        Ok(p)
+    };
+    match kind {
+        SubjectKind::Loghaul => {
+            let program = peers.program(kind, loghaul)?;
+            let api = free_port()?;
+            let conf = write(
+                "loghaul.yaml",
+                &tail_config(&s(input), &s(&dir.join("state")), api, &s(&out)),
+            )?;
+            Ok(TailLaunch {
+                program,
+                args: vec!["run".into(), "-c".into(), s(&conf)],
+                output: out,
+            })
+        }
+        SubjectKind::Bare => {
+            let program = peers.program(kind, loghaul)?;
+            let args: Vec<String> = vec![
+                "bench".into(),
+                "bare".into(),
+                "--scenario".into(),
+                Scenario::Tail.name().into(),
+                "--input".into(),
+                s(input),
+                "--out".into(),
+                s(&out),
+            ];
+            // It has no config: its command line goes with loghaul's config.
+            write(
+                "bare.conf",
+                &format!(
+                    "# loghaul bench: the bare loop (crates/loghaul-bench/src/bare.rs) takes no \
+                     config; it ran as\nloghaul {}\n",
+                    args.join(" ")
+                ),
+            )?;
+            Ok(TailLaunch {
+                program,
+                args,
+                output: out,
+            })
+        }
+        other => bail!("{}", unsupported(other, Scenario::Tail).unwrap_or("n/a")),
+    }
+}
+
+/// loghaul in `tail`: a `file` source reading `input` from its beginning into a `file` sink
+/// writing JSON lines, both on their defaults (acknowledgements on: the source's checkpoint
+/// moves once the sink wrote). Its checkpoints go to `state`, a folder of the run, so every run
+/// starts without one and reads the whole file.
+pub fn tail_config(input: &str, state: &str, api: u16, out: &str) -> String {
+    format!(
+        "# loghaul bench: scenario tail: one file read from its beginning, a JSON-lines file out\n\
+         api: {{ address: \"127.0.0.1:{api}\" }}\n\
+         sources:\n  \
+           in:\n    \
+             type: file\n    \
+             include: [\"{input}\"]\n    \
+             read_from: beginning\n    \
+             data_dir: \"{state}\"\n\
+         sinks:\n  \
+           out: {{ type: file, inputs: [in], path: \"{out}\", encoding: json }}\n"
     )
 }
 
@@ -1032,12 +1143,13 @@ fn which(program: &str) -> PathBuf {
 pub fn rsyslog_config(scenario: Scenario, port: u16, work: &str, out: &str) -> String {
     let fields = match scenario {
         Scenario::Basic => None,
-        // rsyslog has no forward input (`unsupported`): the forward scenarios never get here,
-        // and would get the `raw` config if they did.
+        // rsyslog has no forward input and no `tail` config (`unsupported`): those scenarios
+        // never get here, and would get the `raw` config if they did.
         Scenario::Raw
         | Scenario::Forward
         | Scenario::ForwardRelay
-        | Scenario::ForwardDeliver => Some(
+        | Scenario::ForwardDeliver
+        | Scenario::Tail => Some(
             r#"{\"timestamp\":\"%timegenerated:::date-rfc3339%\",\"message\":\"%rawmsg:::json%\",\"source_ip\":\"%fromhost-ip%\",\"source_type\":\"syslog\"}"#
                 .to_string(),
         ),
@@ -1075,11 +1187,13 @@ pub fn syslog_ng_config(scenario: Scenario, port: u16, out: &str) -> String {
         "max-connections(100) log-iw-size(100000) log-fetch-limit(1000) keep-hostname(yes)";
     let (driver, flags, template) = match scenario {
         Scenario::Basic => ("network", "flags(no-parse)", "\"${MSG}\\n\"".to_string()),
-        // No forward input in syslog-ng either (`unsupported`): `raw`'s config, never run.
+        // No forward input in syslog-ng either, and no `tail` config (`unsupported`): `raw`'s
+        // config, never run.
         Scenario::Raw
         | Scenario::Forward
         | Scenario::ForwardRelay
-        | Scenario::ForwardDeliver => (
+        | Scenario::ForwardDeliver
+        | Scenario::Tail => (
             "network",
             "flags(no-parse)",
             "\"$(format-json timestamp=${R_ISODATE} message=${MSG} source_ip=${SOURCEIP} \

@@ -1242,3 +1242,160 @@ fn bare_forward_loop_writes_what_loghaul_writes() {
     );
     assert_eq!(mask_received(&from_bare), mask_received(&from_loghaul));
 }
+
+/// `tail` at a small size: a file of 200,000 lines read by loghaul and by the bare loop, every
+/// line arriving once in each run, the table with a row per subject and the notes under it, the
+/// configs kept. Like every test here, it asserts no speed.
+#[test]
+fn scenario_tail_small() {
+    let Some(loghaul) = std::env::var_os("LOGHAUL_BIN") else {
+        eprintln!(
+            "\n*** SKIPPED scenario `tail`: LOGHAUL_BIN is not set (CI sets it to \
+             target/release/loghaul; set it to run the scenario tests) ***\n"
+        );
+        return;
+    };
+    const LINES: u64 = 200_000;
+    let out = tempfile::tempdir().unwrap();
+    let table = ok(bench()
+        .args(["run", "tail", "--subjects", "loghaul,bare", "--runs", "1"])
+        .args(["--events", &LINES.to_string(), "--idle-timeout", "20s"])
+        .arg("--out")
+        .arg(out.path())
+        .env("LOGHAUL_BIN", &loghaul)
+        .output()
+        .unwrap());
+    for subject in ["loghaul", "bare"] {
+        assert_eq!(
+            table
+                .lines()
+                .filter(|l| l.starts_with(&format!("| {subject} | ")))
+                .count(),
+            1,
+            "{subject}: {table}"
+        );
+    }
+    assert!(table.contains("loghaul ÷ bare (medians): rate"), "{table}");
+    assert!(table.contains("Input: `"), "{table}");
+    for ext in ["md", "csv", "json", "svg"] {
+        assert!(out.path().join(format!("tail.{ext}")).exists(), "{ext}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("tail.json")).unwrap())
+            .unwrap();
+    let records = json["records"].as_array().unwrap();
+    let warmups = records.iter().filter(|r| r["warmup"] == true).count();
+    assert_eq!((records.len(), warmups), (4, 2), "{json}");
+    for r in records {
+        assert_eq!(r["status"], "complete", "{r}");
+        assert_eq!(r["events_sent"], LINES, "{r}");
+        assert_eq!(r["events_seen"], LINES, "{r}");
+        assert_eq!(r["loss"], 0, "{r}");
+        assert_eq!(r["duplicates"], 0, "{r}");
+        assert!(r["duration_secs"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["peak_rss_bytes"].as_u64().unwrap() > 0, "{r}");
+        // The lines were written before the subject started: no latency, no generator.
+        assert!(r["latency_p99_ms"].is_null(), "{r}");
+        assert!(r["gen_cores"].is_null(), "{r}");
+        let flow: u64 = r["flow_per_sec"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert!(flow.abs_diff(LINES) <= LINES / 100, "flow {flow}: {r}");
+    }
+    let summary = json["summary"].as_array().unwrap();
+    assert_eq!(summary.len(), 2, "{json}");
+    assert!(summary.iter().all(|s| s["runs"] == 1), "{json}");
+    let kept = out.path().join("configs").join("tail");
+    for name in ["loghaul.yaml", "bare.conf"] {
+        assert!(kept.join(name).exists(), "{name}");
+    }
+    let conf = std::fs::read_to_string(kept.join("loghaul.yaml")).unwrap();
+    assert!(
+        conf.contains("type: file") && conf.contains("read_from: beginning"),
+        "{conf}"
+    );
+}
+
+/// Starts `cmd` (a subject tailing a file that is already complete), waits until `out` holds
+/// `lines` lines, stops it and returns what it wrote.
+fn tail_into(mut cmd: Command, out: &Path, lines: usize) -> String {
+    let mut child = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let text = loop {
+        let text = std::fs::read_to_string(out).unwrap_or_default();
+        if text.lines().count() >= lines || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    text
+}
+
+/// The bare tail loop writes exactly the lines loghaul's file source and file sink write for the
+/// same file: escapes, CRLF, empty lines, bytes that are not UTF-8, a line over `max_line_size`.
+#[test]
+fn bare_tail_loop_writes_what_loghaul_writes() {
+    use loghaul_bench::subjects::{free_port, tail_config};
+    let Some(loghaul) = std::env::var_os("LOGHAUL_BIN") else {
+        eprintln!(
+            "\n*** SKIPPED bare_tail_loop_writes_what_loghaul_writes: LOGHAUL_BIN is not set ***\n"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("app.log");
+    let mut text: Vec<u8> = Vec::new();
+    for i in 0..3000 {
+        writeln!(text, "line {i} of a plain application log").unwrap();
+    }
+    text.extend_from_slice(b"quotes \" and \\ backslash, a tab\tand \x01 a control byte\n");
+    text.extend_from_slice("unicode: caf\u{e9} \u{1F600}\n".as_bytes());
+    text.extend_from_slice(b"a CRLF line\r\n\n\r\nan \r inside\n");
+    text.extend_from_slice(b"not UTF-8: \xff\xfe\xc3 here\n");
+    // Longer than max_line_size (100KiB): cut there and flagged, the rest skipped.
+    text.extend_from_slice(&vec![b'x'; 150_000]);
+    text.extend_from_slice(b"\nafter the long line\n");
+    let lines = text.iter().filter(|&&b| b == b'\n').count();
+    std::fs::write(&input, &text).unwrap();
+
+    let out = dir.path().join("loghaul.log");
+    let conf = dir.path().join("loghaul.yaml");
+    let state = dir.path().join("state");
+    std::fs::write(
+        &conf,
+        tail_config(
+            &input.display().to_string(),
+            &state.display().to_string(),
+            free_port().unwrap(),
+            &out.display().to_string(),
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(&loghaul);
+    cmd.arg("run").arg("-c").arg(&conf);
+    let from_loghaul = tail_into(cmd, &out, lines);
+
+    let out = dir.path().join("bare.log");
+    let mut cmd = bench();
+    cmd.args(["bare", "--scenario", "tail", "--input"])
+        .arg(&input)
+        .arg("--out")
+        .arg(&out);
+    let from_bare = tail_into(cmd, &out, lines);
+
+    assert_eq!(from_loghaul.lines().count(), lines, "{from_loghaul}");
+    let masked = mask_received(&from_loghaul);
+    assert_eq!(masked.matches("RECEIVED").count(), lines, "{masked}");
+    assert!(masked.contains("\"truncated\""), "{masked}");
+    assert!(masked.contains("\"invalid_utf8\""), "{masked}");
+    assert_eq!(mask_received(&from_bare), masked);
+}
