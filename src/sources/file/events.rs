@@ -1,85 +1,94 @@
-//! File system events for the tailer: a write wakes it at once, and a file created, renamed or
-//! removed in a watched directory asks for a rescan now rather than at the next `glob_interval`
-//! (a file rotated away and replaced faster than a scan would otherwise go unseen).
+//! Directory events for the tailer: a file created, renamed or removed in a watched directory
+//! asks for a rescan at the next pass rather than at the next `glob_interval`, so a file rotated
+//! away and replaced faster than a scan is still found.
 //!
-//! inotify watches directories, not globs: the tailer hands over the directories its files live
-//! in and the fixed part of each `include` pattern. Polling stays as it was, so a file system
-//! without inotify (NFS, some FUSE mounts) or a full `max_user_watches` only costs latency.
+//! Only directory-entry changes are watched (create, move, delete), never writes: an event per
+//! write would cost the writing application and loghaul alike at high rates, and the tailer's
+//! own polling already reads new bytes within milliseconds. The inotify descriptor is
+//! non-blocking and read once per pass. The tailer hands over the directories its files live in
+//! and the fixed part of each `include` pattern. A file system without inotify (NFS, some FUSE
+//! mounts) or a full `max_user_watches` only costs latency: the globs are still matched every
+//! `glob_interval`.
 
 use std::collections::HashSet;
+use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use notify::event::{EventKind, ModifyKind};
-use notify::{RecommendedWatcher, RecursiveMode, Watcher as _};
+use inotify::{EventMask, Inotify, WatchMask};
 
-/// The directory watches of one tailer, and what they have seen since it last looked.
+/// The directory watches of one tailer.
 pub struct Events {
-    watcher: Option<RecommendedWatcher>,
-    rescan: Arc<AtomicBool>,
+    inotify: Option<Inotify>,
     watched: HashSet<PathBuf>,
+    buf: Vec<u8>,
 }
 
+const MASK: WatchMask = WatchMask::CREATE
+    .union(WatchMask::MOVED_FROM)
+    .union(WatchMask::MOVED_TO)
+    .union(WatchMask::DELETE)
+    .union(WatchMask::DELETE_SELF)
+    .union(WatchMask::MOVE_SELF);
+
 impl Events {
-    /// Watches nothing yet; events wake `thread` (the tailer's).
-    pub fn new(thread: std::thread::Thread) -> (Events, Option<notify::Error>) {
-        let rescan = Arc::new(AtomicBool::new(false));
-        let flag = rescan.clone();
-        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            let Ok(event) = event else {
-                // An overflowed queue or a watch gone bad: a scan finds what was missed.
-                flag.store(true, Ordering::Release);
-                thread.unpark();
-                return;
-            };
-            match event.kind {
-                EventKind::Create(_)
-                | EventKind::Remove(_)
-                | EventKind::Modify(ModifyKind::Name(_)) => {
-                    flag.store(true, Ordering::Release);
-                    thread.unpark();
-                }
-                // The tailer's own opens: nothing to do.
-                EventKind::Access(_) => {}
-                _ => thread.unpark(),
-            }
-        });
-        match watcher {
-            Ok(w) => (
-                Events {
-                    watcher: Some(w),
-                    rescan,
-                    watched: HashSet::new(),
-                },
-                None,
-            ),
-            Err(e) => (
-                Events {
-                    watcher: None,
-                    rescan,
-                    watched: HashSet::new(),
-                },
-                Some(e),
-            ),
-        }
+    /// Watches nothing yet. The error says why there are no events (the tailer polls then).
+    pub fn new() -> (Events, Option<io::Error>) {
+        let (inotify, error) = match Inotify::init() {
+            Ok(i) => (Some(i), None),
+            Err(e) => (None, Some(e)),
+        };
+        (
+            Events {
+                inotify,
+                watched: HashSet::new(),
+                buf: vec![0; 16 * 1024],
+            },
+            error,
+        )
     }
 
-    /// Whether a file was created, renamed or removed since the last call.
-    pub fn take_rescan(&self) -> bool {
-        self.rescan.swap(false, Ordering::AcqRel)
+    /// Whether a file was created, renamed or removed in a watched directory since the last
+    /// call (or events were lost: the kernel's queue overflowed).
+    pub fn take_rescan(&mut self) -> bool {
+        let Some(inotify) = &mut self.inotify else {
+            return false;
+        };
+        let mut any = false;
+        let mut lost_watch = false;
+        // Bounded: the queue holds at most max_queued_events, and every read drains some.
+        for _ in 0..64 {
+            match inotify.read_events(&mut self.buf) {
+                Ok(events) => {
+                    for event in events {
+                        // A directory that went away takes its watch with it: all are added
+                        // again at the next scan (adding an existing watch is harmless).
+                        lost_watch |= event.mask.contains(EventMask::IGNORED);
+                        any = true;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(_) => {
+                    any = true;
+                    break;
+                }
+            }
+        }
+        if lost_watch {
+            self.watched.clear();
+        }
+        any
     }
 
     /// Watches `dir` too, if it is not watched yet. A directory that cannot be watched (gone,
-    /// out of watches) is left to polling.
+    /// out of watches) is left to the glob interval.
     pub fn watch(&mut self, dir: &Path) {
-        let Some(watcher) = &mut self.watcher else {
+        let Some(inotify) = &mut self.inotify else {
             return;
         };
         if self.watched.contains(dir) {
             return;
         }
-        if watcher.watch(dir, RecursiveMode::NonRecursive).is_ok() {
+        if inotify.watches().add(dir, MASK).is_ok() {
             self.watched.insert(dir.to_path_buf());
         }
     }

@@ -13,9 +13,9 @@
 //!                         closed files that grew: reopen (least recently active evicted)
 //!   every checkpoint_interval   write checkpoints (committed offsets only)
 //!   read a trickle        sleep 5ms, so lines gather into batches
-//!   nothing read          wait (1ms doubling to 50ms); a write or a new file in a watched
-//!                         directory (inotify, [`super::events`]) or shutdown ends it early
-//!   file created, renamed or removed (inotify): scan now (at most every 20ms)
+//!   nothing read          wait (1ms doubling to 50ms); shutdown ends it early
+//!   file created, renamed or removed in a watched directory (inotify, [`super::events`]):
+//!                         scan at the next pass (at most every 20ms)
 //! ```
 //!
 //! Offsets of one file, in order: `committed` ≤ `carry_start` ≤ `read_pos`. Bytes before
@@ -285,9 +285,9 @@ impl Tailer {
     /// writes the last checkpoint.
     pub fn run(mut self) {
         self.metrics.set_health(Health::Running, None);
-        let (mut events, unavailable) = Events::new(std::thread::current());
+        let (mut events, unavailable) = Events::new();
         if let Some(e) = unavailable {
-            tracing::warn!(component = %self.id, error = %e, "File system events are unavailable; files are polled (new files are found every glob_interval).");
+            tracing::warn!(component = %self.id, error = %e, "Directory events (inotify) are unavailable; new and rotated files are found every glob_interval.");
         }
         let mut next_scan = Instant::now();
         let mut last_scan: Option<Instant> = None;
@@ -323,13 +323,11 @@ impl Tailer {
                 idle = Duration::from_millis(1);
             } else if read > 0 || flushed {
                 // A trickle: a short nap lets a batch's worth gather, instead of a pass (and a
-                // request downstream) per few lines. A sleep, not a park: the writes' own events
-                // must not cut it short.
+                // request downstream) per few lines.
                 idle = Duration::from_millis(1);
-                std::thread::sleep(TRICKLE_NAP);
+                std::thread::park_timeout(TRICKLE_NAP);
             } else if !rescan {
-                // Idle: a file system event (a write, a new file) or shutdown ends the wait;
-                // without events, the polls back off to IDLE_MAX.
+                // Idle: the polls back off to IDLE_MAX; shutdown ends the wait.
                 let until_scan = next_scan.saturating_duration_since(Instant::now());
                 std::thread::park_timeout(idle.min(until_scan));
                 idle = (idle * 2).min(IDLE_MAX);
