@@ -239,7 +239,7 @@ pub struct TreeArgs {
     pub receivers: usize,
     /// Lines per second written to each agent's file, one step each, comma-separated; the climb
     /// stops after the first step not sustained (see --all-steps) [default: 10,100,1000,10000,
-    /// 20000,50000,60000,100000,150000,200000,300000,400000,500000].
+    /// 20000,50000,60000,100000,110000,120000,130000,140000,150000,200000,300000,400000,500000].
     #[arg(long, value_delimiter = ',')]
     pub rates: Vec<u64>,
     /// How long each step writes.

@@ -12,7 +12,7 @@
 //!                         files renamed away or deleted: read to the end, then released
 //!                         closed files that grew: reopen (least recently active evicted)
 //!   every checkpoint_interval   write checkpoints (committed offsets only)
-//!   read a trickle        sleep 5ms, so lines gather into batches
+//!   read a trickle        sleep 20ms, so lines gather into batches
 //!   nothing read          wait (1ms doubling to 50ms); shutdown ends it early
 //!   file created, renamed or removed in a watched directory (inotify, [`super::events`]):
 //!                         scan at the next pass (at most every 20ms)
@@ -50,8 +50,10 @@ use crate::sources::SourceContext;
 
 /// Longest sleep when no file had anything new.
 const IDLE_MAX: Duration = Duration::from_millis(50);
-/// The sleep after a pass that read only a little.
-const TRICKLE_NAP: Duration = Duration::from_millis(5);
+/// The sleep after a pass that read only a little: lines gather into batches of a few hundred
+/// at tens of thousands of lines/s, which roughly halves the CPU per line downstream (fewer
+/// requests and acks at every tier of a forwarding tree) for at most 20ms of delay.
+const TRICKLE_NAP: Duration = Duration::from_millis(20);
 /// The least time between two scans asked for by file system events.
 const RESCAN_GAP: Duration = Duration::from_millis(20);
 /// Batches sent but not yet acknowledged, before reading waits for the oldest.
