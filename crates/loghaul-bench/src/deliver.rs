@@ -320,9 +320,36 @@ fn climb(
             ));
             break;
         }
+        if k + 1 < opts.rates.len() {
+            truncate_between_steps(&launch)?;
+            // The followers see their files shorter than what they read, and start over at 0
+            // now, before the next step's lines could grow past their old positions.
+            books.read()?;
+        }
     }
     tree.stop()?;
     Ok(stopped)
+}
+
+/// Between steps, once a step's lines are all in the books: the agents' files and the
+/// receivers' outputs are truncated, as copytruncate would, so that each step starts with the
+/// page cache as the machine had it rather than full of the earlier steps' gigabytes (writing
+/// into a full page cache makes this VM's reclaim stall every writer for a second or more). The
+/// agents read their files again from 0 (the file source's truncation handling), the receivers'
+/// file sinks append at the new end (O_APPEND), and the books' followers start over at 0.
+fn truncate_between_steps(launch: &TreeLaunch) -> Result<()> {
+    for path in launch.agent_files.iter().chain(&launch.outputs) {
+        match std::fs::OpenOptions::new().write(true).open(path) {
+            Ok(f) => f
+                .set_len(0)
+                .with_context(|| format!("truncating {}", path.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e).with_context(|| format!("opening {}", path.display())),
+        }
+    }
+    // The agents notice at their next turn (milliseconds); the receivers have nothing to write.
+    std::thread::sleep(Duration::from_millis(500));
+    Ok(())
 }
 
 /// The exact books of the receivers' files: a follower and a tracker per file.
