@@ -6,6 +6,7 @@
 
 pub mod file;
 pub mod fluent;
+pub mod http_server;
 pub mod syslog;
 
 use std::sync::Arc;
@@ -19,6 +20,7 @@ loghaul_config::component_set! {
         Syslog(syslog::SyslogSourceConfig),
         Fluent(fluent::FluentSourceConfig),
         File(file::FileSourceConfig),
+        HttpServer(http_server::HttpServerConfig),
     }
 }
 

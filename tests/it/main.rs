@@ -26,6 +26,7 @@ mod formats;
 mod forward_clients;
 mod forward_wire;
 mod framing;
+mod http_server;
 mod listener;
 mod logger;
 mod rsyslog;

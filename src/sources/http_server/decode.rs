@@ -1,0 +1,362 @@
+//! Request bodies to events: JSON (an object or an array of objects), NDJSON and plain text, with
+//! the request's own fields (a tag, headers, query parameters) added to every event.
+//!
+//! A body is decoded whole before anything is sent on, so a body with one bad line yields an
+//! error naming it and no events at all. JSON records land in the batch's `fields` table the way
+//! the forward decoder lays them out (a container's entries next to each other, nested
+//! containers' children after them, the top-level `message` string lifted into the event's
+//! message); strings are copied into the batch's arena. Text lines are spans of the body itself.
+
+use bytes::Bytes;
+use loghaul_core::{Event, EventBatch, Field, OptSpan, Span, Value};
+use serde_json::Value as Json;
+
+/// How the body is framed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// One JSON object, or an array of objects.
+    Json,
+    /// One JSON object per line.
+    Ndjson,
+    /// One event per line.
+    Text,
+}
+
+/// Why a body was refused: where, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    /// 1-based line of the body.
+    pub line: usize,
+    /// Byte offset in the (decompressed) body.
+    pub offset: usize,
+    pub message: String,
+}
+
+/// Fields every event of the request gets, as `(name, value)`.
+pub type Extra<'a> = &'a [(&'a str, &'a str)];
+
+const PLACEHOLDER: Field = Field {
+    name: Span::EMPTY,
+    value: Value::Null,
+};
+
+struct Builder {
+    arena: Vec<u8>,
+    fields: Vec<Field>,
+    events: Vec<Event>,
+    /// The extra fields' spans, already in the arena.
+    extra: Vec<(Span, Span)>,
+    tag: OptSpan,
+}
+
+impl Builder {
+    fn put(&mut self, s: &[u8]) -> Span {
+        let start = self.arena.len();
+        self.arena.extend_from_slice(s);
+        Span::new(start, self.arena.len())
+    }
+
+    fn value(&mut self, v: &Json) -> Value {
+        match v {
+            Json::Null => Value::Null,
+            Json::Bool(b) => Value::Bool(*b),
+            Json::Number(n) => {
+                if let Some(i) = n.as_i64() {
+                    Value::Int(i)
+                } else if let Some(u) = n.as_u64() {
+                    Value::UInt(u)
+                } else {
+                    Value::Float(n.as_f64().unwrap_or(0.0))
+                }
+            }
+            Json::String(s) => Value::Str(self.put(s.as_bytes())),
+            Json::Array(items) => {
+                let start = self.fields.len();
+                self.fields.resize(start + items.len(), PLACEHOLDER);
+                for (i, item) in items.iter().enumerate() {
+                    let value = self.value(item);
+                    self.fields[start + i] = Field {
+                        name: Span::EMPTY,
+                        value,
+                    };
+                }
+                Value::Array(start as u32, (start + items.len()) as u32)
+            }
+            Json::Object(map) => {
+                let start = self.fields.len();
+                self.fields.resize(start + map.len(), PLACEHOLDER);
+                for (i, (k, v)) in map.iter().enumerate() {
+                    let name = self.put(k.as_bytes());
+                    let value = self.value(v);
+                    self.fields[start + i] = Field { name, value };
+                }
+                Value::Map(start as u32, (start + map.len()) as u32)
+            }
+        }
+    }
+
+    /// One record: its top-level entries (without a lifted `message`) and the request's extras.
+    fn record(&mut self, map: &serde_json::Map<String, Json>) {
+        let mut event = Event {
+            tag: self.tag,
+            ..Event::default()
+        };
+        let start = self.fields.len();
+        let n = map.len() + self.extra.len();
+        self.fields.resize(start + n, PLACEHOLDER);
+        let mut filled = 0;
+        for (k, v) in map {
+            if k == "message"
+                && let Json::String(s) = v
+                && event.message.is_none()
+            {
+                event.message = self.put(s.as_bytes()).into();
+                continue;
+            }
+            let name = self.put(k.as_bytes());
+            let value = self.value(v);
+            self.fields[start + filled] = Field { name, value };
+            filled += 1;
+        }
+        for i in 0..self.extra.len() {
+            let (name, value) = self.extra[i];
+            self.fields[start + filled] = Field {
+                name,
+                value: Value::Str(value),
+            };
+            filled += 1;
+        }
+        event.fields = (start as u32, (start + filled) as u32);
+        self.events.push(event);
+    }
+}
+
+/// Where serde_json's (line, column) is in `body`.
+fn offset_of(body: &[u8], line: usize, column: usize) -> usize {
+    let mut offset = 0;
+    for (i, l) in body.split(|&b| b == b'\n').enumerate() {
+        if i + 1 == line {
+            return (offset + column.saturating_sub(1)).min(body.len());
+        }
+        offset += l.len() + 1;
+    }
+    body.len()
+}
+
+/// Decodes `body` into a batch for source `source`, or says where it is wrong.
+///
+/// # Errors
+///
+/// The body is not what `format` says (bad JSON, a value that is not an object); nothing of it
+/// is kept. A client fixing the body can retry.
+pub fn decode(
+    body: Bytes,
+    format: Format,
+    tag: Option<&str>,
+    extra: Extra<'_>,
+    source: std::sync::Arc<str>,
+) -> Result<EventBatch, DecodeError> {
+    let mut b = Builder {
+        arena: Vec::new(),
+        fields: Vec::new(),
+        events: Vec::new(),
+        extra: Vec::new(),
+        tag: OptSpan::NONE,
+    };
+    if format == Format::Text {
+        // Lines are spans of the body: the arena is the body, with the extras after it.
+        b.arena = body.to_vec();
+    }
+    b.tag = tag.map_or(OptSpan::NONE, |t| b.put(t.as_bytes()).into());
+    for (k, v) in extra {
+        let name = b.put(k.as_bytes());
+        let value = b.put(v.as_bytes());
+        b.extra.push((name, value));
+    }
+    match format {
+        Format::Text => {
+            let start = b.fields.len() as u32;
+            for &(name, value) in &b.extra.clone() {
+                b.fields.push(Field {
+                    name,
+                    value: Value::Str(value),
+                });
+            }
+            let range = (start, b.fields.len() as u32);
+            let mut pos = 0;
+            while pos < body.len() {
+                let end = memchr::memchr(b'\n', &body[pos..]).map_or(body.len(), |i| pos + i);
+                let mut line_end = end;
+                if line_end > pos && body[line_end - 1] == b'\r' {
+                    line_end -= 1;
+                }
+                if line_end > pos {
+                    b.events.push(Event {
+                        message: Span::new(pos, line_end).into(),
+                        fields: range,
+                        tag: b.tag,
+                        ..Event::default()
+                    });
+                }
+                pos = end + 1;
+            }
+        }
+        Format::Json => {
+            let json: Json = serde_json::from_slice(&body).map_err(|e| DecodeError {
+                line: e.line(),
+                offset: offset_of(&body, e.line(), e.column()),
+                message: e.to_string(),
+            })?;
+            match &json {
+                Json::Object(map) => b.record(map),
+                Json::Array(items) => {
+                    for (i, item) in items.iter().enumerate() {
+                        let Json::Object(map) = item else {
+                            return Err(DecodeError {
+                                line: 1,
+                                offset: 0,
+                                message: format!("item {i} of the array is not an object"),
+                            });
+                        };
+                        b.record(map);
+                    }
+                }
+                _ => {
+                    return Err(DecodeError {
+                        line: 1,
+                        offset: 0,
+                        message: "the body is neither an object nor an array of objects".into(),
+                    });
+                }
+            }
+        }
+        Format::Ndjson => {
+            let mut pos = 0;
+            let mut line = 0;
+            while pos < body.len() {
+                line += 1;
+                let end = memchr::memchr(b'\n', &body[pos..]).map_or(body.len(), |i| pos + i);
+                let text = &body[pos..end];
+                if text.iter().all(u8::is_ascii_whitespace) {
+                    pos = end + 1;
+                    continue;
+                }
+                match serde_json::from_slice::<Json>(text) {
+                    Ok(Json::Object(map)) => b.record(&map),
+                    Ok(_) => {
+                        return Err(DecodeError {
+                            line,
+                            offset: pos,
+                            message: "the line is not a JSON object".into(),
+                        });
+                    }
+                    Err(e) => {
+                        return Err(DecodeError {
+                            line,
+                            offset: pos + e.column().saturating_sub(1),
+                            message: e.to_string(),
+                        });
+                    }
+                }
+                pos = end + 1;
+            }
+        }
+    }
+    let mut batch = EventBatch::new(Bytes::from(b.arena), source, "http_server");
+    batch.events = b.events;
+    batch.fields = b.fields;
+    batch.received = loghaul_core::Timestamp::now();
+    Ok(batch)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn json(batch: &EventBatch) -> Vec<serde_json::Value> {
+        batch
+            .events
+            .iter()
+            .map(|e| {
+                let mut out = Vec::new();
+                loghaul_codec::encode::encode_json(batch, e, &mut out);
+                serde_json::from_slice(&out).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn objects_arrays_and_lines_become_events_with_the_extras() {
+        let extra = [("x_request", "r1")];
+        let b = decode(
+            Bytes::from_static(br#"[{"message":"a","n":{"deep":[1,2,{"k":null}]}},{"v":1.5}]"#),
+            Format::Json,
+            Some("app.web"),
+            &extra,
+            "s".into(),
+        )
+        .unwrap();
+        let out = json(&b);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[0]["message"], "a");
+        assert_eq!(out[0]["n"]["deep"][2]["k"], serde_json::Value::Null);
+        assert_eq!(out[0]["x_request"], "r1");
+        assert_eq!(out[0]["tag"], "app.web");
+        assert_eq!(out[1]["v"], 1.5);
+        let b = decode(
+            Bytes::from_static(b"{\"a\":1}\n\n{\"a\":2}\n"),
+            Format::Ndjson,
+            None,
+            &[],
+            "s".into(),
+        )
+        .unwrap();
+        assert_eq!(json(&b).len(), 2);
+        let b = decode(
+            Bytes::from_static(b"one\r\ntwo\n\nthree"),
+            Format::Text,
+            None,
+            &extra,
+            "s".into(),
+        )
+        .unwrap();
+        let out = json(&b);
+        assert_eq!(
+            out.iter()
+                .map(|e| e["message"].as_str().unwrap())
+                .collect::<Vec<_>>(),
+            ["one", "two", "three"]
+        );
+        assert_eq!(out[2]["x_request"], "r1");
+    }
+
+    #[test]
+    fn bad_json_names_its_line_and_offset() {
+        let e = decode(
+            Bytes::from_static(b"{\"a\":1}\n{\"a\":2}\n{\"a\":,}\n"),
+            Format::Ndjson,
+            None,
+            &[],
+            "s".into(),
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 3);
+        assert_eq!(e.offset, 21);
+        let e = decode(
+            Bytes::from_static(b"[{\"a\":1},\n {\"b\": tru}]"),
+            Format::Json,
+            None,
+            &[],
+            "s".into(),
+        )
+        .unwrap_err();
+        assert_eq!(e.line, 2);
+        assert!(e.offset > 10 && e.offset < 22, "{e:?}");
+        let deep = "[".repeat(100_000);
+        assert!(
+            decode(Bytes::from(deep), Format::Json, None, &[], "s".into()).is_err(),
+            "nesting past serde_json's limit is refused, not a stack overflow"
+        );
+    }
+}

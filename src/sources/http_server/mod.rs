@@ -1,0 +1,440 @@
+//! The `http_server` source: events POSTed as JSON, NDJSON or text (gzip or zstd bodies),
+//! answered once the sinks committed them (`{"accepted": N}`), on the shared listener; `GET
+//! /health` for load balancers; and an `echo` mode that answers every request with its path and
+//! the time, for the lab's HTTP experiment.
+//!
+//! ```text
+//! request ─► /health? ─► echo mode? ─► auth ─► path ─► POST? ─► content type ─► encoding
+//!         ─► body (≤ max_body_size, within request_timeout) ─► inflate (≤ max_decompressed_size)
+//!         ─► decode whole (a bad line refuses the whole body) ─► fan-out ─► wait for the sinks'
+//!            commit (≤ ack_timeout) ─► 200 {"accepted": N} | 503 + Retry-After
+//! ```
+//!
+//! Every refusal has a JSON body saying what was wrong, and is counted.
+
+pub mod config;
+pub mod decode;
+
+use std::convert::Infallible;
+use std::io::Read as _;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{self, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use loghaul_core::{BatchNotifier, BatchStatus};
+
+pub use config::HttpServerConfig;
+use config::{Auth, ResponseMode};
+use decode::Format;
+
+use super::{BuildSource, RunningSource, SourceContext};
+use crate::metrics::{ComponentMetrics, ErrorKind, Health};
+use crate::net::listener::Conn;
+use crate::pipeline::{BoxFuture, Fanout};
+
+/// Largest request head (request line and headers); more is answered 431.
+const MAX_HEAD: usize = 64 * 1024;
+
+struct Ctx {
+    id: Arc<str>,
+    config: HttpServerConfig,
+    metrics: Arc<ComponentMetrics>,
+    fanout: Fanout,
+    acknowledgements: bool,
+}
+
+impl BuildSource for HttpServerConfig {
+    fn build(&self, cx: SourceContext) -> BoxFuture<'_, anyhow::Result<RunningSource>> {
+        Box::pin(async move {
+            let listener = crate::net::listener::bind(self.address, None)
+                .await
+                .with_context(|| format!("cannot listen on tcp {}", self.address))?;
+            let ctx = Arc::new(Ctx {
+                id: cx.id,
+                config: self.clone(),
+                metrics: cx.metrics,
+                fanout: cx.fanout,
+                acknowledgements: cx.acknowledgements,
+            });
+            let shutdown = cx.shutdown;
+            let running: RunningSource = Box::pin(async move {
+                ctx.metrics.set_health(Health::Running, None);
+                let handler_ctx = ctx.clone();
+                crate::net::listener::serve(
+                    listener,
+                    ctx.config.max_connections,
+                    Some(ctx.metrics.clone()),
+                    shutdown,
+                    move |conn| serve_connection(conn, handler_ctx.clone()),
+                )
+                .await;
+                ctx.metrics.set_health(Health::Stopped, None);
+            });
+            Ok(running)
+        })
+    }
+}
+
+async fn serve_connection(conn: Conn, ctx: Arc<Ctx>) {
+    let Conn {
+        stream,
+        peer,
+        mut shutdown,
+        ..
+    } = conn;
+    let service_ctx = ctx.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let ctx = service_ctx.clone();
+        async move { Ok::<_, Infallible>(handle(req, &ctx, peer).await) }
+    });
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        // A client trickling its headers (slowloris) is cut off; the body has its own bound.
+        .header_read_timeout(ctx.config.request_timeout)
+        .max_buf_size(MAX_HEAD)
+        .pipeline_flush(true);
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = shutdown.wait() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: serde_json::Value) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+fn refuse(ctx: &Ctx, status: StatusCode, kind: ErrorKind, error: &str) -> Response<Full<Bytes>> {
+    ctx.metrics.error(kind, 1);
+    json_response(status, serde_json::json!({ "error": error }))
+}
+
+/// Compares without stopping at the first difference, so the time taken says nothing about
+/// how much of a secret was right.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn echo(path: &str) -> Response<Full<Bytes>> {
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let mut resp = Response::new(Full::new(Bytes::from(format!("{path} {now}\n"))));
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    resp
+}
+
+async fn handle(req: Request<Incoming>, ctx: &Ctx, _peer: SocketAddr) -> Response<Full<Bytes>> {
+    let path = req.uri().path().to_owned();
+    if req.method() == Method::GET && path == "/health" {
+        return match ctx.metrics.health().0 {
+            Health::Running => json_response(StatusCode::OK, serde_json::json!({"status": "ok"})),
+            h => json_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                serde_json::json!({"status": format!("{h:?}").to_lowercase()}),
+            ),
+        };
+    }
+    if ctx.config.response == ResponseMode::Echo {
+        return echo(&path);
+    }
+    if let Some(Auth::Header(expected)) = &ctx.config.auth {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .map_or(&b""[..], HeaderValue::as_bytes);
+        if !constant_time_eq(given, expected.as_bytes()) {
+            let scheme = if expected.starts_with("Basic ") {
+                "Basic realm=\"loghaul\""
+            } else {
+                "Bearer realm=\"loghaul\""
+            };
+            let mut resp = refuse(
+                ctx,
+                StatusCode::UNAUTHORIZED,
+                ErrorKind::Auth,
+                "missing or wrong credentials",
+            );
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(scheme));
+            return resp;
+        }
+    }
+    let Some(prefix) = ctx
+        .config
+        .paths
+        .iter()
+        .filter(|p| path.starts_with(p.as_str()))
+        .max_by_key(|p| p.len())
+    else {
+        return refuse(
+            ctx,
+            StatusCode::NOT_FOUND,
+            ErrorKind::Protocol,
+            "no such path",
+        );
+    };
+    if req.method() != Method::POST {
+        let mut resp = refuse(
+            ctx,
+            StatusCode::METHOD_NOT_ALLOWED,
+            ErrorKind::Protocol,
+            "events are sent with POST",
+        );
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return resp;
+    }
+    let content_type = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        });
+    let format = match content_type.as_deref() {
+        Some("application/json") => Format::Json,
+        Some("application/x-ndjson" | "application/ndjson" | "application/jsonlines") => {
+            Format::Ndjson
+        }
+        Some("text/plain") => Format::Text,
+        other => {
+            return refuse(
+                ctx,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ErrorKind::Protocol,
+                &format!(
+                    "content type {} is not accepted: send application/json, application/x-ndjson or text/plain",
+                    other.map_or("(none)".to_owned(), |t| format!("`{t}`"))
+                ),
+            );
+        }
+    };
+    let encoding = req
+        .headers()
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_ascii_lowercase());
+    let encoding = match encoding.as_deref() {
+        None | Some("identity" | "") => None,
+        Some(e @ ("gzip" | "zstd")) => Some(e.to_owned()),
+        Some(other) => {
+            return refuse(
+                ctx,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                ErrorKind::Decompression,
+                &format!("content encoding `{other}` is not accepted: gzip, zstd or none"),
+            );
+        }
+    };
+    let max = ctx.config.max_body_size;
+    let too_large = || {
+        refuse(
+            ctx,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::Oversized,
+            &format!("the body is larger than max_body_size ({max} bytes)"),
+        )
+    };
+    if let Some(len) = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        && len > max as u64
+    {
+        return too_large();
+    }
+    // Request-level fields, read before the body consumes the request.
+    let tag = if ctx.config.tag_from_path {
+        let rest = path[prefix.len()..].trim_start_matches('/');
+        (!rest.is_empty()).then(|| rest.to_owned())
+    } else {
+        None
+    };
+    let mut extra: Vec<(String, String)> = Vec::new();
+    for name in &ctx.config.headers {
+        if let Some(v) = req
+            .headers()
+            .get(name.as_str())
+            .and_then(|v| v.to_str().ok())
+        {
+            extra.push((name.clone(), v.to_owned()));
+        }
+    }
+    if !ctx.config.query_parameters.is_empty()
+        && let Some(query) = req.uri().query()
+    {
+        for pair in query.split('&') {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            if ctx.config.query_parameters.iter().any(|q| q == k) {
+                extra.push((k.to_owned(), v.to_owned()));
+            }
+        }
+    }
+    let body = Limited::new(req.into_body(), max);
+    let body = match tokio::time::timeout(ctx.config.request_timeout, body.collect()).await {
+        Err(_) => {
+            return refuse(
+                ctx,
+                StatusCode::REQUEST_TIMEOUT,
+                ErrorKind::Io,
+                "the body did not arrive within request_timeout",
+            );
+        }
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
+        Ok(Err(e)) => {
+            return refuse(
+                ctx,
+                StatusCode::BAD_REQUEST,
+                ErrorKind::Protocol,
+                &format!("the body could not be read: {e}"),
+            );
+        }
+        Ok(Ok(collected)) => collected.to_bytes(),
+    };
+    let wire_bytes = body.len();
+    let body = match encoding.as_deref() {
+        None => body,
+        Some(e) => match inflate(e, &body, ctx.config.max_decompressed_size) {
+            Ok(b) => b,
+            Err(Inflate::TooLarge) => {
+                return refuse(
+                    ctx,
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    ErrorKind::Decompression,
+                    &format!(
+                        "the body inflates past max_decompressed_size ({} bytes)",
+                        ctx.config.max_decompressed_size
+                    ),
+                );
+            }
+            Err(Inflate::Broken(why)) => {
+                return refuse(
+                    ctx,
+                    StatusCode::BAD_REQUEST,
+                    ErrorKind::Decompression,
+                    &format!("the {e} body does not decompress: {why}"),
+                );
+            }
+        },
+    };
+    let extra_refs: Vec<(&str, &str)> = extra
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let decoded = crate::pipeline::cpu_heavy(|| {
+        decode::decode(body, format, tag.as_deref(), &extra_refs, ctx.id.clone())
+    });
+    let mut batch = match decoded {
+        Ok(b) => b,
+        Err(e) => {
+            ctx.metrics.error(ErrorKind::Parse, 1);
+            crate::warn_limited!(ctx.metrics, line = e.line, offset = e.offset, error = %e.message, "Refused a request body that does not decode; nothing of it was accepted.");
+            return json_response(
+                StatusCode::BAD_REQUEST,
+                serde_json::json!({
+                    "error": e.message,
+                    "line": e.line,
+                    "offset": e.offset,
+                    "accepted": 0,
+                }),
+            );
+        }
+    };
+    let n = batch.len();
+    ctx.metrics.received(n, wire_bytes);
+    if n == 0 {
+        return json_response(StatusCode::OK, serde_json::json!({ "accepted": 0 }));
+    }
+    let status = if ctx.acknowledgements {
+        let (finalizer, status) = BatchNotifier::new_with_receiver();
+        batch.finalizer = finalizer;
+        Some(status)
+    } else {
+        None
+    };
+    // Never an unbounded wait: queues full for ack_timeout, or sinks that do not commit in that
+    // time, get 503 and a Retry-After; the client sends again (at least once).
+    let deadline = tokio::time::Instant::now() + ctx.config.ack_timeout;
+    if tokio::time::timeout_at(deadline, ctx.fanout.send(batch))
+        .await
+        .is_err()
+    {
+        return busy(ctx, "the pipeline is full; try again");
+    }
+    let Some(status) = status else {
+        return json_response(StatusCode::OK, serde_json::json!({ "accepted": n }));
+    };
+    match tokio::time::timeout_at(deadline, status).await {
+        Ok(BatchStatus::Delivered) => {
+            json_response(StatusCode::OK, serde_json::json!({ "accepted": n }))
+        }
+        Ok(BatchStatus::Errored) => busy(ctx, "a sink could not write the events; try again"),
+        Ok(BatchStatus::Rejected) => refuse(
+            ctx,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorKind::Ack,
+            "a sink refused the events for good",
+        ),
+        Err(_) => busy(
+            ctx,
+            "the sinks did not commit the events within ack_timeout; try again",
+        ),
+    }
+}
+
+fn busy(ctx: &Ctx, error: &str) -> Response<Full<Bytes>> {
+    let mut resp = refuse(ctx, StatusCode::SERVICE_UNAVAILABLE, ErrorKind::Ack, error);
+    resp.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
+}
+
+enum Inflate {
+    TooLarge,
+    Broken(String),
+}
+
+/// Inflates `body` reading at most one byte past `limit`, so a bomb costs `limit` bytes.
+fn inflate(encoding: &str, body: &[u8], limit: usize) -> Result<Bytes, Inflate> {
+    let mut out = Vec::new();
+    let cap = limit as u64 + 1;
+    let read = crate::pipeline::cpu_heavy(|| match encoding {
+        "gzip" => flate2::read::MultiGzDecoder::new(body)
+            .take(cap)
+            .read_to_end(&mut out),
+        _ => match zstd::stream::read::Decoder::with_buffer(body) {
+            Ok(d) => d.take(cap).read_to_end(&mut out),
+            Err(e) => Err(e),
+        },
+    });
+    match read {
+        Err(e) => Err(Inflate::Broken(e.to_string())),
+        Ok(_) if out.len() > limit => Err(Inflate::TooLarge),
+        Ok(_) => Ok(Bytes::from(out)),
+    }
+}

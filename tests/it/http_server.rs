@@ -1,0 +1,354 @@
+//! The `http_server` source with a real client (`curl`): every body format and encoding, the
+//! request's own fields, refusals that say why (and accept nothing), acknowledged writes that
+//! wait for the file sink, echo mode, and a slow client that cannot hold others back.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::harness::*;
+
+fn config(options: &str, out: &str) -> String {
+    format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+sources:
+  web: {{ type: http_server, address: "127.0.0.1:{{TCP}}"{options} }}
+sinks:
+  out: {{ type: file, inputs: [web], path: "{out}", encoding: json, flush_interval: 50ms }}
+"#
+    )
+}
+
+/// `curl` with `args`; returns (status, body).
+fn curl(args: &[&str]) -> (u16, String) {
+    let out = run_bounded(
+        Command::new("curl")
+            .args([
+                "-s",
+                "-S",
+                "--max-time",
+                "30",
+                "-o",
+                "-",
+                "-w",
+                "\n%{http_code}",
+            ])
+            .args(args),
+        Duration::from_secs(40),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+fn post(
+    port: u16,
+    path: &str,
+    content_type: &str,
+    body_file: &Path,
+    extra: &[&str],
+) -> (u16, String) {
+    let url = format!("http://127.0.0.1:{port}{path}");
+    let ct = format!("Content-Type: {content_type}");
+    let data = format!("@{}", body_file.display());
+    let mut args = vec!["-H", ct.as_str(), "--data-binary", data.as_str()];
+    args.extend_from_slice(extra);
+    args.push(url.as_str());
+    curl(&args)
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+#[test]
+fn http_server_curl_posts_every_format_and_encoding() {
+    let server = Server::start(&config(
+        ", tag_from_path: true, headers: [X-Request-Id], query_parameters: [env]",
+        "{DIR}/out.jsonl",
+    ));
+    let port = server.ports.tcp;
+    let dir = server.dir.path();
+    let body = |name: &str, bytes: &[u8]| {
+        let p = dir.join(name);
+        fs::write(&p, bytes).unwrap();
+        p
+    };
+    let object = body(
+        "object.json",
+        br#"{"message":"obj 1","n":{"deep":[1,{"k":null}],"f":1.5}}"#,
+    );
+    let array = body(
+        "array.json",
+        br#"[{"message":"arr 2"},{"message":"arr 3","ok":true}]"#,
+    );
+    let ndjson = body(
+        "lines.ndjson",
+        b"{\"message\":\"nd 4\"}\n\n{\"message\":\"nd 5\"}\n",
+    );
+    let text = body("lines.txt", b"text 6\r\ntext 7\n");
+    let gz = body("lines.txt.gz", &gzip(b"gzip 8\ngzip 9\n"));
+    let zst = body(
+        "lines.ndjson.zst",
+        &zstd::encode_all(&b"{\"message\":\"zstd 10\"}\n"[..], 3).unwrap(),
+    );
+    let cases: [(&Path, &str, &[&str], &str); 6] = [
+        (
+            &object,
+            "application/json",
+            &["-H", "X-Request-Id: r1"],
+            "/app.web?env=prod&other=x",
+        ),
+        (&array, "application/json; charset=utf-8", &[], "/"),
+        (&ndjson, "application/x-ndjson", &[], "/"),
+        (&text, "text/plain", &[], "/"),
+        (&gz, "text/plain", &["-H", "Content-Encoding: gzip"], "/"),
+        (
+            &zst,
+            "application/x-ndjson",
+            &["-H", "Content-Encoding: zstd"],
+            "/",
+        ),
+    ];
+    let mut accepted = 0;
+    for (file, ct, extra, path) in cases {
+        let (status, resp) = post(port, path, ct, file, extra);
+        assert_eq!(status, 200, "{}: {resp}", file.display());
+        let v: Value = serde_json::from_str(&resp).unwrap();
+        accepted += v["accepted"].as_u64().unwrap();
+    }
+    assert_eq!(accepted, 10);
+
+    // Bad JSON on the third line: 400 naming it, and nothing of that body is written.
+    let bad = body(
+        "bad.ndjson",
+        b"{\"message\":\"bad 90\"}\n{\"message\":\"bad 91\"}\n{\"message\":,}\n",
+    );
+    let (status, resp) = post(port, "/", "application/x-ndjson", &bad, &[]);
+    assert_eq!(status, 400, "{resp}");
+    let v: Value = serde_json::from_str(&resp).unwrap();
+    assert_eq!(v["line"], 3, "{resp}");
+    assert_eq!(v["offset"], 53, "{resp}");
+    assert_eq!(v["accepted"], 0);
+
+    let events = wait_lines(&server.out(), 10, ARRIVE_TIMEOUT);
+    std::thread::sleep(Duration::from_millis(300));
+    let events = if read_lines(&server.out()).len() > events.len() {
+        read_lines(&server.out())
+    } else {
+        events
+    };
+    let mut numbers: Vec<u64> = events.iter().map(|e| trailing_number(message(e))).collect();
+    numbers.sort_unstable();
+    assert_eq!(
+        numbers,
+        (1..=10).collect::<Vec<_>>(),
+        "bad lines must not be written"
+    );
+    let obj = find_message(&events, "obj 1");
+    assert_eq!(obj["n"]["deep"][1]["k"], Value::Null);
+    assert_eq!(obj["n"]["f"], 1.5);
+    assert_eq!(obj["tag"], "app.web");
+    assert_eq!(obj["x-request-id"], "r1");
+    assert_eq!(obj["env"], "prod");
+    assert!(
+        obj.get("other").is_none(),
+        "only the configured query parameters: {obj}"
+    );
+    assert_eq!(find_message(&events, "arr 3")["ok"], true);
+    assert_eq!(
+        find_message(&events, "text 6")["source_type"],
+        "http_server"
+    );
+    server.finish();
+}
+
+#[test]
+fn http_server_refusals_say_why() {
+    let server = Server::start(&config(
+        ", max_body_size: 1MiB, max_decompressed_size: 1MiB, auth: { bearer: s3cret }",
+        "{DIR}/out.jsonl",
+    ));
+    let port = server.ports.tcp;
+    let dir = server.dir.path();
+    let auth = ["-H", "Authorization: Bearer s3cret"];
+    let small = dir.join("small.txt");
+    fs::write(&small, b"hello 1\n").unwrap();
+
+    let (status, resp) = post(
+        port,
+        "/",
+        "text/plain",
+        &small,
+        &["-H", "Authorization: Bearer wrong", "-D", "-"],
+    );
+    assert_eq!(status, 401, "{resp}");
+    assert!(
+        resp.to_ascii_lowercase()
+            .contains("www-authenticate: bearer"),
+        "{resp}"
+    );
+    assert!(resp.contains("credentials"), "{resp}");
+
+    let (status, resp) = post(
+        port,
+        "/",
+        "application/x-www-form-urlencoded",
+        &small,
+        &auth,
+    );
+    assert_eq!(status, 415, "{resp}");
+    assert!(resp.contains("application/x-ndjson"), "{resp}");
+
+    let big = dir.join("big.txt");
+    fs::write(&big, vec![b'x'; 2 << 20]).unwrap();
+    let (status, resp) = post(port, "/", "text/plain", &big, &auth);
+    assert_eq!(status, 413, "{resp}");
+    assert!(resp.contains("max_body_size"), "{resp}");
+
+    // A gzip bomb: 200MB of zeros in about 200KB; refused at 1MiB of output.
+    let bomb = {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..200 {
+            e.write_all(&zeros).unwrap();
+        }
+        e.finish().unwrap()
+    };
+    assert!(bomb.len() < 1 << 20, "the bomb itself fits the body limit");
+    let bomb_file = dir.join("bomb.gz");
+    fs::write(&bomb_file, &bomb).unwrap();
+    let (status, resp) = post(
+        port,
+        "/",
+        "text/plain",
+        &bomb_file,
+        &["-H", "Content-Encoding: gzip", auth[0], auth[1]],
+    );
+    assert_eq!(status, 413, "{resp}");
+    assert!(resp.contains("max_decompressed_size"), "{resp}");
+
+    let deep = dir.join("deep.json");
+    fs::write(&deep, "[".repeat(50_000)).unwrap();
+    let (status, resp) = post(port, "/", "application/json", &deep, &auth);
+    assert_eq!(status, 400, "{resp}");
+
+    let url = format!("http://127.0.0.1:{port}/");
+    let (status, resp) = curl(&["-H", auth[1], url.as_str()]);
+    assert_eq!(status, 405, "{resp}");
+
+    // After all that, a good request is served and is the only thing written.
+    let (status, resp) = post(port, "/", "text/plain", &small, &auth);
+    assert_eq!(status, 200, "{resp}");
+    let events = wait_lines(&server.out(), 1, ARRIVE_TIMEOUT);
+    assert_eq!(message(&events[0]), "hello 1");
+    assert!(
+        server.metric(
+            "loghaul_component_errors_total",
+            "web",
+            Some("kind=\"auth\"")
+        ) >= 1
+    );
+    server.finish();
+}
+
+#[test]
+fn http_server_acknowledges_only_what_the_sink_wrote() {
+    // The sink wants a directory where a regular file stands: it cannot write until the file
+    // is removed.
+    let block = tempfile::Builder::new()
+        .prefix("loghaul-it-block-")
+        .tempdir()
+        .unwrap();
+    let blocker = block.path().join("blocked");
+    fs::write(&blocker, "a file where the sink wants a directory\n").unwrap();
+    let out = blocker.join("out.jsonl");
+    let server = Server::start(&config(", ack_timeout: 1s", &out.to_string_lossy()));
+    let port = server.ports.tcp;
+    let body = server.dir.path().join("b.txt");
+
+    let mut ok: Vec<u64> = Vec::new();
+    let mut refused = 0;
+    for i in 0..40u64 {
+        if i == 20 {
+            fs::remove_file(&blocker).unwrap();
+        }
+        fs::write(&body, format!("ack {i}\n")).unwrap();
+        let (status, resp) = post(port, "/", "text/plain", &body, &["-D", "-"]);
+        match status {
+            200 => ok.push(i),
+            503 => {
+                assert!(
+                    resp.to_ascii_lowercase().contains("retry-after: 1"),
+                    "{resp}"
+                );
+                refused += 1;
+            }
+            other => panic!("unexpected {other}: {resp}"),
+        }
+    }
+    assert!(
+        refused >= 1,
+        "a sink that cannot write must not be acknowledged"
+    );
+    assert!(!ok.is_empty(), "once the sink recovers, requests succeed");
+    // Every event that got a 200 is in the output (some refused ones may be too: at least once).
+    let deadline = Instant::now() + ARRIVE_TIMEOUT;
+    loop {
+        let got: Vec<u64> = read_lines(&out)
+            .iter()
+            .map(|e| trailing_number(message(e)))
+            .collect();
+        let missing: Vec<&u64> = ok.iter().filter(|i| !got.contains(i)).collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "acknowledged but not written: {missing:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server.finish();
+}
+
+#[test]
+fn http_server_echo_mode_and_a_slow_client() {
+    let server = Server::start(&config(
+        ", response: echo, request_timeout: 1s",
+        "{DIR}/out.jsonl",
+    ));
+    let port = server.ports.tcp;
+    // A slowloris: the request line a byte at a time. It must be cut off, and must not hold
+    // anyone else up meanwhile.
+    let mut slow = connect(port);
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let started = Instant::now();
+    let url = format!("http://127.0.0.1:{port}/some/path");
+    for b in b"GET /slow HTTP/1.1\r\nHost: x\r\n".iter().take(6) {
+        if slow.write_all(&[*b]).is_err() {
+            break;
+        }
+        let (status, resp) = curl(&[url.as_str()]);
+        assert_eq!(status, 200, "{resp}");
+        assert!(
+            resp.starts_with("/some/path 20"),
+            "echo answers the path and the time: {resp}"
+        );
+        std::thread::sleep(Duration::from_millis(400));
+    }
+    let mut rest = Vec::new();
+    let _ = slow.read_to_end(&mut rest);
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "the slow client was not cut off by request_timeout"
+    );
+    server.finish();
+}
