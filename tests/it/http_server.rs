@@ -352,3 +352,90 @@ fn http_server_echo_mode_and_a_slow_client() {
     );
     server.finish();
 }
+
+/// One keep-alive HTTP/1.1 exchange on `s`: POSTs `body` as text, returns the status.
+fn exchange(s: &mut std::net::TcpStream, body: &str) -> u16 {
+    let req = format!(
+        "POST / HTTP/1.1\r\nHost: loghaul\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    // Read the head, then exactly Content-Length bytes of body.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte).unwrap_or(0) == 0 {
+            return 0;
+        }
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut rest = vec![0u8; len];
+    s.read_exact(&mut rest).unwrap();
+    status
+}
+
+#[test]
+fn http_server_2000_keep_alive_clients_and_10000_idle_connections() {
+    const CLIENTS: u64 = 2_000;
+    const EACH: u64 = 10;
+    let server = Server::start(&config(", max_connections: 20000", "{DIR}/out.jsonl"));
+    let port = server.ports.tcp;
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(CLIENTS as usize));
+    let threads: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let barrier = barrier.clone();
+            std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    let mut s = connect(port);
+                    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+                    // Every client is connected before any sends: 2,000 at once.
+                    barrier.wait();
+                    (0..EACH)
+                        .map(|i| exchange(&mut s, &format!("kept alive {}\n", c * EACH + i)))
+                        .filter(|&st| st == 200)
+                        .count() as u64
+                })
+                .unwrap()
+        })
+        .collect();
+    let ok: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(
+        ok,
+        CLIENTS * EACH,
+        "every request on every connection answered 200"
+    );
+    let numbers: Vec<u64> = wait_lines(&server.out(), (CLIENTS * EACH) as usize, ARRIVE_TIMEOUT)
+        .iter()
+        .map(|e| trailing_number(message(e)))
+        .collect();
+    assert_each_once(&numbers, CLIENTS * EACH, "2,000 clients × 10 requests");
+
+    // 10,000 connections opened and left idle: a new client is still served.
+    let rss_before = server.peak_rss_kib();
+    let idle: Vec<std::net::TcpStream> = (0..10_000).map(|_| connect(port)).collect();
+    server.wait_metric("loghaul_open_connections", "web", None, 10_000);
+    let body = server.dir.path().join("late.txt");
+    fs::write(&body, b"late 1\n").unwrap();
+    let (status, resp) = post(port, "/", "text/plain", &body, &[]);
+    assert_eq!(status, 200, "{resp}");
+    let rss = server.peak_rss_kib();
+    println!("10,000 idle connections: peak RSS {rss} KiB (before them: {rss_before} KiB)");
+    assert!(
+        rss < 512 * 1024,
+        "10,000 idle connections must not cost unbounded memory: peak RSS {rss} KiB"
+    );
+    drop(idle);
+    server.finish();
+}
