@@ -13,6 +13,7 @@ pub mod console;
 pub mod encoder;
 pub mod file;
 pub mod fluent;
+pub mod http;
 pub mod template;
 
 use std::sync::Arc;
@@ -28,6 +29,7 @@ loghaul_config::component_set! {
         Console(console::ConsoleSinkConfig),
         Blackhole(blackhole::BlackholeSinkConfig),
         Fluent(fluent::FluentSinkConfig),
+        Http(http::HttpSinkConfig),
     }
 }
 

@@ -27,6 +27,7 @@ mod forward_clients;
 mod forward_wire;
 mod framing;
 mod http_server;
+mod http_sink;
 mod listener;
 mod logger;
 mod rsyslog;
