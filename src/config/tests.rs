@@ -319,7 +319,7 @@ fn broken_configs_exact_positions_and_hints() {
             7,
             3,
             "sink `out` has no `type`",
-            "add `type: file` (one of: file, console, blackhole, fluent)",
+            "add `type: file` (one of: file, console, blackhole, fluent, http)",
         ),
         (
             format!("{SRC}sinks:\n  out:\n    type: console\n    inputs: [inn]\n"),
