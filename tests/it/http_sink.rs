@@ -134,3 +134,55 @@ fn http_sink_counts_what_the_server_refuses_for_good_and_keeps_going() {
     a.finish();
     b.finish();
 }
+
+#[test]
+fn http_sink_basic_auth_and_the_start_up_health_check() {
+    let b = Server::start(&receiver("{DIR}/out.jsonl").replace(
+        "ack_timeout: 1s",
+        "ack_timeout: 1s, auth: { username: agent, password: \"pa:ss\" }",
+    ));
+    let port = b.ports.tcp;
+    let a = Server::start(&sender(
+        port,
+        "/in",
+        &format!(
+            ", username: agent, password: \"pa:ss\", healthcheck_uri: \"http://127.0.0.1:{port}/health\""
+        ),
+    ));
+    send_tcp(a.ports.tcp, &numbered(0..20));
+    assert_eq!(wait_raw_lines(&b.out(), 20, ARRIVE_TIMEOUT).len(), 20);
+    assert!(
+        !a.stderr().contains("health check failed"),
+        "{}",
+        tail(&a.stderr(), 2000)
+    );
+    a.finish();
+
+    // A wrong password is permanent (401); a health check against nothing only warns.
+    let dead = free_tcp_port();
+    let c = Server::start(&sender(
+        port,
+        "/in",
+        &format!(
+            ", username: agent, password: wrong, healthcheck_uri: \"http://127.0.0.1:{dead}/health\""
+        ),
+    ));
+    send_tcp(c.ports.tcp, &numbered(100..105));
+    c.wait_metric(
+        "loghaul_component_discarded_events_total",
+        "up",
+        Some("reason=\"write_failed\""),
+        5,
+    );
+    let deadline = Instant::now() + ARRIVE_TIMEOUT;
+    while !c.stderr().contains("health check failed") {
+        assert!(
+            Instant::now() < deadline,
+            "no health-check warning: {}",
+            tail(&c.stderr(), 2000)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.finish();
+    b.finish();
+}

@@ -45,6 +45,14 @@ pub struct RawHttpSink {
     /// `Authorization: Bearer TOKEN`.
     #[serde(default)]
     pub bearer: Option<String>,
+    /// Basic auth, with `password`.
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub password: Option<String>,
+    /// A URL checked with GET at start; anything but 2xx is a warning, not an error.
+    #[serde(default)]
+    pub healthcheck_uri: Option<String>,
     #[serde(default)]
     pub retry: Option<RawRetry>,
 }
@@ -88,7 +96,9 @@ pub struct HttpSinkConfig {
     pub concurrency: usize,
     pub request_timeout: Duration,
     pub headers: Vec<(String, String)>,
-    pub bearer: Option<String>,
+    /// The whole `Authorization` value to send, if any.
+    pub authorization: Option<String>,
+    pub healthcheck_uri: Option<hyper::Uri>,
     pub retry_initial: Duration,
     pub retry_max: Duration,
 }
@@ -102,7 +112,10 @@ impl std::fmt::Debug for HttpSinkConfig {
             .field("compression", &self.compression)
             .field("max_events", &self.max_events)
             .field("concurrency", &self.concurrency)
-            .field("bearer", &self.bearer.as_ref().map(|_| "<redacted>"))
+            .field(
+                "authorization",
+                &self.authorization.as_ref().map(|_| "<redacted>"),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -157,6 +170,36 @@ impl ComponentConfig for HttpSinkConfig {
             DEFAULT_RETRY_MAX,
             true,
         );
+        let authorization = match (s.bearer, s.username, s.password) {
+            (None, None, None) => Some(None),
+            (Some(t), None, None) if !t.is_empty() => Some(Some(format!("Bearer {t}"))),
+            (None, Some(u), Some(p)) if !u.is_empty() => Some(Some(format!(
+                "Basic {}",
+                crate::sources::http_server::config::base64(format!("{u}:{p}").as_bytes())
+            ))),
+            _ => {
+                cx.error(
+                    &["bearer"],
+                    "give either a non-empty `bearer` token, or `username` and `password`",
+                    None,
+                );
+                None
+            }
+        };
+        let healthcheck_uri = match s.healthcheck_uri.as_deref().map(str::parse::<hyper::Uri>) {
+            None => Some(None),
+            Some(Ok(u)) if u.scheme_str() == Some("http") && u.authority().is_some() => {
+                Some(Some(u))
+            }
+            Some(_) => {
+                cx.error(
+                    &["healthcheck_uri"],
+                    "`healthcheck_uri` is not an http:// URI with a host",
+                    None,
+                );
+                None
+            }
+        };
         let uri = uri?;
         let authority = uri.authority().map(|a| {
             if a.port().is_some() {
@@ -176,7 +219,8 @@ impl ComponentConfig for HttpSinkConfig {
             concurrency: concurrency?,
             request_timeout: request_timeout?,
             headers: s.headers.unwrap_or_default().into_iter().collect(),
-            bearer: s.bearer,
+            authorization: authorization?,
+            healthcheck_uri: healthcheck_uri?,
             retry_initial: retry_initial?,
             retry_max: retry_max?,
         })

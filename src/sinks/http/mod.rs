@@ -64,6 +64,15 @@ impl BuildSink for HttpSinkConfig {
 
 async fn run(config: Arc<HttpSinkConfig>, metrics: Arc<ComponentMetrics>, mut input: Input) {
     metrics.set_health(Health::Running, None);
+    if let Some(uri) = config.healthcheck_uri.clone() {
+        // A warning only: the server may come up after loghaul, and requests are retried.
+        let (config, metrics) = (config.clone(), metrics.clone());
+        tokio::spawn(async move {
+            if let Err(why) = healthcheck(&config, uri.clone()).await {
+                tracing::warn!(component = %metrics.id, %uri, reason = %why, "The HTTP sink's health check failed; events are sent (and retried) anyway.");
+            }
+        });
+    }
     let (tx, rx) = mpsc::channel::<Request>(config.concurrency);
     let rx = Arc::new(Mutex::new(rx));
     let workers: Vec<_> = (0..config.concurrency)
@@ -233,6 +242,47 @@ fn jitter(d: Duration) -> Duration {
     d + d.mul_f64(f64::from(noise % 1000) / 2000.0)
 }
 
+/// GET `uri` once; Ok on a 2xx.
+async fn healthcheck(config: &HttpSinkConfig, uri: hyper::Uri) -> Result<(), String> {
+    let authority = uri
+        .authority()
+        .map(|a| {
+            if a.port().is_some() {
+                a.to_string()
+            } else {
+                format!("{}:80", a.host())
+            }
+        })
+        .ok_or("no host")?;
+    let check = async {
+        let stream = tokio::net::TcpStream::connect(&authority)
+            .await
+            .map_err(|e| format!("cannot connect to {authority}: {e}"))?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+        let mut req = hyper::Request::get(uri.clone()).header(header::HOST, authority.as_str());
+        if let Some(value) = &config.authorization {
+            req = req.header(header::AUTHORIZATION, value.as_str());
+        }
+        let req = req
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;
+        if resp.status().is_success() {
+            Ok(())
+        } else {
+            Err(format!("answered {}", resp.status()))
+        }
+    };
+    tokio::time::timeout(config.request_timeout, check)
+        .await
+        .map_err(|_| "no answer in time".to_owned())?
+}
+
 async fn connect(config: &HttpSinkConfig) -> Result<Sender, String> {
     let stream = tokio::time::timeout(
         config.request_timeout,
@@ -283,8 +333,8 @@ async fn attempt(config: &HttpSinkConfig, conn: &mut Option<Sender>, request: &R
     for (k, v) in &config.headers {
         builder = builder.header(k.as_str(), v.as_str());
     }
-    if let Some(token) = &config.bearer {
-        builder = builder.header(header::AUTHORIZATION, format!("Bearer {token}"));
+    if let Some(value) = &config.authorization {
+        builder = builder.header(header::AUTHORIZATION, value.as_str());
     }
     let req = match builder.body(Full::new(request.body.clone())) {
         Ok(r) => r,

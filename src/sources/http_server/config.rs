@@ -110,7 +110,8 @@ pub struct HttpServerConfig {
     pub auth: Option<Auth>,
 }
 
-fn base64(input: &[u8]) -> String {
+/// Standard base64 with padding (RFC 4648), for basic auth headers.
+pub(crate) fn base64(input: &[u8]) -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
     for chunk in input.chunks(3) {
