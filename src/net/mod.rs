@@ -1,6 +1,7 @@
 //! Sockets shared by every component that listens: the one TCP listener ([`listener`]) and
-//! UDP socket set-up ([`udp`]).
+//! UDP socket set-up ([`udp`]); and what HTTP components share ([`http`]).
 
+pub mod http;
 pub mod listener;
 pub mod udp;
 

@@ -120,6 +120,17 @@ impl std::fmt::Debug for HttpSinkConfig {
     }
 }
 
+/// `HOST:PORT` to connect to for an http:// URI (port 80 when it names none).
+pub fn authority(uri: &hyper::Uri) -> Option<String> {
+    uri.authority().map(|a| {
+        if a.port().is_some() {
+            a.to_string()
+        } else {
+            format!("{}:80", a.host())
+        }
+    })
+}
+
 impl ComponentConfig for HttpSinkConfig {
     const TYPE: &'static str = "http";
     type Raw = RawHttpSink;
@@ -170,22 +181,14 @@ impl ComponentConfig for HttpSinkConfig {
             DEFAULT_RETRY_MAX,
             true,
         );
-        let authorization = match (s.bearer, s.username, s.password) {
-            (None, None, None) => Some(None),
-            (Some(t), None, None) if !t.is_empty() => Some(Some(format!("Bearer {t}"))),
-            (None, Some(u), Some(p)) if !u.is_empty() => Some(Some(format!(
-                "Basic {}",
-                crate::sources::http_server::config::base64(format!("{u}:{p}").as_bytes())
-            ))),
-            _ => {
-                cx.error(
-                    &["bearer"],
-                    "give either a non-empty `bearer` token, or `username` and `password`",
-                    None,
-                );
-                None
-            }
-        };
+        let authorization = crate::net::http::authorization(s.bearer, s.username, s.password);
+        if authorization.is_none() {
+            cx.error(
+                &["bearer"],
+                "give either a non-empty `bearer` token, or `username` and `password`",
+                None,
+            );
+        }
         let healthcheck_uri = match s.healthcheck_uri.as_deref().map(str::parse::<hyper::Uri>) {
             None => Some(None),
             Some(Ok(u)) if u.scheme_str() == Some("http") && u.authority().is_some() => {
@@ -201,13 +204,7 @@ impl ComponentConfig for HttpSinkConfig {
             }
         };
         let uri = uri?;
-        let authority = uri.authority().map(|a| {
-            if a.port().is_some() {
-                a.to_string()
-            } else {
-                format!("{}:80", a.host())
-            }
-        })?;
+        let authority = authority(&uri)?;
         Some(HttpSinkConfig {
             uri,
             authority,

@@ -244,26 +244,9 @@ fn jitter(d: Duration) -> Duration {
 
 /// GET `uri` once; Ok on a 2xx.
 async fn healthcheck(config: &HttpSinkConfig, uri: hyper::Uri) -> Result<(), String> {
-    let authority = uri
-        .authority()
-        .map(|a| {
-            if a.port().is_some() {
-                a.to_string()
-            } else {
-                format!("{}:80", a.host())
-            }
-        })
-        .ok_or("no host")?;
+    let authority = config::authority(&uri).ok_or("no host")?;
     let check = async {
-        let stream = tokio::net::TcpStream::connect(&authority)
-            .await
-            .map_err(|e| format!("cannot connect to {authority}: {e}"))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| e.to_string())?;
-        tokio::spawn(async move {
-            let _ = connection.await;
-        });
+        let mut sender = connect(&authority, config.request_timeout).await?;
         let mut req = hyper::Request::get(uri.clone()).header(header::HOST, authority.as_str());
         if let Some(value) = &config.authorization {
             req = req.header(header::AUTHORIZATION, value.as_str());
@@ -283,18 +266,16 @@ async fn healthcheck(config: &HttpSinkConfig, uri: hyper::Uri) -> Result<(), Str
         .map_err(|_| "no answer in time".to_owned())?
 }
 
-async fn connect(config: &HttpSinkConfig) -> Result<Sender, String> {
-    let stream = tokio::time::timeout(
-        config.request_timeout,
-        tokio::net::TcpStream::connect(&config.authority),
-    )
-    .await
-    .map_err(|_| format!("connecting to {} timed out", config.authority))?
-    .map_err(|e| format!("cannot connect to {}: {e}", config.authority))?;
+/// A keep-alive HTTP/1.1 connection to `authority`, its driver spawned.
+async fn connect(authority: &str, timeout: Duration) -> Result<Sender, String> {
+    let stream = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(authority))
+        .await
+        .map_err(|_| format!("connecting to {authority} timed out"))?
+        .map_err(|e| format!("cannot connect to {authority}: {e}"))?;
     let _ = stream.set_nodelay(true);
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| format!("HTTP handshake with {} failed: {e}", config.authority))?;
+        .map_err(|e| format!("HTTP handshake with {authority} failed: {e}"))?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -303,7 +284,7 @@ async fn connect(config: &HttpSinkConfig) -> Result<Sender, String> {
 
 async fn attempt(config: &HttpSinkConfig, conn: &mut Option<Sender>, request: &Request) -> Outcome {
     if conn.as_ref().is_none_or(|c| c.is_closed()) {
-        match connect(config).await {
+        match connect(&config.authority, config.request_timeout).await {
             Ok(c) => *conn = Some(c),
             Err(why) => return Outcome::Retry(why, None),
         }

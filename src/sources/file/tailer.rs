@@ -625,19 +625,31 @@ impl Tailer {
             let Some(mut w) = self.files.remove(&id) else {
                 continue;
             };
-            if let Some(file) = &w.file {
-                match w.fingerprint.check(file) {
-                    Ok(Check::Same(fp)) => {
-                        if fp != w.fingerprint {
-                            w.fingerprint = fp;
-                            self.dirty = true;
-                        }
-                    }
-                    Ok(Check::Different | Check::Shorter) => self.restart_truncated(&mut w),
-                    Err(_) => {}
-                }
-            }
+            self.recheck(&mut w);
             self.files.insert(id, w);
+        }
+    }
+
+    /// Compares an open file's first bytes with its fingerprint: the same content (the
+    /// fingerprint grows with the file) or rewritten, then read again from 0. Returns whether
+    /// it was rewritten. An unreadable prefix changes nothing (the next check tries again).
+    fn recheck(&mut self, w: &mut Watched) -> bool {
+        let Some(file) = &w.file else {
+            return false;
+        };
+        match w.fingerprint.check(file) {
+            Ok(Check::Same(fp)) => {
+                if fp != w.fingerprint {
+                    w.fingerprint = fp;
+                    self.dirty = true;
+                }
+                false
+            }
+            Ok(Check::Different | Check::Shorter) => {
+                self.restart_truncated(w);
+                true
+            }
+            Err(_) => false,
         }
     }
 
@@ -743,23 +755,11 @@ impl Tailer {
             w.at_eof = true;
             return 0;
         }
-        if w.at_eof {
-            // A file that was at its end grew: make sure it is still the same content before
-            // reading on at the old offset (copytruncate, then more written than was read:
-            // the size alone cannot tell).
-            match w.fingerprint.check(file) {
-                Ok(Check::Same(fp)) => {
-                    if fp != w.fingerprint {
-                        w.fingerprint = fp;
-                        self.dirty = true;
-                    }
-                }
-                Ok(Check::Different | Check::Shorter) => {
-                    self.restart_truncated(w);
-                    return 1;
-                }
-                Err(_) => {}
-            }
+        // A file that was at its end grew: make sure it is still the same content before
+        // reading on at the old offset (copytruncate, then more written than was read: the size
+        // alone cannot tell).
+        if w.at_eof && self.recheck(w) {
+            return 1;
         }
         let want = (self.config.max_read_size as u64).min(available) as usize;
         let base = b.arena.len();
@@ -767,6 +767,10 @@ impl Tailer {
         b.arena.reserve(from + want + w.path.as_os_str().len() + 64);
         b.arena.extend_from_slice(&w.carry);
         b.arena.resize(base + from + want, 0);
+        let Some(file) = &w.file else {
+            b.arena.truncate(base);
+            return 0;
+        };
         let read = pread_full(file, &mut b.arena[base + from..], w.read_pos);
         let n = match read {
             Ok(n) => n,

@@ -8,6 +8,8 @@ use loghaul_config::raw::{RawDuration, RawSize};
 use loghaul_config::{ComponentConfig, Resource, Validator};
 use serde::Deserialize;
 
+use crate::net::http::authorization;
+
 pub const DEFAULT_ADDRESS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8080);
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// Default `max_body_size`: 10MiB as sent (compressed or not).
@@ -110,28 +112,6 @@ pub struct HttpServerConfig {
     pub auth: Option<Auth>,
 }
 
-/// Standard base64 with padding (RFC 4648), for basic auth headers.
-pub(crate) fn base64(input: &[u8]) -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(input.len().div_ceil(3) * 4);
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 impl ComponentConfig for HttpServerConfig {
     const TYPE: &'static str = "http_server";
     type Raw = RawHttpServer;
@@ -190,21 +170,13 @@ impl ComponentConfig for HttpServerConfig {
             DEFAULT_ACK_TIMEOUT,
             true,
         );
-        let auth = match s.auth {
+        let auth = match s
+            .auth
+            .map(|a| authorization(a.bearer, a.username, a.password))
+        {
             None => None,
-            Some(RawAuth {
-                bearer: Some(t),
-                username: None,
-                password: None,
-            }) if !t.is_empty() => Some(Auth::Header(format!("Bearer {t}"))),
-            Some(RawAuth {
-                bearer: None,
-                username: Some(u),
-                password: Some(p),
-            }) if !u.is_empty() => Some(Auth::Header(format!(
-                "Basic {}",
-                base64(format!("{u}:{p}").as_bytes())
-            ))),
+            Some(Some(Some(header))) => Some(Auth::Header(header)),
+            // `auth:` given but empty or mixed.
             Some(_) => {
                 cx.error(
                     &["auth"],
@@ -239,25 +211,5 @@ impl ComponentConfig for HttpServerConfig {
 
     fn resources(&self) -> Vec<Resource> {
         vec![Resource::tcp(self.address, "address")]
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn base64_matches_rfc_4648_vectors() {
-        for (i, o) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64(i.as_bytes()), o);
-        }
     }
 }
