@@ -369,17 +369,8 @@ fn go_fluent_logger_acks_and_subsecond_times() {
 fn unwritable_file_sink_withholds_acks_until_it_recovers() {
     const COUNT: u64 = 200;
     const NODE_COUNT: u64 = 100;
-    let block_dir = tempfile::Builder::new()
-        .prefix("loghaul-it-block-")
-        .tempdir()
-        .expect("temp dir");
-    let blocker = block_dir.path().join("blocked");
-    fs::write(
-        &blocker,
-        "a regular file where the sink wants a directory\n",
-    )
-    .expect("blocker");
-    let out = blocker.join("out.jsonl");
+    let blocked = BlockedOutput::new();
+    let out = blocked.out.clone();
     let server = Server::start(&FLUENT_TO_FILE.replace("{DIR}/out.jsonl", &out.to_string_lossy()));
     let raw_run = run_id("raw");
 
@@ -483,7 +474,7 @@ fn unwritable_file_sink_withholds_acks_until_it_recovers() {
     );
 
     // Unblock: the sink creates the directory on its next write.
-    fs::remove_file(&blocker).expect("remove the blocking file");
+    blocked.unblock();
     let recovered = Instant::now();
     client.wait_success(CLIENT_TIMEOUT, COUNT);
     // The test retries the node client until one run succeeds (the first should).

@@ -1098,6 +1098,41 @@ pub fn wait_udp_queue_settled(port: u16) {
     panic!("loghaul's UDP receive queue never settled (rx_queue {last:?})");
 }
 
+/// An output path a file sink cannot write to until [`BlockedOutput::unblock`]: a regular file
+/// stands where the sink wants a directory.
+pub struct BlockedOutput {
+    _dir: tempfile::TempDir,
+    blocker: PathBuf,
+    /// The sink's `path`.
+    pub out: PathBuf,
+}
+
+impl BlockedOutput {
+    pub fn new() -> BlockedOutput {
+        let dir = tempfile::Builder::new()
+            .prefix("loghaul-it-block-")
+            .tempdir()
+            .expect("temp dir");
+        let blocker = dir.path().join("blocked");
+        fs::write(
+            &blocker,
+            "a regular file where the sink wants a directory\n",
+        )
+        .expect("write the blocking file");
+        let out = blocker.join("out.jsonl");
+        BlockedOutput {
+            _dir: dir,
+            blocker,
+            out,
+        }
+    }
+
+    /// Removes the blocking file: the sink can create its directory and write.
+    pub fn unblock(&self) {
+        fs::remove_file(&self.blocker).expect("remove the blocking file");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

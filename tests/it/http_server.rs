@@ -260,15 +260,9 @@ fn http_server_refusals_say_why() {
 
 #[test]
 fn http_server_acknowledges_only_what_the_sink_wrote() {
-    // The sink wants a directory where a regular file stands: it cannot write until the file
-    // is removed.
-    let block = tempfile::Builder::new()
-        .prefix("loghaul-it-block-")
-        .tempdir()
-        .unwrap();
-    let blocker = block.path().join("blocked");
-    fs::write(&blocker, "a file where the sink wants a directory\n").unwrap();
-    let out = blocker.join("out.jsonl");
+    // The sink cannot write until it is unblocked.
+    let blocked = BlockedOutput::new();
+    let out = blocked.out.clone();
     let server = Server::start(&config(", ack_timeout: 1s", &out.to_string_lossy()));
     let port = server.ports.tcp;
     let body = server.dir.path().join("b.txt");
@@ -277,7 +271,7 @@ fn http_server_acknowledges_only_what_the_sink_wrote() {
     let mut refused = 0;
     for i in 0..40u64 {
         if i == 20 {
-            fs::remove_file(&blocker).unwrap();
+            blocked.unblock();
         }
         fs::write(&body, format!("ack {i}\n")).unwrap();
         let (status, resp) = post(port, "/", "text/plain", &body, &["-D", "-"]);

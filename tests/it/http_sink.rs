@@ -63,13 +63,8 @@ fn http_sink_to_http_server_delivers_a_million_events() {
 
 #[test]
 fn http_sink_retries_while_the_server_cannot_write_and_loses_nothing() {
-    let block = tempfile::Builder::new()
-        .prefix("loghaul-it-block-")
-        .tempdir()
-        .unwrap();
-    let blocker = block.path().join("blocked");
-    fs::write(&blocker, "a file where the sink wants a directory\n").unwrap();
-    let out = blocker.join("out.jsonl");
+    let blocked = BlockedOutput::new();
+    let out = blocked.out.clone();
     let b = Server::start(&receiver(&out.to_string_lossy()));
     let a = Server::start(&sender(b.ports.tcp, "/in", ", max_events: 100"));
     send_tcp(a.ports.tcp, &numbered(0..1000));
@@ -84,7 +79,7 @@ fn http_sink_retries_while_the_server_cannot_write_and_loses_nothing() {
         a.metric("loghaul_component_sent_events_total", "up", None),
         0
     );
-    fs::remove_file(&blocker).unwrap();
+    blocked.unblock();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let got: Vec<u64> = fs::read_to_string(&out)

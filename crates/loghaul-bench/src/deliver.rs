@@ -187,16 +187,7 @@ impl Tier {
             procs: Vec::new(),
         };
         for c in list {
-            let stderr = dir.join(format!("stderr-{}.log", c.name));
-            let mut g = scenario::spawn(
-                &c.program,
-                &c.args,
-                &[],
-                dir,
-                &dir.join(format!("stdout-{}.log", c.name)),
-                &stderr,
-            )?;
-            scenario::wait_ready(&mut g, &c.ready, c.port, &stderr, Duration::from_secs(30))
+            let (mut g, stderr) = scenario::start_companion(c, dir)
                 .with_context(|| format!("starting {}", c.name))?;
             let pid = g.child()?.id();
             tier.guards.push(g);

@@ -533,6 +533,38 @@ pub(crate) fn spawn(
     Ok(ChildGuard(Some(child)))
 }
 
+/// `Failed` with the end of its stderr if the subject has exited while it should be running.
+pub(crate) fn exited(guard: &mut ChildGuard, stderr_log: &Path) -> Result<Option<Status>> {
+    if guard
+        .child()?
+        .try_wait()
+        .context("polling the subject")?
+        .is_none()
+    {
+        return Ok(None);
+    }
+    Ok(Some(Status::Failed(format!(
+        "the subject exited during the run; stderr: {}",
+        tail_of(stderr_log)
+    ))))
+}
+
+/// Starts a companion process (a relay's receiver, a tier of a tree) with its output in `dir`,
+/// and waits until it is ready. Returns its guard and the file its stderr goes to.
+pub(crate) fn start_companion(c: &Companion, dir: &Path) -> Result<(ChildGuard, PathBuf)> {
+    let stderr = dir.join(format!("stderr-{}.log", c.name));
+    let mut g = spawn(
+        &c.program,
+        &c.args,
+        &[],
+        dir,
+        &dir.join(format!("stdout-{}.log", c.name)),
+        &stderr,
+    )?;
+    wait_ready(&mut g, &c.ready, c.port, &stderr, Duration::from_secs(30))?;
+    Ok((g, stderr))
+}
+
 /// One run of one subject.
 fn run_one(
     plan: &Plan,
@@ -547,17 +579,8 @@ fn run_one(
     // A relay's receiver first: the process in front of it connects to it.
     let mut companions: Vec<(ChildGuard, PathBuf, &Companion)> = Vec::new();
     for c in &launch.companions {
-        let stderr = dir.join(format!("stderr-{}.log", c.name));
-        let mut g = spawn(
-            &c.program,
-            &c.args,
-            &[],
-            dir,
-            &dir.join(format!("stdout-{}.log", c.name)),
-            &stderr,
-        )?;
-        wait_ready(&mut g, &c.ready, c.port, &stderr, Duration::from_secs(30))
-            .with_context(|| format!("its process {}", c.name))?;
+        let (g, stderr) =
+            start_companion(c, dir).with_context(|| format!("its process {}", c.name))?;
         companions.push((g, stderr, c));
     }
     let stderr_log = dir.join("stderr.log");
@@ -681,16 +704,8 @@ fn run_one(
             status = Status::Complete;
             break;
         }
-        if guard
-            .child()?
-            .try_wait()
-            .context("polling the subject")?
-            .is_some()
-        {
-            status = Status::Failed(format!(
-                "the subject exited during the run; stderr: {}",
-                tail_of(&stderr_log)
-            ));
+        if let Some(failed) = exited(&mut guard, &stderr_log)? {
+            status = failed;
             break;
         }
         let mut exited = None;

@@ -182,16 +182,8 @@ pub(crate) fn run_one(
                 break;
             }
         }
-        if guard
-            .child()?
-            .try_wait()
-            .context("polling the subject")?
-            .is_some()
-        {
-            status = Status::Failed(format!(
-                "the subject exited during the run; stderr: {}",
-                scenario::tail_of(&stderr_log)
-            ));
+        if let Some(failed) = scenario::exited(&mut guard, &stderr_log)? {
+            status = failed;
             break;
         }
         if last_change.elapsed() >= plan.idle_timeout {
