@@ -1,7 +1,10 @@
 //! The `http` sink against loghaul's own `http_server` source: a chain A (syslog → http sink) →
 //! B (http_server → file) that delivers a million numbered events with acknowledgements on;
-//! a receiver that cannot write (it answers 503) until it recovers, with nothing lost; and a
-//! server that refuses for good (404), counted as rejected while the sink keeps going.
+//! a receiver that cannot write (it answers 503) until it recovers, with nothing lost; a server
+//! that refuses for good (404), counted as rejected while the sink keeps going; a URI and a
+//! header templated over a field, routing events to paths (and tags) of the receiver; and
+//! `concurrency: adaptive` rising, falling while the receiver is gone and then answering 503,
+//! and rising again once it recovers, with nothing lost.
 
 use std::fs;
 use std::time::{Duration, Instant};
@@ -180,4 +183,155 @@ fn http_sink_basic_auth_and_the_start_up_health_check() {
     }
     c.finish();
     b.finish();
+}
+
+/// RFC 5424 lines numbered `range`, whose app name cycles through `alpha`, `beta` and none (`-`).
+fn numbered_apps(range: std::ops::Range<u64>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for i in range {
+        let app = ["alpha", "beta", "-"][(i % 3) as usize];
+        out.extend_from_slice(
+            format!("<13>1 2024-05-01T10:00:00Z host {app} - - - routed {i}\n").as_bytes(),
+        );
+    }
+    out
+}
+
+#[test]
+fn http_sink_templated_uri_and_headers_route_events_by_field() {
+    const N: u64 = 300;
+    let b = Server::start(
+        r#"api: { address: "127.0.0.1:{API}" }
+sources:
+  web: { type: http_server, address: "127.0.0.1:{TCP}", paths: ["/logs"], tag_from_path: true, headers: ["x-app"] }
+sinks:
+  out: { type: file, inputs: [web], path: "{DIR}/out.jsonl", encoding: json, flush_interval: 50ms }
+"#,
+    );
+    let a = Server::start(&format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+sources:
+  in: {{ type: syslog, mode: tcp, address: "127.0.0.1:{{TCP}}", format: rfc5424 }}
+sinks:
+  up:
+    type: http
+    inputs: [in]
+    uri: "http://127.0.0.1:{port}/logs/{{{{ appname }}}}"
+    headers: {{ X-App: "app-{{{{ appname }}}}", Content-Type: "application/x-ndjson; charset=utf-8" }}
+    max_events: 7
+"#,
+        port = b.ports.tcp
+    ));
+    send_tcp(a.ports.tcp, &numbered_apps(0..N));
+    let events = wait_lines(&b.out(), N as usize, ARRIVE_TIMEOUT);
+    let mut numbers = Vec::new();
+    for e in &events {
+        let i = trailing_number(message(e));
+        numbers.push(i);
+        // A missing app name renders `-`, as in file paths and fluent tags.
+        let app = ["alpha", "beta", "-"][(i % 3) as usize];
+        assert_eq!(e["tag"], app, "the path carried the app name: {e}");
+        assert_eq!(e["x-app"], format!("app-{app}"), "the header too: {e}");
+    }
+    assert_each_once(&numbers, N, "routed events");
+    // Every third event had no app name: counted, and sent all the same.
+    assert_eq!(
+        a.metric(
+            "loghaul_http_sink_template_missing_events_total",
+            "up",
+            None
+        ),
+        N / 3
+    );
+    a.finish();
+    b.finish();
+}
+
+#[test]
+fn http_sink_adaptive_concurrency_falls_under_503_and_rises_again_losing_nothing() {
+    const LIMIT: &str = "loghaul_http_sink_concurrency_limit";
+    let out1 = tempfile::Builder::new()
+        .prefix("loghaul-it-arc-")
+        .tempdir()
+        .expect("temp dir");
+    let out1_path = out1.path().join("out.jsonl");
+    let b1 = Server::start(&receiver(&out1_path.to_string_lossy()));
+    let port = b1.ports.tcp;
+    let a = Server::start(&sender(
+        port,
+        "/in",
+        ", max_events: 20, concurrency: adaptive, max_concurrency: 16",
+    ));
+    assert_eq!(a.metric(LIMIT, "up", None), 1, "adaptive starts at one");
+
+    // 1. A receiver that keeps up: with requests queueing for a slot, the limit climbs.
+    let mut next = 0;
+    let mut peak = 1;
+    for _ in 0..40 {
+        send_tcp(a.ports.tcp, &numbered(next..next + 5000));
+        next += 5000;
+        std::thread::sleep(Duration::from_millis(200));
+        peak = peak.max(a.metric(LIMIT, "up", None));
+        if peak >= 3 {
+            break;
+        }
+    }
+    assert!(peak >= 3, "the limit never rose past {peak}");
+
+    // 2. The receiver goes away (connection errors), then comes back on the same port unable to
+    // write (503): the limit is cut to 1 while events pile up upstream.
+    b1.finish();
+    let phase2 = next..next + 20_000;
+    next = phase2.end;
+    let a_port = a.ports.tcp;
+    let feeder = std::thread::spawn(move || send_tcp(a_port, &numbered(phase2)));
+    a.wait_metric_eq(LIMIT, "up", None, 1);
+    let blocked = BlockedOutput::new();
+    let b2 = Server::start(
+        &receiver(&blocked.out.to_string_lossy())
+            .replace("127.0.0.1:{TCP}", &format!("127.0.0.1:{port}")),
+    );
+    b2.wait_metric(
+        "loghaul_component_errors_total",
+        "web",
+        Some("kind=\"ack\""),
+        2,
+    );
+    assert_eq!(a.metric(LIMIT, "up", None), 1, "503s keep the limit down");
+
+    // 3. It recovers: the backlog drains, the limit rises again, and every event arrived at one
+    // receiver or the other (at least once).
+    blocked.unblock();
+    feeder.join().expect("the feeding thread");
+    a.wait_metric(LIMIT, "up", None, 2);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let got: Vec<u64> = [&out1_path, &blocked.out]
+            .iter()
+            .flat_map(|p| {
+                fs::read_to_string(p)
+                    .unwrap_or_default()
+                    .lines()
+                    .map(trailing_number)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        let (counts, out_of_range) = tally(&got, next);
+        assert!(out_of_range.is_empty(), "{out_of_range:?}");
+        let missing = counts.iter().filter(|&&c| c == 0).count();
+        if missing == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{missing} of {next} events never arrived"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        a.metric("loghaul_component_discarded_events_total", "up", None),
+        0
+    );
+    a.finish();
+    b2.finish();
 }

@@ -1,21 +1,32 @@
 //! The `http` sink: events POSTed in batches (NDJSON, a JSON array or text; gzip or zstd) over
-//! keep-alive connections, `concurrency` requests in flight, retried with backoff until the
-//! server takes them; acknowledged only on a 2xx.
+//! keep-alive connections pooled per `HOST:PORT`, as many requests in flight as `concurrency`
+//! allows (a fixed number, or `adaptive`: see [`concurrency`]), retried with backoff until the
+//! server takes them; acknowledged only on a 2xx. The URI and header values may be templates over
+//! the events' fields: each request then holds events of one rendered target (see
+//! [`partition`]).
 //!
 //! ```text
-//! input ─► encode into the request being filled ─(max_events | max_bytes | timeout)─► compress
-//!       ─► bounded channel ─► N workers, one keep-alive connection each ─► POST
+//! input ─► partition (by rendered uri + headers, when templated) ─► encode into that target's
+//!          request ─(max_events | max_bytes | timeout)─► compress ─► bounded channel
+//!       ─► workers (one per slot) ─► wait for a slot of the limiter ─► POST on a pooled connection
 //!          2xx: commit Delivered   408, 429, 5xx, timeout, connection error: back off (Retry-After
 //!          honoured) and send again   other 4xx: commit Rejected, counted, logged with the status
 //! ```
 //!
 //! While the server refuses or is down, workers hold their requests, the channel and then the
 //! input queue fill, and the sources feeding the sink push back: nothing is dropped for a
-//! retryable failure. A batch spanning requests holds an acknowledgement in each.
+//! retryable failure. A batch spanning requests holds an acknowledgement in each. Each worker
+//! holds at most one request, so at most `concurrency` (or `max_concurrency`) requests are held
+//! besides the channel's.
 
+pub mod concurrency;
 pub mod config;
+pub mod partition;
+pub mod target;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -24,29 +35,28 @@ use hyper::header::{self, HeaderValue};
 use hyper_util::rt::TokioIo;
 use loghaul_core::BatchStatus;
 use loghaul_core::finalizer::Ack;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::mpsc;
 
+use concurrency::{Limiter, Signal};
+use config::Compression;
 pub use config::HttpSinkConfig;
-use config::{Compression, Encoding};
+use partition::{Batcher, Ready};
+use target::Target;
 
 use super::{BuildSink, BuiltSink, SinkContext, SinkThread};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::pipeline::{Input, QUEUE_BATCHES};
+
+/// Requests filled and waiting for a worker. Small: the workers hold the ones being sent, and
+/// past this the input queue pushes back on the sources.
+const CHANNEL_REQUESTS: usize = 4;
 
 /// One request's worth of events.
 struct Request {
     body: Bytes,
     events: usize,
     acks: Vec<Ack>,
-}
-
-/// The request being filled.
-#[derive(Default)]
-struct Filling {
-    buf: Vec<u8>,
-    events: usize,
-    acks: Vec<Ack>,
-    since: Option<tokio::time::Instant>,
+    target: Arc<Target>,
 }
 
 impl BuildSink for HttpSinkConfig {
@@ -73,62 +83,75 @@ async fn run(config: Arc<HttpSinkConfig>, metrics: Arc<ComponentMetrics>, mut in
             }
         });
     }
-    let (tx, rx) = mpsc::channel::<Request>(config.concurrency);
-    let rx = Arc::new(Mutex::new(rx));
-    let workers: Vec<_> = (0..config.concurrency)
-        .map(|_| tokio::spawn(worker(config.clone(), metrics.clone(), rx.clone())))
+    let mut batcher = match Batcher::new(config.clone(), metrics.clone()) {
+        Ok(b) => b,
+        Err(why) => {
+            // Validation built the same target, so this is a bug, not a config error.
+            tracing::error!(component = %metrics.id, reason = %why, "The HTTP sink cannot build its requests.");
+            metrics.set_health(Health::Degraded, Some(why));
+            return;
+        }
+    };
+    let missing = config.is_templated().then(|| {
+        metrics.counter(
+            "loghaul_http_sink_template_missing_events_total",
+            "Events sent with `-` for a template field (uri, headers) they do not have.",
+            &[],
+        )
+    });
+    let slots = config.concurrency.slots();
+    let limiter = Arc::new(Limiter::new(config.concurrency, &metrics));
+    let pool = Arc::new(Pool::new(slots));
+    let (tx, rx) = mpsc::channel::<Request>(CHANNEL_REQUESTS.min(slots));
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    let workers: Vec<_> = (0..slots)
+        .map(|_| {
+            let shared = Shared {
+                config: config.clone(),
+                metrics: metrics.clone(),
+                limiter: limiter.clone(),
+                pool: pool.clone(),
+            };
+            tokio::spawn(worker(shared, rx.clone()))
+        })
         .collect();
-    let mut filling = Filling::default();
+    let mut ready: Vec<Ready> = Vec::new();
     loop {
-        let deadline = filling.since.map(|t| t + config.timeout);
+        let deadline = batcher.next_deadline();
         tokio::select! {
             delivery = input.recv() => {
                 let Some(delivery) = delivery else { break };
                 let batch = delivery.batch.clone();
-                let mut in_this_request = false;
+                batcher.begin();
                 for event in &batch.events {
-                    if !in_this_request {
-                        // Each request holding some of this batch's events reports on it.
-                        filling.acks.push(batch.finalizer.ack());
-                        in_this_request = true;
-                    }
-                    if filling.events == 0 {
-                        filling.since = Some(tokio::time::Instant::now());
-                        if config.encoding == Encoding::JsonArray {
-                            filling.buf.push(b'[');
-                        }
-                    } else if config.encoding == Encoding::JsonArray {
-                        filling.buf.push(b',');
-                    }
-                    match config.encoding {
-                        Encoding::Text => loghaul_codec::encode::encode_text(&batch, event, &mut filling.buf),
-                        Encoding::Ndjson => loghaul_codec::encode::encode_json(&batch, event, &mut filling.buf),
-                        Encoding::JsonArray => {
-                            loghaul_codec::encode::encode_json(&batch, event, &mut filling.buf);
-                            if filling.buf.last() == Some(&b'\n') {
-                                filling.buf.pop();
-                            }
-                        }
-                    }
-                    filling.events += 1;
-                    if filling.events >= config.max_events || filling.buf.len() >= config.max_bytes {
-                        let full = std::mem::take(&mut filling);
+                    batcher.add(&batch, event, &mut ready);
+                    for full in ready.drain(..) {
                         send(&config, &tx, full).await;
-                        in_this_request = false;
                     }
                 }
                 drop(batch);
+                let stats = batcher.take_stats();
+                if let Some(counter) = &missing {
+                    counter.fetch_add(i64::try_from(stats.missing).unwrap_or(i64::MAX), Ordering::Relaxed);
+                }
+                if stats.invalid > 0 {
+                    metrics.discarded(DiscardReason::Invalid, stats.invalid);
+                }
                 // The requests' own acks carry this batch's fate.
                 delivery.ack.commit(BatchStatus::Delivered);
             }
             () = sleep_until(deadline) => {
-                let full = std::mem::take(&mut filling);
-                send(&config, &tx, full).await;
+                batcher.expire(tokio::time::Instant::now(), &mut ready);
+                for full in ready.drain(..) {
+                    send(&config, &tx, full).await;
+                }
             }
         }
     }
-    let last = std::mem::take(&mut filling);
-    send(&config, &tx, last).await;
+    batcher.flush(&mut ready);
+    for full in ready.drain(..) {
+        send(&config, &tx, full).await;
+    }
     drop(tx);
     for w in workers {
         let _ = w.await;
@@ -145,11 +168,15 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 
 /// Finishes and compresses a request and hands it to the workers (waiting while they are all
 /// busy: back-pressure).
-async fn send(config: &HttpSinkConfig, tx: &mpsc::Sender<Request>, mut filling: Filling) {
+async fn send(config: &HttpSinkConfig, tx: &mpsc::Sender<Request>, ready: Ready) {
+    let Ready {
+        mut filling,
+        target,
+    } = ready;
     if filling.events == 0 {
         return;
     }
-    if config.encoding == Encoding::JsonArray {
+    if config.encoding == config::Encoding::JsonArray {
         filling.buf.push(b']');
     }
     let body = match config.compression {
@@ -172,13 +199,15 @@ async fn send(config: &HttpSinkConfig, tx: &mpsc::Sender<Request>, mut filling: 
         body: Bytes::from(body),
         events: filling.events,
         acks: filling.acks,
+        target,
     };
     // A closed channel means every worker is gone: the acks drop uncommitted (Errored).
     let _ = tx.send(request).await;
 }
 
 enum Outcome {
-    Done,
+    /// Answered 2xx after this round trip.
+    Done(Duration),
     /// Try again after the server's `Retry-After`, if it gave one.
     Retry(String, Option<Duration>),
     /// The server refused these events for good.
@@ -187,12 +216,21 @@ enum Outcome {
 
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
 
-async fn worker(
+/// What every worker shares.
+struct Shared {
     config: Arc<HttpSinkConfig>,
     metrics: Arc<ComponentMetrics>,
-    rx: Arc<Mutex<mpsc::Receiver<Request>>>,
-) {
-    let mut conn: Option<Sender> = None;
+    limiter: Arc<Limiter>,
+    pool: Arc<Pool>,
+}
+
+async fn worker(shared: Shared, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Request>>>) {
+    let Shared {
+        config,
+        metrics,
+        limiter,
+        pool,
+    } = shared;
     loop {
         let request = {
             let mut rx = rx.lock().await;
@@ -201,8 +239,17 @@ async fn worker(
         let Some(request) = request else { return };
         let mut backoff = config.retry_initial;
         loop {
-            match attempt(&config, &mut conn, &request).await {
-                Outcome::Done => {
+            // A slot per attempt, not per request: a request backing off leaves its slot to
+            // others, and a lowered limit applies to retries at once.
+            let permit = limiter.acquire().await;
+            let outcome = attempt(&config, &pool, &request).await;
+            permit.finish(match &outcome {
+                Outcome::Done(rtt) => Signal::Success(*rtt),
+                Outcome::Retry(..) => Signal::BackPressure,
+                Outcome::Permanent(..) => Signal::Neutral,
+            });
+            match outcome {
+                Outcome::Done(_) => {
                     metrics.sent(request.events, request.body.len());
                     if metrics.health().0 == Health::Degraded {
                         metrics.set_health(Health::Running, None);
@@ -215,7 +262,7 @@ async fn worker(
                 Outcome::Permanent(status, excerpt) => {
                     metrics.discarded(DiscardReason::WriteFailed, request.events as u64);
                     metrics.error(ErrorKind::Ack, 1);
-                    crate::warn_limited!(metrics, status, body = %excerpt, events = request.events, "The server refused events for good; they are reported rejected.");
+                    crate::warn_limited!(metrics, status, uri = %request.target.uri, body = %excerpt, events = request.events, "The server refused events for good; they are reported rejected.");
                     for ack in request.acks {
                         ack.commit(BatchStatus::Rejected);
                     }
@@ -240,6 +287,69 @@ fn jitter(d: Duration) -> Duration {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |t| t.subsec_nanos());
     d + d.mul_f64(f64::from(noise % 1000) / 2000.0)
+}
+
+/// The most authorities whose idle connections are kept: a templated host of high cardinality
+/// reconnects rather than holding a socket per host.
+const POOL_AUTHORITIES: usize = 64;
+
+/// Idle keep-alive connections by `HOST:PORT`: a worker takes one for an attempt and puts it
+/// back once the answer was read whole, so connections are reused across workers and a
+/// templated URI's hosts each get their own.
+struct Pool {
+    idle: Mutex<HashMap<String, Vec<Sender>>>,
+    /// Idle connections kept per authority: no more than could be in flight at once.
+    per_authority: usize,
+}
+
+impl Pool {
+    fn new(per_authority: usize) -> Pool {
+        Pool {
+            idle: Mutex::new(HashMap::new()),
+            per_authority,
+        }
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, HashMap<String, Vec<Sender>>> {
+        // Only whole pushes and pops happen under the lock: a poisoned map is still sound.
+        self.idle.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An idle connection to `authority` that the server has not closed, if any.
+    fn take(&self, authority: &str) -> Option<Sender> {
+        let mut idle = self.idle();
+        let list = idle.get_mut(authority)?;
+        while let Some(sender) = list.pop() {
+            if !sender.is_closed() {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    fn put(&self, authority: &str, sender: Sender) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.idle();
+        if let Some(list) = idle.get_mut(authority) {
+            if list.len() < self.per_authority {
+                list.push(sender);
+            }
+            return;
+        }
+        if idle.len() >= POOL_AUTHORITIES {
+            idle.retain(|_, list| {
+                list.retain(|s| !s.is_closed());
+                !list.is_empty()
+            });
+            if idle.len() >= POOL_AUTHORITIES {
+                // Full of live connections to other hosts: this one is simply not kept.
+                return;
+            }
+        }
+        idle.insert(authority.to_owned(), vec![sender]);
+    }
 }
 
 /// GET `uri` once; Ok on a 2xx.
@@ -282,50 +392,43 @@ async fn connect(authority: &str, timeout: Duration) -> Result<Sender, String> {
     Ok(sender)
 }
 
-async fn attempt(config: &HttpSinkConfig, conn: &mut Option<Sender>, request: &Request) -> Outcome {
-    if conn.as_ref().is_none_or(|c| c.is_closed()) {
-        match connect(&config.authority, config.request_timeout).await {
-            Ok(c) => *conn = Some(c),
-            Err(why) => return Outcome::Retry(why, None),
-        }
+/// A connection to `authority` ready for a request: a pooled one, or a new one when there is
+/// none or the pooled one turns out to be gone (the server closed it while it was idle, which
+/// is no sign of load and so no reason to retry or to lower the limit).
+async fn ready_connection(
+    config: &HttpSinkConfig,
+    pool: &Pool,
+    authority: &str,
+) -> Result<Sender, String> {
+    if let Some(mut sender) = pool.take(authority)
+        && sender.ready().await.is_ok()
+    {
+        return Ok(sender);
     }
-    let Some(sender) = conn.as_mut() else {
-        return Outcome::Retry("no connection".into(), None);
+    let mut sender = connect(authority, config.request_timeout).await?;
+    sender
+        .ready()
+        .await
+        .map_err(|e| format!("connection lost: {e}"))?;
+    Ok(sender)
+}
+
+async fn attempt(config: &HttpSinkConfig, pool: &Pool, request: &Request) -> Outcome {
+    let target = &request.target;
+    let mut sender = match ready_connection(config, pool, &target.authority).await {
+        Ok(s) => s,
+        Err(why) => return Outcome::Retry(why, None),
     };
-    if let Err(e) = sender.ready().await {
-        *conn = None;
-        return Outcome::Retry(format!("connection lost: {e}"), None);
-    }
-    let mut builder = hyper::Request::post(config.uri.clone())
-        .header(header::HOST, config.authority.as_str())
-        .header(
-            header::CONTENT_TYPE,
-            match config.encoding {
-                Encoding::Ndjson => "application/x-ndjson",
-                Encoding::JsonArray => "application/json",
-                Encoding::Text => "text/plain",
-            },
-        );
-    match config.compression {
-        Compression::None => {}
-        Compression::Gzip => builder = builder.header(header::CONTENT_ENCODING, "gzip"),
-        Compression::Zstd => builder = builder.header(header::CONTENT_ENCODING, "zstd"),
-    }
-    for (k, v) in &config.headers {
-        builder = builder.header(k.as_str(), v.as_str());
-    }
-    if let Some(value) = &config.authorization {
-        builder = builder.header(header::AUTHORIZATION, value.as_str());
-    }
-    let req = match builder.body(Full::new(request.body.clone())) {
-        Ok(r) => r,
-        Err(e) => return Outcome::Permanent(0, format!("the request cannot be built: {e}")),
-    };
+    let mut req = hyper::Request::new(Full::new(request.body.clone()));
+    *req.method_mut() = hyper::Method::POST;
+    *req.uri_mut() = target.uri.clone();
+    *req.headers_mut() = target.headers.clone();
     let started = Instant::now();
+    // A connection whose request failed or timed out is dropped, never pooled: its state is
+    // unknown.
     let response =
         match tokio::time::timeout(config.request_timeout, sender.send_request(req)).await {
             Err(_) => {
-                *conn = None;
                 return Outcome::Retry(
                     format!(
                         "no answer within request_timeout ({:?})",
@@ -334,10 +437,7 @@ async fn attempt(config: &HttpSinkConfig, conn: &mut Option<Sender>, request: &R
                     None,
                 );
             }
-            Ok(Err(e)) => {
-                *conn = None;
-                return Outcome::Retry(format!("request failed: {e}"), None);
-            }
+            Ok(Err(e)) => return Outcome::Retry(format!("request failed: {e}"), None),
             Ok(Ok(r)) => r,
         };
     let status = response.status();
@@ -349,14 +449,16 @@ async fn attempt(config: &HttpSinkConfig, conn: &mut Option<Sender>, request: &R
         .map(|s| Duration::from_secs(s.min(300)));
     // The body is read whole (bounded by the deadline) so the connection can be used again.
     let left = config.request_timeout.saturating_sub(started.elapsed());
-    let body = tokio::time::timeout(left, response.into_body().collect())
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .map(|b| b.to_bytes())
-        .unwrap_or_default();
+    let body = match tokio::time::timeout(left, response.into_body().collect()).await {
+        Ok(Ok(b)) => {
+            pool.put(&target.authority, sender);
+            b.to_bytes()
+        }
+        _ => Bytes::new(),
+    };
+    let rtt = started.elapsed();
     if status.is_success() {
-        return Outcome::Done;
+        return Outcome::Done(rtt);
     }
     let code = status.as_u16();
     let excerpt = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
