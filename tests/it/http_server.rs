@@ -170,6 +170,63 @@ fn http_server_curl_posts_every_format_and_encoding() {
 }
 
 #[test]
+fn http_server_h2c_with_prior_knowledge() {
+    let server = Server::start(&config(", max_body_size: 1KiB", "{DIR}/out.jsonl"));
+    let port = server.ports.tcp;
+    let dir = server.dir.path();
+    let ndjson = dir.join("lines.ndjson");
+    fs::write(&ndjson, b"{\"message\":\"h2 1\"}\n{\"message\":\"h2 2\"}\n").unwrap();
+    let big = dir.join("big.txt");
+    fs::write(&big, vec![b'x'; 4096]).unwrap();
+    // curl speaks h2c with prior knowledge (one request: curl 7.88 cannot reuse such a connection).
+    let url = format!("http://127.0.0.1:{port}/");
+    let out = run_bounded(
+        Command::new("curl")
+            .args(["-s", "-S", "--max-time", "30", "--http2-prior-knowledge"])
+            .args(["-H", "Content-Type: application/x-ndjson"])
+            .args(["--data-binary", &format!("@{}", ndjson.display())])
+            .args(["-w", "\n%{http_version} %{http_code}\n", url.as_str()]),
+        Duration::from_secs(40),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.ends_with("\n2 200\n"), "{text}");
+    // Node's http2 client multiplexes 50 POSTs on one connection.
+    let script = format!(
+        r#"const h2 = require("node:http2");
+const s = h2.connect("http://127.0.0.1:{port}");
+let done = 0, ok = 0;
+for (let i = 0; i < 50; i++) {{
+  const r = s.request({{":method": "POST", ":path": "/", "content-type": "text/plain"}});
+  r.on("response", (h) => {{ if (h[":status"] === 200) ok++; }});
+  r.on("data", () => {{}});
+  r.on("end", () => {{ if (++done === 50) {{ console.log("ok " + ok); s.close(); }} }});
+  r.end("node h2 " + (100 + i) + "\n");
+}}
+s.on("error", (e) => {{ console.error(e); process.exit(1); }});
+"#
+    );
+    let out = run_bounded(
+        Command::new("node").args(["-e", &script]),
+        Duration::from_secs(40),
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "ok 50",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Limits hold over HTTP/2 as over HTTP/1.
+    let (status, resp) = post(port, "/", "text/plain", &big, &["--http2-prior-knowledge"]);
+    assert_eq!(status, 413, "{resp}");
+    // HTTP/1 still works on the same port.
+    let (status, resp) = post(port, "/", "application/x-ndjson", &ndjson, &["--http1.1"]);
+    assert_eq!(status, 200, "{resp}");
+    let events = wait_lines(&server.out(), 54, ARRIVE_TIMEOUT);
+    assert_eq!(events.len(), 54);
+    server.finish();
+}
+
+#[test]
 fn http_server_refusals_say_why() {
     let server = Server::start(&config(
         ", max_body_size: 1MiB, max_decompressed_size: 1MiB, auth: { bearer: s3cret }",

@@ -1,4 +1,5 @@
-//! The `http_server` source: events POSTed as JSON, NDJSON or text (gzip or zstd bodies),
+//! The `http_server` source: events POSTed as JSON, NDJSON or text (gzip or zstd bodies) over
+//! HTTP/1.1 or h2c (told apart by peeking at the HTTP/2 preface),
 //! answered once the sinks committed them (`{"accepted": N}`), on the shared listener; `GET
 //! /health` for load balancers; and an `echo` mode that answers every request with its path and
 //! the time, for the lab's HTTP experiment.
@@ -17,8 +18,8 @@ pub mod decode;
 
 use std::convert::Infallible;
 use std::io::Read as _;
-use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::Bytes;
@@ -84,29 +85,152 @@ impl BuildSource for HttpServerConfig {
 async fn serve_connection(conn: Conn, ctx: Arc<Ctx>) {
     let Conn {
         stream,
-        peer,
+        peer: _,
         mut shutdown,
         ..
     } = conn;
     let service_ctx = ctx.clone();
-    let service = hyper::service::service_fn(move |req| {
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let ctx = service_ctx.clone();
-        async move { Ok::<_, Infallible>(handle(req, &ctx, peer).await) }
+        async move {
+            let (parts, body) = req.into_parts();
+            let mut body = Some(body);
+            let resp = handle(&parts, &mut body, &ctx).await;
+            if parts.version == hyper::Version::HTTP_2
+                && let Some(unread) = body.as_mut()
+            {
+                drain(unread).await;
+            }
+            Ok::<_, Infallible>(resp.map(|reply| Reply {
+                reply,
+                _unread: body,
+            }))
+        }
     });
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        // A client trickling its headers (slowloris) is cut off; the body has its own bound.
-        .header_read_timeout(ctx.config.request_timeout)
-        .max_buf_size(MAX_HEAD)
-        .pipeline_flush(true);
-    let connection = builder.serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(connection);
-    tokio::select! {
-        _ = connection.as_mut() => {}
-        () = shutdown.wait() => {
-            connection.as_mut().graceful_shutdown();
-            let _ = connection.await;
+    // A client that connects and says nothing is cut off like one trickling its headers.
+    let h2 = tokio::select! {
+        version = opens_with_h2_preface(&stream, ctx.config.request_timeout) => version,
+        () = shutdown.wait() => return,
+    };
+    match h2 {
+        Some(true) => {
+            let mut builder =
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+            builder
+                .timer(TokioTimer::new())
+                .max_header_list_size(MAX_HEAD as u32)
+                // A peer that stops answering pings is gone: free its streams.
+                .keep_alive_interval(ctx.config.request_timeout)
+                .keep_alive_timeout(ctx.config.request_timeout);
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = shutdown.wait() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+        }
+        Some(false) => {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(TokioTimer::new())
+                // A client trickling its headers (slowloris) is cut off; the body has its own
+                // bound. hyper also runs this timer while a keep-alive connection waits for its
+                // next request, so it is the idle timeout too.
+                .header_read_timeout(ctx.config.request_timeout)
+                .max_buf_size(MAX_HEAD)
+                .pipeline_flush(true);
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = shutdown.wait() => {
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+        }
+        None => {}
+    }
+}
+
+/// Most a refused HTTP/2 request's body is read for, so the client sees a finished request and
+/// the answer (curl reports a reset stream as failed even after the answer came).
+const DRAIN_MAX: usize = 1024 * 1024;
+const DRAIN_TIME: Duration = Duration::from_secs(1);
+
+/// Reads and drops what is left of a refused request's body, within [`DRAIN_MAX`] and
+/// [`DRAIN_TIME`]; past them the stream is reset as usual.
+async fn drain(body: &mut Incoming) {
+    use hyper::body::Body as _;
+    let deadline = tokio::time::Instant::now() + DRAIN_TIME;
+    let mut seen = 0usize;
+    while !body.is_end_stream() && seen <= DRAIN_MAX {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => seen += frame.data_ref().map_or(0, Bytes::len),
+            _ => break,
+        }
+    }
+}
+
+/// A response body that keeps the request's unread body until the response is sent: HTTP/2
+/// then resets the request stream with NO_ERROR, which clients accept with the early answer (a
+/// 413, a 401), instead of CANCEL, which some report as a failed request.
+struct Reply {
+    reply: Full<Bytes>,
+    _unread: Option<Incoming>,
+}
+
+impl hyper::body::Body for Reply {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        std::pin::Pin::new(&mut self.reply).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.reply.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.reply.size_hint()
+    }
+}
+
+/// HTTP/2's connection preface, which an h2c client with prior knowledge sends first.
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Whether the client opens with the HTTP/2 preface (h2c with prior knowledge) or speaks HTTP/1;
+/// `None` when it closed or said nothing within `timeout`. Peeking leaves the bytes in the socket
+/// for whichever protocol serves them and allocates nothing per connection.
+async fn opens_with_h2_preface(stream: &tokio::net::TcpStream, timeout: Duration) -> Option<bool> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut buf = [0u8; H2_PREFACE.len()];
+    loop {
+        let n = tokio::time::timeout_at(deadline, stream.peek(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        if buf[..n] != H2_PREFACE[..n] {
+            return Some(false);
+        }
+        if n == H2_PREFACE.len() {
+            return Some(true);
+        }
+        // A prefix of the preface so far ("P", "PRI * HT"…): the socket stays readable, so wait a
+        // little before peeking again instead of spinning.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if tokio::time::Instant::now() >= deadline {
+            return None;
         }
     }
 }
@@ -143,9 +267,15 @@ fn echo(path: &str) -> Response<Full<Bytes>> {
     resp
 }
 
-async fn handle(req: Request<Incoming>, ctx: &Ctx, _peer: SocketAddr) -> Response<Full<Bytes>> {
-    let path = req.uri().path().to_owned();
-    if req.method() == Method::GET && path == "/health" {
+/// `body` is taken when the request's body is read; a refusal leaves it in place, so the caller
+/// can keep it until the response is sent.
+async fn handle(
+    req: &hyper::http::request::Parts,
+    body: &mut Option<Incoming>,
+    ctx: &Ctx,
+) -> Response<Full<Bytes>> {
+    let path = req.uri.path().to_owned();
+    if req.method == Method::GET && path == "/health" {
         return match ctx.metrics.health().0 {
             Health::Running => json_response(StatusCode::OK, serde_json::json!({"status": "ok"})),
             h => json_response(
@@ -159,7 +289,7 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx, _peer: SocketAddr) -> Respons
     }
     if let Some(Auth::Header(expected)) = &ctx.config.auth {
         let given = req
-            .headers()
+            .headers
             .get(header::AUTHORIZATION)
             .map_or(&b""[..], HeaderValue::as_bytes);
         if !constant_time_eq(given, expected.as_bytes()) {
@@ -193,7 +323,7 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx, _peer: SocketAddr) -> Respons
             "no such path",
         );
     };
-    if req.method() != Method::POST {
+    if req.method != Method::POST {
         let mut resp = refuse(
             ctx,
             StatusCode::METHOD_NOT_ALLOWED,
@@ -205,7 +335,7 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx, _peer: SocketAddr) -> Respons
         return resp;
     }
     let content_type = req
-        .headers()
+        .headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(|v| {
@@ -234,7 +364,7 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx, _peer: SocketAddr) -> Respons
         }
     };
     let encoding = req
-        .headers()
+        .headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
         .map(|v| v.trim().to_ascii_lowercase());
@@ -260,7 +390,7 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx, _peer: SocketAddr) -> Respons
         )
     };
     if let Some(len) = req
-        .headers()
+        .headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok())
@@ -277,16 +407,12 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx, _peer: SocketAddr) -> Respons
     };
     let mut extra: Vec<(String, String)> = Vec::new();
     for name in &ctx.config.headers {
-        if let Some(v) = req
-            .headers()
-            .get(name.as_str())
-            .and_then(|v| v.to_str().ok())
-        {
+        if let Some(v) = req.headers.get(name.as_str()).and_then(|v| v.to_str().ok()) {
             extra.push((name.clone(), v.to_owned()));
         }
     }
     if !ctx.config.query_parameters.is_empty()
-        && let Some(query) = req.uri().query()
+        && let Some(query) = req.uri.query()
     {
         for pair in query.split('&') {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
@@ -295,7 +421,15 @@ async fn handle(req: Request<Incoming>, ctx: &Ctx, _peer: SocketAddr) -> Respons
             }
         }
     }
-    let body = Limited::new(req.into_body(), max);
+    let Some(body) = body.take() else {
+        return refuse(
+            ctx,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorKind::Protocol,
+            "the body was already read",
+        );
+    };
+    let body = Limited::new(body, max);
     let body = match tokio::time::timeout(ctx.config.request_timeout, body.collect()).await {
         Err(_) => {
             return refuse(
