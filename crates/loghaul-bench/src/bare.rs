@@ -78,6 +78,9 @@ fn wire(scenario: Scenario) -> Result<Wire> {
         Scenario::Forward => Wire::Forward,
         Scenario::ForwardRelay => bail!("the bare loop has no relay: run it with `forward`"),
         Scenario::ForwardDeliver => bail!("the bare loop has no tree: run it with `forward`"),
+        Scenario::HttpEcho | Scenario::HttpClient => {
+            bail!("the bare loop speaks no HTTP: the HTTP experiments have `ceiling`")
+        }
         Scenario::Tail => bail!("`tail` reads a file, not connections: see `bare::tail`"),
     })
 }

@@ -44,8 +44,10 @@ pub enum BenchCommand {
         loghaul bench run forward_relay --subjects loghaul --ack\n  \
         loghaul bench run forward_deliver --subjects loghaul --agents 10 --delivers 2 --receivers 2\n  \
         loghaul bench run forward_deliver --subjects loghaul --rates 1000,10000,50000 --step-duration 20s\n  \
-        loghaul bench run tail --subjects loghaul,bare --runs 3")]
-    Run(RunArgs),
+        loghaul bench run tail --subjects loghaul,bare --runs 3\n  \
+        loghaul bench run http_echo --subjects loghaul,node,tornado,eventmachine,finagle,ceiling\n  \
+        loghaul bench run http_client --subjects loghaul,curl,net-http,curb,em-http,requests,urllib3")]
+    Run(Box<RunArgs>),
     /// A discarding TCP listener, to measure the generator alone.
     #[command(hide = true)]
     Discard(DiscardArgs),
@@ -53,6 +55,23 @@ pub enum BenchCommand {
     /// file): the `bare` subject of `bench run`.
     #[command(hide = true)]
     Bare(BareArgs),
+    /// The lab's small HTTP server: `http_echo`'s `ceiling` subject and `http_client`'s receiver.
+    #[command(hide = true)]
+    Httpd(HttpdArgs),
+}
+
+/// Options of the hidden `bench httpd`.
+#[derive(Debug, Args)]
+pub struct HttpdArgs {
+    /// Port on 127.0.0.1.
+    #[arg(long)]
+    pub port: u16,
+    /// Size of the body `GET /download` answers with.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub download_bytes: usize,
+    /// Worker threads.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
 }
 
 /// Options of `bench gen`.
@@ -170,14 +189,13 @@ pub struct RunArgs {
     #[arg(value_enum)]
     pub scenario: Scenario,
     /// Subjects, comma-separated, run interleaved in this order.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "loghaul,rsyslog,syslog-ng,eventmachine"
-    )]
-    pub subjects: Vec<SubjectKind>,
-    /// Runs per subject [default: 3; forward_deliver climbs its steps once].
+    /// [default: loghaul,rsyslog,syslog-ng,eventmachine; http_echo:
+    /// loghaul,node,tornado,eventmachine,finagle,ceiling; http_client:
+    /// loghaul,curl,net-http,curb,em-http,requests,urllib3]
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub subjects: Option<Vec<SubjectKind>>,
+    /// Runs per subject [default: 3; http_echo: 5, as the seed; forward_deliver climbs its steps
+    /// once].
     #[arg(long)]
     pub runs: Option<usize>,
     /// Uncounted warm-up rounds before the measured runs: each subject once per round, same
@@ -222,6 +240,59 @@ pub struct RunArgs {
     /// forward_deliver's tree and rate steps.
     #[command(flatten)]
     pub tree: TreeArgs,
+    /// The HTTP experiments' load.
+    #[command(flatten)]
+    pub http: HttpArgs,
+}
+
+/// The load of `http_echo` and `http_client` (ignored by the other scenarios).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "http_echo and http_client")]
+pub struct HttpArgs {
+    /// http_echo: `ab -c` (concurrent requests).
+    #[arg(long, default_value_t = 2000)]
+    pub ab_concurrency: usize,
+    /// http_echo: `ab -n` (requests per run).
+    #[arg(long, default_value_t = 8000)]
+    pub ab_requests: usize,
+    /// http_echo: one `wrk` run at each of these connection counts (empty: no wrk).
+    #[arg(long, value_delimiter = ',', default_value = "2000,10000")]
+    pub wrk_connections: Vec<usize>,
+    /// http_echo: `wrk -d`.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub wrk_duration: Duration,
+    /// http_echo: `wrk -t`.
+    #[arg(long, default_value_t = 2)]
+    pub wrk_threads: usize,
+    /// http_client: bytes of the downloaded file.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub download_bytes: usize,
+    /// http_client: events uploaded as NDJSON (about 200 bytes each).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub upload_events: u64,
+    /// http_client: events per POST.
+    #[arg(long, default_value_t = 1000)]
+    pub upload_batch: usize,
+}
+
+impl HttpArgs {
+    fn options(&self) -> crate::http_echo::HttpOptions {
+        crate::http_echo::HttpOptions {
+            ab_concurrency: self.ab_concurrency,
+            ab_requests: self.ab_requests,
+            wrk_connections: self
+                .wrk_connections
+                .iter()
+                .copied()
+                .filter(|&c| c > 0)
+                .collect(),
+            wrk_duration: self.wrk_duration,
+            wrk_threads: self.wrk_threads,
+            download_bytes: self.download_bytes,
+            upload_events: self.upload_events,
+            upload_batch: self.upload_batch,
+        }
+    }
 }
 
 /// The tree and the rate steps of `forward_deliver` (ignored by the other scenarios).
@@ -329,13 +400,14 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Gen(a) => gen_cmd(a),
         BenchCommand::Meter(a) => meter_cmd(a),
-        BenchCommand::Run(a) => run_cmd(a),
+        BenchCommand::Run(a) => run_cmd(*a),
         BenchCommand::Discard(a) => {
             let l =
                 TcpListener::bind(&a.listen).with_context(|| format!("binding {}", a.listen))?;
             eprintln!("discard: listening on {}", a.listen);
             crate::discard::serve_forever(l, Duration::from_secs(1))
         }
+        BenchCommand::Httpd(a) => crate::httpd::run(a.port, a.download_bytes, a.threads),
         BenchCommand::Bare(a) => match (a.scenario, a.listen, a.input) {
             (Scenario::Tail, _, Some(input)) => crate::bare::tail(&input, &a.out),
             (Scenario::Tail, ..) => bail!("the bare loop of `tail` reads a file: give --input"),
@@ -438,6 +510,29 @@ fn command_line() -> String {
 }
 
 fn run_cmd(a: RunArgs) -> Result<()> {
+    let subjects = a.subjects.clone().unwrap_or_else(|| {
+        use SubjectKind as K;
+        match a.scenario {
+            Scenario::HttpEcho => vec![
+                K::Loghaul,
+                K::Node,
+                K::Tornado,
+                K::Eventmachine,
+                K::Finagle,
+                K::Ceiling,
+            ],
+            Scenario::HttpClient => vec![
+                K::Loghaul,
+                K::Curl,
+                K::NetHttp,
+                K::Curb,
+                K::EmHttp,
+                K::Requests,
+                K::Urllib3,
+            ],
+            _ => vec![K::Loghaul, K::Rsyslog, K::SyslogNg, K::Eventmachine],
+        }
+    });
     let loghaul = match a.loghaul_bin {
         Some(p) => p,
         None => {
@@ -448,9 +543,10 @@ fn run_cmd(a: RunArgs) -> Result<()> {
                 .is_some_and(|n| n.starts_with("loghaul-bench"));
             // The bare loop is `loghaul bench bare`, so it needs the real binary too.
             if standalone
-                && a.subjects
-                    .iter()
-                    .any(|k| matches!(k, SubjectKind::Loghaul | SubjectKind::Bare))
+                && (matches!(a.scenario, Scenario::HttpEcho | Scenario::HttpClient)
+                    || subjects
+                        .iter()
+                        .any(|k| matches!(k, SubjectKind::Loghaul | SubjectKind::Bare)))
             {
                 bail!(
                     "this is the standalone lab binary: give --loghaul-bin PATH (or LOGHAUL_BIN)"
@@ -470,10 +566,12 @@ fn run_cmd(a: RunArgs) -> Result<()> {
     }
     let (runs, warmup) = if tree {
         (1, 0)
+    } else if a.scenario == Scenario::HttpEcho {
+        (a.runs.unwrap_or(5), a.warmup.unwrap_or(1))
     } else {
         (a.runs.unwrap_or(3), a.warmup.unwrap_or(1))
     };
-    if runs == 0 || a.subjects.is_empty() {
+    if runs == 0 || subjects.is_empty() {
         bail!("--runs and --subjects must not be empty");
     }
     let out = a.out.unwrap_or_else(|| {
@@ -481,7 +579,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
     });
     let plan = Plan {
         scenario: a.scenario,
-        subjects: a.subjects,
+        subjects,
         runs,
         warmup,
         events: a
@@ -500,6 +598,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         command: command_line(),
         fluent: a.fluent.options()?,
         tree: a.tree.options(),
+        http: a.http.options(),
     };
     let table = scenario::run(&plan)?;
     println!("{table}");

@@ -9,7 +9,10 @@
 //! file written before it starts), [`procstat`] charges them CPU and
 //! memory, [`report`] writes the table, raw runs and chart; [`discard`] is a listener
 //! that measures the generator alone; [`bare`] is loghaul's codec without the pipeline, the
-//! yardstick subject. [`cli`] is the clap surface the `loghaul` binary mounts under `bench`.
+//! yardstick subject. The HTTP experiments have their own runners: [`http_echo`] (servers under
+//! `ab` and `wrk`) and [`http_client`] (clients moving the same bytes), with their peers located
+//! by [`http_peers`] and [`httpd`], the lab's own small server. [`cli`] is the clap surface the `loghaul` binary mounts under
+//! `bench`.
 
 pub mod bare;
 pub mod cli;
@@ -18,6 +21,10 @@ pub mod discard;
 pub mod fluent;
 pub mod generator;
 pub mod histogram;
+pub mod http_client;
+pub mod http_echo;
+pub mod http_peers;
+pub mod httpd;
 pub mod meter;
 pub mod payload;
 pub mod procstat;

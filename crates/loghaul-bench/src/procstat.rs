@@ -96,6 +96,12 @@ pub fn sample(root: u32) -> TreeSample {
     s
 }
 
+/// The state letter of a process (`R`, `S`, `Z` for an exited one not yet reaped…), `None` once
+/// the pid is gone.
+pub fn process_state(pid: u32) -> Option<char> {
+    stat_fields(pid)?.first()?.chars().next()
+}
+
 /// CPU seconds (user + system, reaped children included) of one process, from its own
 /// /proc/PID/stat only (cheap enough to read before every poll of a child). An exited child that
 /// is not yet reaped (a zombie) still reports its whole thread group's times there, so a reading

@@ -80,6 +80,8 @@ pub struct Plan {
     pub fluent: FluentOptions,
     /// `forward_deliver`'s tree and rate steps.
     pub tree: TreeOptions,
+    /// The HTTP experiments' load.
+    pub http: crate::http_echo::HttpOptions,
 }
 
 /// The load generator of a run.
@@ -118,8 +120,9 @@ pub fn default_events(scenario: Scenario) -> u64 {
         // 5M lines of about 100 bytes: a 506MB file read into 1.1GB of JSON, 0.5–1s of loghaul.
         Scenario::Tail => 5_000_000,
         Scenario::Rfc5424 => 2_000_000,
-        // Its load is rate × step duration per agent, not a count (`crate::deliver`).
-        Scenario::ForwardDeliver => 0,
+        // Its load is rate × step duration per agent, not a count (`crate::deliver`); the HTTP
+        // experiments count requests and bytes (`--ab-*`, `--upload-*`).
+        Scenario::ForwardDeliver | Scenario::HttpEcho | Scenario::HttpClient => 0,
     }
 }
 
@@ -146,7 +149,9 @@ pub fn payload_for(scenario: Scenario, message_size: usize, seed: u64) -> Payloa
         | Scenario::Forward
         | Scenario::ForwardRelay
         | Scenario::ForwardDeliver
-        | Scenario::Tail => (Format::Raw, Framing::Newline),
+        | Scenario::Tail
+        | Scenario::HttpEcho
+        | Scenario::HttpClient => (Format::Raw, Framing::Newline),
         Scenario::Syslog => (Format::Rfc3164, Framing::Newline),
         Scenario::Rfc5424 => (Format::Rfc5424, Framing::OctetCounting),
     };
@@ -199,6 +204,14 @@ pub fn run(plan: &Plan) -> Result<String> {
     if plan.scenario == Scenario::ForwardDeliver {
         // Rate steps through a tree of processes: its own runner and table.
         return deliver::run(plan, &peers);
+    }
+    // The HTTP experiments drive their subjects with ab/wrk or time whole clients: their own
+    // runners and tables.
+    if plan.scenario == Scenario::HttpEcho {
+        return crate::http_echo::run(plan, &plan.http, &peers);
+    }
+    if plan.scenario == Scenario::HttpClient {
+        return crate::http_client::run(plan, &plan.http, &peers);
     }
     let work = std::env::temp_dir().join(format!(
         "loghaul-bench-{}-{}",

@@ -42,6 +42,29 @@ pub enum SubjectKind {
     Bare,
     /// Fluentd (in_forward → out_file JSON), from `LOGHAUL_FLUENTD`: the forward scenarios' peer.
     Fluentd,
+    /// `http_echo`: Node.js's `http` module echo server (bench/peers/http/echo/node_echo.js).
+    Node,
+    /// `http_echo`: a Tornado echo server (PyPI tornado).
+    Tornado,
+    /// `http_echo`: a Finagle echo server (Maven com.twitter:finagle-http, a small Java program).
+    Finagle,
+    /// `http_echo`: the lab's own hand-written server (`bench httpd`), the least work per request:
+    /// where the load tool itself saturates.
+    Ceiling,
+    /// `http_client`: the curl command line (libcurl).
+    Curl,
+    /// `http_client`: Ruby's standard Net::HTTP.
+    #[value(name = "net-http")]
+    NetHttp,
+    /// `http_client`: Ruby curb (libcurl bindings).
+    Curb,
+    /// `http_client`: Ruby em-http-request (EventMachine).
+    #[value(name = "em-http")]
+    EmHttp,
+    /// `http_client`: Python requests.
+    Requests,
+    /// `http_client`: Python urllib3.
+    Urllib3,
 }
 
 impl SubjectKind {
@@ -54,7 +77,34 @@ impl SubjectKind {
             Self::Eventmachine => "eventmachine",
             Self::Bare => "bare",
             Self::Fluentd => "fluentd",
+            Self::Node => "node",
+            Self::Tornado => "tornado",
+            Self::Finagle => "finagle",
+            Self::Ceiling => "ceiling",
+            Self::Curl => "curl",
+            Self::NetHttp => "net-http",
+            Self::Curb => "curb",
+            Self::EmHttp => "em-http",
+            Self::Requests => "requests",
+            Self::Urllib3 => "urllib3",
         }
+    }
+
+    /// Whether this is one of the HTTP experiments' own peers (servers or clients).
+    pub fn is_http_peer(self) -> bool {
+        matches!(
+            self,
+            Self::Node
+                | Self::Tornado
+                | Self::Finagle
+                | Self::Ceiling
+                | Self::Curl
+                | Self::NetHttp
+                | Self::Curb
+                | Self::EmHttp
+                | Self::Requests
+                | Self::Urllib3
+        )
     }
 }
 
@@ -86,6 +136,16 @@ pub enum Scenario {
     /// One file of numbered lines, written before the subject starts, tailed from its beginning
     /// into a JSON-lines file: what reading costs ([`crate::tail`]).
     Tail,
+    /// The seed's HTTP echo-server experiment: `ab` and `wrk` against loghaul's `http_server` in
+    /// echo mode and Node.js, Tornado, EventMachine and Finagle ([`crate::http_echo`]).
+    #[value(name = "http_echo", alias = "http-echo")]
+    #[serde(rename = "http_echo")]
+    HttpEcho,
+    /// The seed's HTTP-client experiment: the same download and NDJSON upload by loghaul's `http`
+    /// sink and by curl, Ruby and Python clients, in wall and CPU seconds ([`crate::http_client`]).
+    #[value(name = "http_client", alias = "http-client")]
+    #[serde(rename = "http_client")]
+    HttpClient,
 }
 
 impl Scenario {
@@ -100,6 +160,8 @@ impl Scenario {
             Self::ForwardRelay => "forward_relay",
             Self::ForwardDeliver => "forward_deliver",
             Self::Tail => "tail",
+            Self::HttpEcho => "http_echo",
+            Self::HttpClient => "http_client",
         }
     }
 
@@ -202,6 +264,28 @@ pub struct Companion {
 /// Why a subject cannot run a scenario, if it cannot.
 pub fn unsupported(kind: SubjectKind, scenario: Scenario) -> Option<&'static str> {
     match (kind, scenario) {
+        (
+            SubjectKind::Loghaul
+            | SubjectKind::Node
+            | SubjectKind::Tornado
+            | SubjectKind::Eventmachine
+            | SubjectKind::Finagle
+            | SubjectKind::Ceiling,
+            Scenario::HttpEcho,
+        ) => None,
+        (_, Scenario::HttpEcho) => Some("n/a: not an HTTP server of the echo experiment"),
+        (
+            SubjectKind::Loghaul
+            | SubjectKind::Curl
+            | SubjectKind::NetHttp
+            | SubjectKind::Curb
+            | SubjectKind::EmHttp
+            | SubjectKind::Requests
+            | SubjectKind::Urllib3,
+            Scenario::HttpClient,
+        ) => None,
+        (_, Scenario::HttpClient) => Some("n/a: not an HTTP client of the client experiment"),
+        (k, _) if k.is_http_peer() => Some("n/a: a peer of the HTTP experiments only"),
         (SubjectKind::Loghaul | SubjectKind::Bare, Scenario::Tail) => None,
         (_, Scenario::Tail) => {
             Some("n/a: not configured to tail a file (yet): loghaul and the bare loop only")
@@ -291,6 +375,10 @@ impl Peers {
                 Some(program) => which(program),
                 None => bail!("{FLUENTD_MISSING}"),
             },
+            k => bail!(
+                "{} is a peer of the HTTP experiments, started by their own runners",
+                k.name()
+            ),
         };
         if !p.exists() {
             bail!(
@@ -368,6 +456,7 @@ impl Peers {
                     parts.next().unwrap_or("?")
                 )
             }
+            k => crate::http_peers::platform(k, &self.ruby),
         }
     }
 }
@@ -568,6 +657,10 @@ pub fn prepare(
                 companions: vec![],
             })
         }
+        k => bail!(
+            "{} is a peer of the HTTP experiments, started by their own runners",
+            k.name()
+        ),
     }
 }
 
@@ -604,7 +697,10 @@ pub fn loghaul_config(scenario: Scenario, port: u16, api: u16, out: &str) -> Str
         Scenario::Syslog => ("rfc3164", "newline", "json"),
         // `tail` reads a file, not a port: its config is `tail_config`; it would get `raw`'s
         // if it got here (`prepare` refuses it first).
-        Scenario::Raw | Scenario::Tail => ("raw", "newline", "json"),
+        // The HTTP experiments configure their own subjects (`crate::http_echo`).
+        Scenario::Raw | Scenario::Tail | Scenario::HttpEcho | Scenario::HttpClient => {
+            ("raw", "newline", "json")
+        }
         Scenario::Rfc5424 => ("rfc5424", "octet_counting", "json"),
     };
     format!(
@@ -1149,7 +1245,9 @@ pub fn rsyslog_config(scenario: Scenario, port: u16, work: &str, out: &str) -> S
         | Scenario::Forward
         | Scenario::ForwardRelay
         | Scenario::ForwardDeliver
-        | Scenario::Tail => Some(
+        | Scenario::Tail
+        | Scenario::HttpEcho
+        | Scenario::HttpClient => Some(
             r#"{\"timestamp\":\"%timegenerated:::date-rfc3339%\",\"message\":\"%rawmsg:::json%\",\"source_ip\":\"%fromhost-ip%\",\"source_type\":\"syslog\"}"#
                 .to_string(),
         ),
@@ -1193,7 +1291,9 @@ pub fn syslog_ng_config(scenario: Scenario, port: u16, out: &str) -> String {
         | Scenario::Forward
         | Scenario::ForwardRelay
         | Scenario::ForwardDeliver
-        | Scenario::Tail => (
+        | Scenario::Tail
+        | Scenario::HttpEcho
+        | Scenario::HttpClient => (
             "network",
             "flags(no-parse)",
             "\"$(format-json timestamp=${R_ISODATE} message=${MSG} source_ip=${SOURCEIP} \
