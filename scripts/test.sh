@@ -18,6 +18,12 @@ step "peers and clients for the tests (rsyslog, logger, syslog-ng, ruby-eventmac
 step "forward-protocol clients for the tests (PyPI fluent-logger, npm @fluent-org/logger, fluent-logger-golang)"
 ./scripts/install-clients.sh
 
+# The lab's peers (install-peers.sh writes where it put them).
+if [ -f "${LOGHAUL_PEERS_DIR:-/opt/loghaul-peers}/env.sh" ]; then
+    # shellcheck disable=SC1091
+    . "${LOGHAUL_PEERS_DIR:-/opt/loghaul-peers}/env.sh"
+fi
+
 # 2,000-connection tests need more descriptors than the usual 1024 soft limit.
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 

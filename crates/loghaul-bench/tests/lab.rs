@@ -1399,3 +1399,133 @@ fn bare_tail_loop_writes_what_loghaul_writes() {
     assert!(masked.contains("\"invalid_utf8\""), "{masked}");
     assert_eq!(mask_received(&from_bare), masked);
 }
+
+/// `http_echo` at a small size (`ab -c 50 -n 500`, one short wrk run) with every installed peer:
+/// each server echoes, ab completes every request without a failure, wrk reports a rate.
+#[test]
+fn scenario_http_echo_small() {
+    let Some(loghaul) = std::env::var_os("LOGHAUL_BIN") else {
+        eprintln!("\n*** SKIPPED scenario `http_echo`: LOGHAUL_BIN is not set ***\n");
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let table = ok(bench()
+        .args([
+            "run",
+            "http_echo",
+            "--runs",
+            "1",
+            "--ab-concurrency",
+            "50",
+            "--ab-requests",
+            "500",
+            "--wrk-connections",
+            "50",
+            "--wrk-duration",
+            "1s",
+            "--out",
+        ])
+        .arg(out.path())
+        .env("LOGHAUL_BIN", &loghaul)
+        .output()
+        .unwrap());
+    assert!(table.contains("| server | platform | run 1 |"), "{table}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("http_echo.json")).unwrap())
+            .unwrap();
+    let records = json["records"].as_array().unwrap();
+    let names: Vec<&str> = records
+        .iter()
+        .map(|r| r["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "loghaul",
+            "node",
+            "tornado",
+            "eventmachine",
+            "finagle",
+            "ceiling"
+        ]
+    );
+    for r in records {
+        // Finagle's Maven build is the one peer install-peers.sh may skip (with a warning).
+        let finagle_missing = r["subject"] == "finagle"
+            && !std::path::Path::new(
+                &std::env::var("LOGHAUL_FINAGLE_ECHO")
+                    .unwrap_or_else(|_| "/opt/loghaul-peers/bin/finagle-echo".into()),
+            )
+            .exists();
+        if finagle_missing {
+            continue;
+        }
+        assert!(r["status"].is_null(), "{r}");
+        let ab = r["ab"].as_array().unwrap();
+        assert_eq!(ab.len(), 1, "{r}");
+        assert_eq!(ab[0]["complete"], 500, "{r}");
+        assert_eq!(ab[0]["failed"], 0, "{r}");
+        assert_eq!(ab[0]["non_2xx"], 0, "{r}");
+        assert!(ab[0]["requests_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        let wrk = r["wrk"].as_array().unwrap();
+        assert_eq!(wrk.len(), 1, "{r}");
+        assert!(wrk[0]["requests"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(wrk[0]["non_2xx"], 0, "{r}");
+    }
+}
+
+/// `http_client` at a small size (a 1MB download, 5,000 events uploaded): every client moves
+/// every byte (the lab checks the download's size and the bytes the server received).
+#[test]
+fn scenario_http_client_small() {
+    let Some(loghaul) = std::env::var_os("LOGHAUL_BIN") else {
+        eprintln!("\n*** SKIPPED scenario `http_client`: LOGHAUL_BIN is not set ***\n");
+        return;
+    };
+    let out = tempfile::tempdir().unwrap();
+    let table = ok(bench()
+        .args([
+            "run",
+            "http_client",
+            "--runs",
+            "1",
+            "--warmup",
+            "0",
+            "--download-bytes",
+            "1000000",
+            "--upload-events",
+            "5000",
+            "--out",
+        ])
+        .arg(out.path())
+        .env("LOGHAUL_BIN", &loghaul)
+        .output()
+        .unwrap());
+    assert!(
+        table.contains("### http_client: upload of 5000 events"),
+        "{table}"
+    );
+    for ext in ["md", "json", "svg"] {
+        assert!(
+            out.path().join(format!("http_client.{ext}")).exists(),
+            "{ext}"
+        );
+    }
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join("http_client.json")).unwrap(),
+    )
+    .unwrap();
+    let transfers = json["transfers"].as_array().unwrap();
+    // loghaul uploads only; the six others fetch the empty body, download and upload.
+    assert_eq!(transfers.len(), 1 + 6 * 3, "{json}");
+    let upload_bytes = json["upload_bytes"].as_u64().unwrap();
+    for t in transfers {
+        assert!(t["error"].is_null(), "{t}");
+        let want = match t["part"].as_str().unwrap() {
+            "download" => 1_000_000,
+            "upload" => upload_bytes,
+            _ => 0,
+        };
+        assert_eq!(t["bytes"], want, "{t}");
+    }
+}
