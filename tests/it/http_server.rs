@@ -292,7 +292,7 @@ fn http_server_refusals_say_why() {
     assert!(resp.contains("max_decompressed_size"), "{resp}");
 
     let deep = dir.join("deep.json");
-    fs::write(&deep, "[".repeat(50_000)).unwrap();
+    fs::write(&deep, "[".repeat(100_000)).unwrap();
     let (status, resp) = post(port, "/", "application/json", &deep, &auth);
     assert_eq!(status, 400, "{resp}");
 
@@ -401,6 +401,129 @@ fn http_server_echo_mode_and_a_slow_client() {
         started.elapsed() < Duration::from_secs(9),
         "the slow client was not cut off by request_timeout"
     );
+    server.finish();
+}
+
+/// Sends `bytes` on a new connection and returns everything the server answers until it closes
+/// (or 10 s pass).
+fn raw_exchange(port: u16, bytes: &[u8]) -> String {
+    let mut s = connect(port);
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(bytes);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Broken requests on the wire: each gets its status (or is cut off), is counted, and a good
+/// request from another client meanwhile is served; a 1GB gzip bomb inflates no further than
+/// `max_decompressed_size`.
+#[test]
+fn http_server_broken_wire_input() {
+    let server = Server::start(&config(
+        ", request_timeout: 1s, max_body_size: 2MiB, max_decompressed_size: 1MiB",
+        "{DIR}/out.jsonl",
+    ));
+    let port = server.ports.tcp;
+    let good = |n: u32| {
+        let mut s = connect(port);
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        assert_eq!(exchange(&mut s, &format!("good {n}\n")), 200);
+    };
+
+    // Content-Length promises more than comes, then silence: cut off after request_timeout,
+    // while another client is served.
+    let mut silent = connect(port);
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    silent
+        .write_all(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 1000\r\n\r\nonly this")
+        .unwrap();
+    good(1);
+    let started = Instant::now();
+    let mut answer = Vec::new();
+    let _ = silent.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+
+    // A chunked body whose chunk size is not hex: the connection cannot be read any further, so
+    // it is closed (hyper answers nothing once the framing is lost); the error is counted below.
+    let protocol_before = server.metric(
+        "loghaul_component_errors_total",
+        "web",
+        Some("kind=\"protocol\""),
+    );
+    let answer = raw_exchange(
+        port,
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nbad 1\r\n0\r\n\r\n",
+    );
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 400"),
+        "{answer}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while server.metric(
+        "loghaul_component_errors_total",
+        "web",
+        Some("kind=\"protocol\""),
+    ) <= protocol_before
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the broken chunk was not counted"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    good(2);
+
+    // Headers over 64KiB.
+    let mut big = b"GET /health HTTP/1.1\r\nHost: x\r\n".to_vec();
+    for i in 0..1000 {
+        big.extend_from_slice(format!("X-Filler-{i}: {}\r\n", "y".repeat(80)).as_bytes());
+    }
+    big.extend_from_slice(b"\r\n");
+    assert!(big.len() > 64 * 1024);
+    let answer = raw_exchange(port, &big);
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "refused or cut off: {answer}"
+    );
+    good(3);
+
+    // A 1GB gzip bomb (about 1MB on the wire): 413 at 1MiB of output, memory bounded.
+    let bomb = {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..1024 {
+            e.write_all(&zeros).unwrap();
+        }
+        e.finish().unwrap()
+    };
+    assert!(
+        bomb.len() < 2 << 20,
+        "the bomb fits the body limit: {}",
+        bomb.len()
+    );
+    let bomb_file = server.dir.path().join("bomb.gz");
+    fs::write(&bomb_file, &bomb).unwrap();
+    let (status, resp) = post(
+        port,
+        "/",
+        "text/plain",
+        &bomb_file,
+        &["-H", "Content-Encoding: gzip"],
+    );
+    assert_eq!(status, 413, "{resp}");
+    good(4);
+
+    let events = wait_lines(&server.out(), 4, ARRIVE_TIMEOUT);
+    let mut numbers: Vec<u64> = events.iter().map(|e| trailing_number(message(e))).collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, [1, 2, 3, 4], "only the good requests are written");
+    assert!(server.metric("loghaul_component_errors_total", "web", None) >= 3);
     server.finish();
 }
 
