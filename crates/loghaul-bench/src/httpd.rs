@@ -189,7 +189,8 @@ async fn serve(mut stream: TcpStream, stats: &Stats, payload: &Bytes) -> std::io
             let have = left.min(buf.len());
             buf.drain(..have);
             left -= have;
-            let mut sink = [0u8; 64 * 1024];
+            // On the heap and only for bodies: an idle connection's future stays small.
+            let mut sink = vec![0u8; left.min(64 * 1024)];
             while left > 0 {
                 let want = left.min(sink.len());
                 let n = stream.read(&mut sink[..want]).await?;

@@ -96,6 +96,25 @@ pub fn sample(root: u32) -> TreeSample {
     s
 }
 
+/// On-CPU seconds of a process's live threads, from /proc/PID/task/*/schedstat (nanoseconds,
+/// where /proc/PID/stat counts 10ms ticks). Threads that have exited are not in it; a zombie
+/// keeps only its main thread's. `None` once the pid is gone.
+pub fn threads_cpu_secs(pid: u32) -> Option<f64> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut ns: u64 = 0;
+    for task in dir.flatten() {
+        let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
+            continue;
+        };
+        ns += text
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Some(ns as f64 / 1e9)
+}
+
 /// The state letter of a process (`R`, `S`, `Z` for an exited one not yet reaped…), `None` once
 /// the pid is gone.
 pub fn process_state(pid: u32) -> Option<char> {
