@@ -15,10 +15,14 @@
 
 pub mod config;
 pub mod decode;
+mod idle;
 
 use std::convert::Infallible;
 use std::io::Read as _;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::Poll;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -41,6 +45,14 @@ use crate::pipeline::{BoxFuture, Fanout};
 
 /// Largest request head (request line and headers); more is answered 431.
 const MAX_HEAD: usize = 64 * 1024;
+/// An HTTP/1 connection that has read nothing for this long (one to two of these) gives hyper
+/// and its buffers back until its next request; see [`idle`].
+const IDLE_GRACE: Duration = Duration::from_millis(50);
+/// From this many open connections on the source, an HTTP/1 connection gives hyper back as soon
+/// as it is idle, without the grace: memory then matters more than what a new hyper connection
+/// costs its next request, and a burst of thousands of requests must not leave thousands of
+/// hyper connections waiting out their grace at once.
+const PARK_AT_ONCE_FROM: i64 = 1_000;
 
 struct Ctx {
     id: Arc<str>,
@@ -89,24 +101,6 @@ async fn serve_connection(conn: Conn, ctx: Arc<Ctx>) {
         mut shutdown,
         ..
     } = conn;
-    let service_ctx = ctx.clone();
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-        let ctx = service_ctx.clone();
-        async move {
-            let (parts, body) = req.into_parts();
-            let mut body = Some(body);
-            let resp = handle(&parts, &mut body, &ctx).await;
-            if parts.version == hyper::Version::HTTP_2
-                && let Some(unread) = body.as_mut()
-            {
-                drain(unread).await;
-            }
-            Ok::<_, Infallible>(resp.map(|reply| Reply {
-                reply,
-                _unread: body,
-            }))
-        }
-    });
     // A client that connects and says nothing is cut off like one trickling its headers.
     let h2 = tokio::select! {
         version = opens_with_h2_preface(&stream, ctx.config.request_timeout) => version,
@@ -122,8 +116,9 @@ async fn serve_connection(conn: Conn, ctx: Arc<Ctx>) {
                 // A peer that stops answering pings is gone: free its streams.
                 .keep_alive_interval(ctx.config.request_timeout)
                 .keep_alive_timeout(ctx.config.request_timeout);
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(connection);
+            // Boxed, so an HTTP/1 connection's task does not carry room for it.
+            let mut connection =
+                Box::pin(builder.serve_connection(TokioIo::new(stream), service(&ctx, None)));
             tokio::select! {
                 _ = connection.as_mut() => {}
                 () = shutdown.wait() => {
@@ -132,27 +127,171 @@ async fn serve_connection(conn: Conn, ctx: Arc<Ctx>) {
                 }
             }
         }
-        Some(false) => {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            builder
-                .timer(TokioTimer::new())
-                // A client trickling its headers (slowloris) is cut off; the body has its own
-                // bound. hyper also runs this timer while a keep-alive connection waits for its
-                // next request, so it is the idle timeout too.
-                .header_read_timeout(ctx.config.request_timeout)
-                .max_buf_size(MAX_HEAD)
-                .pipeline_flush(true);
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            tokio::pin!(connection);
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = shutdown.wait() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
-                }
-            }
-        }
+        Some(false) => serve_http1(stream, &ctx, &mut shutdown).await,
         None => {}
+    }
+}
+
+type ServiceFuture = Pin<Box<dyn Future<Output = Result<Response<Reply>, Infallible>> + Send>>;
+
+/// The service both protocols run; on HTTP/1, each request is counted in `progress` until its
+/// response is buffered.
+fn service(
+    ctx: &Arc<Ctx>,
+    progress: Option<Arc<idle::Progress>>,
+) -> impl hyper::service::Service<
+    Request<Incoming>,
+    Response = Response<Reply>,
+    Error = Infallible,
+    Future = ServiceFuture,
+> + use<> {
+    let ctx = ctx.clone();
+    hyper::service::service_fn(move |req: Request<Incoming>| -> ServiceFuture {
+        let ctx = ctx.clone();
+        let in_flight = progress.clone().map(idle::InFlight::new);
+        // Boxed: hyper's HTTP/1 connection keeps a slot the size of this future for as long as
+        // it lives.
+        Box::pin(async move {
+            let (parts, body) = req.into_parts();
+            let mut body = Some(body);
+            let resp = handle(&parts, &mut body, &ctx).await;
+            if parts.version == hyper::Version::HTTP_2
+                && let Some(unread) = body.as_mut()
+            {
+                drain(unread).await;
+            }
+            Ok::<_, Infallible>(resp.map(|reply| Reply {
+                reply,
+                _unread: body,
+                _in_flight: in_flight,
+            }))
+        })
+    })
+}
+
+/// HTTP/1 on one connection: hyper while it has work, nothing but the socket while it is idle
+/// (see [`idle`]).
+async fn serve_http1(
+    stream: tokio::net::TcpStream,
+    ctx: &Arc<Ctx>,
+    shutdown: &mut crate::pipeline::ShutdownSignal,
+) {
+    let progress = Arc::new(idle::Progress::default());
+    let mut io = idle::Io::new(stream, progress.clone());
+    // The preface peek saw bytes: hyper starts at once.
+    let mut head_timeout = ctx.config.request_timeout;
+    loop {
+        match serve_until_idle(io, ctx, &progress, shutdown, head_timeout).await {
+            Some(back) if !shutdown.is_triggered() => io = back,
+            _ => return,
+        }
+        // Idle: no hyper, no buffer. The wait for the next request and its head together take
+        // at most request_timeout, as hyper's header timer alone did when it waited here.
+        let deadline = tokio::time::Instant::now() + ctx.config.request_timeout;
+        if !io.has_prefix() {
+            tokio::select! {
+                biased;
+                // hyper's last read found the socket empty, so this waits for real.
+                readable = tokio::time::timeout_at(deadline, io.stream().readable()) => {
+                    if !matches!(readable, Ok(Ok(()))) {
+                        return;
+                    }
+                }
+                // An idle connection closes at once on shutdown, as hyper closes one.
+                () = shutdown.wait() => return,
+            }
+        }
+        head_timeout = deadline
+            .saturating_duration_since(tokio::time::Instant::now())
+            .max(Duration::from_millis(1));
+    }
+}
+
+/// Runs hyper on the connection until it is idle (then gives the socket back) or ends (then
+/// closes it, as hyper does).
+async fn serve_until_idle(
+    io: idle::Io,
+    ctx: &Arc<Ctx>,
+    progress: &Arc<idle::Progress>,
+    shutdown: &mut crate::pipeline::ShutdownSignal,
+    head_timeout: Duration,
+) -> Option<idle::Io> {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        // A client trickling its headers (slowloris) is cut off; the body has its own bound.
+        // hyper also runs this timer while a keep-alive connection waits for its next request,
+        // so it is the idle timeout too (and the wait in `serve_http1` once hyper is put aside).
+        .header_read_timeout(head_timeout)
+        .max_buf_size(MAX_HEAD)
+        .pipeline_flush(true);
+    // Boxed, so the task of an idle connection holds none of it.
+    let mut connection =
+        Box::new(builder.serve_connection(io, service(ctx, Some(progress.clone()))));
+    let mut closing = false;
+    let ended = {
+        let stop = shutdown.wait();
+        tokio::pin!(stop);
+        // Checked every IDLE_GRACE, not after every request: a busy connection keeps hyper
+        // (below PARK_AT_ONCE_FROM connections).
+        let grace = tokio::time::sleep(IDLE_GRACE);
+        tokio::pin!(grace);
+        let mut seen = progress.activity();
+        std::future::poll_fn(|cx| {
+            if !closing && stop.as_mut().poll(cx).is_ready() {
+                closing = true;
+                Pin::new(&mut *connection).graceful_shutdown();
+            }
+            if let Poll::Ready(r) = connection.poll_without_shutdown(cx) {
+                return Poll::Ready(Some(r));
+            }
+            if closing {
+                return Poll::Pending;
+            }
+            let at_once = ctx.metrics.open_connections.load(Ordering::Relaxed) >= PARK_AT_ONCE_FROM;
+            if at_once {
+                if !progress.is_idle() {
+                    return Poll::Pending;
+                }
+            } else {
+                if grace.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                let activity = progress.activity();
+                if activity != seen || !progress.is_idle() {
+                    seen = activity;
+                    grace
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + IDLE_GRACE);
+                    let _ = grace.as_mut().poll(cx);
+                    return Poll::Pending;
+                }
+            }
+            // Idle, so this sends nothing and hyper is done at once.
+            Pin::new(&mut *connection).graceful_shutdown();
+            match connection.poll_without_shutdown(cx) {
+                Poll::Ready(Ok(())) => Poll::Ready(None),
+                Poll::Ready(Err(e)) => Poll::Ready(Some(Err(e))),
+                // Not idle after all: it ends after its response, as on shutdown.
+                Poll::Pending => {
+                    closing = true;
+                    Poll::Pending
+                }
+            }
+        })
+        .await
+    };
+    let parts = connection.into_parts();
+    match ended {
+        None => Some(parts.io.take_back(parts.read_buf)),
+        // Done (the client closed, asked to close, or shutdown): shut down our side, as
+        // hyper's own future does.
+        Some(Ok(())) => {
+            let mut stream = parts.io.into_stream();
+            let _ = tokio::io::AsyncWriteExt::shutdown(&mut stream).await;
+            None
+        }
+        Some(Err(_)) => None,
     }
 }
 
@@ -181,6 +320,9 @@ async fn drain(body: &mut Incoming) {
 struct Reply {
     reply: Full<Bytes>,
     _unread: Option<Incoming>,
+    /// On HTTP/1, the request counts as in flight until hyper drops this body, which it does
+    /// once the last bytes are in its write buffer (see [`idle`]).
+    _in_flight: Option<idle::InFlight>,
 }
 
 impl hyper::body::Body for Reply {
