@@ -526,6 +526,7 @@ fn http_server_broken_wire_input() {
     assert!(server.metric("loghaul_component_errors_total", "web", None) >= 3);
     server.finish();
 }
+
 /// The tests that open 10,000 connections take turns: together they would pass the test
 /// process's descriptor limit.
 static TEN_THOUSAND: std::sync::Mutex<()> = std::sync::Mutex::new(());
