@@ -17,6 +17,12 @@
 //! the file (so "delivered" means "in the page cache"). On each tick the sink also closes files
 //! idle for `idle_timeout`, reopens files that were renamed or removed under it (logrotate without
 //! copytruncate), and on SIGHUP reopens every file.
+//!
+//! A write that fails for a reason that may pass (ENOSPC, EDQUOT, EIO) drops nothing: the bytes
+//! the file did not take stay buffered from the first one it refused, the sink is degraded, and
+//! it tries again with backoff (100ms doubling to 5s) without taking more input, so its queue
+//! fills and the sources push back. The retry completes a line the failed write cut, so the file
+//! never keeps a torn line.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -89,17 +95,58 @@ impl OpenFile {
     }
 
     /// Writes every pending chunk (with `writev`, so whole-batch buffers are not copied again)
-    /// and returns the buffers to `pool`, whatever the outcome.
+    /// and returns the written buffers to `pool`. On an error, what was not written stays
+    /// pending, starting at the first byte the file did not take: a retry completes a line the
+    /// failed write cut, so the file never keeps a torn line.
     fn write_pending(&mut self, pool: &BufferPool) -> std::io::Result<()> {
-        let result = write_all_vectored(&mut self.file, &self.chunks);
-        for chunk in self.chunks.drain(..) {
+        let mut written = 0;
+        let result = write_all_vectored(&mut self.file, &self.chunks, &mut written);
+        if result.is_ok() {
+            for chunk in self.chunks.drain(..) {
+                pool.put(chunk);
+            }
+            return result;
+        }
+        let mut done = 0;
+        for chunk in &mut self.chunks {
+            if written == 0 {
+                break;
+            }
+            if chunk.len() <= written {
+                written -= chunk.len();
+                done += 1;
+            } else {
+                chunk.drain(..written);
+                written = 0;
+            }
+        }
+        for chunk in self.chunks.drain(..done) {
             pool.put(chunk);
         }
+        self.buf_bytes = self.chunks.iter().map(Vec::len).sum();
         result
     }
 }
 
-fn write_all_vectored(file: &mut File, chunks: &[Vec<u8>]) -> std::io::Result<()> {
+/// Whether a write error may go away by itself (space freed, a device back): the sink keeps
+/// the bytes and tries again instead of dropping them.
+fn retryable(error: &std::io::Error) -> bool {
+    use std::io::ErrorKind as K;
+    matches!(
+        error.kind(),
+        K::StorageFull | K::QuotaExceeded | K::WouldBlock | K::TimedOut | K::WriteZero
+    ) || error.raw_os_error() == Some(5) // EIO
+}
+
+/// First and longest pause between attempts at a write that failed for a reason that may pass.
+const RETRY_INITIAL: std::time::Duration = std::time::Duration::from_millis(100);
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn write_all_vectored(
+    file: &mut File,
+    chunks: &[Vec<u8>],
+    written: &mut usize,
+) -> std::io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = chunks
         .iter()
         .filter(|c| !c.is_empty())
@@ -110,7 +157,10 @@ fn write_all_vectored(file: &mut File, chunks: &[Vec<u8>]) -> std::io::Result<()
         let upto = rest.len().min(IOV_MAX);
         match file.write_vectored(&rest[..upto]) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut rest, n),
+            Ok(n) => {
+                *written += n;
+                IoSlice::advance_slices(&mut rest, n);
+            }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
@@ -184,7 +234,7 @@ impl FileSink {
                 biased;
                 batch = input.recv() => match batch {
                     Some(batch) => {
-                        self.check_reopen();
+                        self.check_reopen().await;
                         self.write_batch(batch);
                         while let Some(batch) = input.try_recv() {
                             self.write_batch(batch);
@@ -194,22 +244,22 @@ impl FileSink {
                             if self.pending.len() >= MAX_PENDING_ACKS
                                 || last_flush.elapsed() >= self.config.flush_interval
                             {
-                                self.flush_all();
+                                self.flush_all().await;
                                 last_flush = Instant::now();
                             }
                         }
                         // The queue ran empty: write now instead of at the next tick, as rsyslog
                         // and syslog-ng do. Under load the queue is rarely empty, so writes stay
                         // large; when it is quiet, events reach the file without delay.
-                        self.flush_all();
+                        self.flush_all().await;
                         last_flush = Instant::now();
                     }
                     None => break,
                 },
-                _ = tick.tick() => self.on_tick(),
+                _ = tick.tick() => self.on_tick().await,
             }
         }
-        self.flush_all();
+        self.flush_all().await;
         self.files.clear();
         self.metrics.set_health(Health::Stopped, None);
     }
@@ -376,9 +426,10 @@ impl FileSink {
         }
     }
 
-    /// Writes one file's buffer to the file. On failure the buffered events are lost to this
-    /// sink: they are counted, the pending acks will report an error, and the file is reopened
-    /// on its next event.
+    /// Writes one file's buffer to the file. A failure that may pass (a full disk, EIO) keeps the
+    /// unwritten bytes for [`Self::flush_all`] to retry and marks the sink degraded; any other
+    /// failure loses the buffered events to this sink: they are counted, the pending acks will
+    /// report an error, and the file is reopened on its next event. Returns whether it wrote.
     fn write_out(&mut self, idx: usize) -> bool {
         let Some(Some(file)) = self.files.get_mut(idx) else {
             return true;
@@ -386,8 +437,23 @@ impl FileSink {
         if file.chunks.is_empty() {
             return true;
         }
+        let bytes = file.buf_bytes;
         let result = file.write_pending(&self.encoder.pool);
-        let (bytes, events) = (file.buf_bytes, file.buf_events);
+        if let Err(error) = &result
+            && retryable(error)
+        {
+            // Nothing is dropped: the rest stays pending and flush_all tries again, holding the
+            // sink's input (its queue fills and the sources push back) until the write goes in.
+            let path = file.path.display().to_string();
+            self.metrics.error(ErrorKind::Io, 1);
+            self.metrics.set_health(
+                Health::Degraded,
+                Some(format!("cannot write {path}: {error}; retrying")),
+            );
+            crate::warn_limited!(self.metrics, %error, %path, "Failed to write to output file; keeping the events and retrying.");
+            return false;
+        }
+        let events = file.buf_events;
         file.buf_bytes = 0;
         file.buf_events = 0;
         file.last_write = Instant::now();
@@ -409,17 +475,36 @@ impl FileSink {
                     Some(format!("cannot write {path}: {error}")),
                 );
                 crate::warn_limited!(self.metrics, %error, %path, events, "Failed to write to output file.");
+                if let Some(Some(file)) = self.files.get_mut(idx) {
+                    for chunk in file.chunks.drain(..) {
+                        self.encoder.pool.put(chunk);
+                    }
+                }
                 self.close(idx);
                 false
             }
         }
     }
 
-    /// Writes every buffer and then reports the pending acknowledgements.
-    fn flush_all(&mut self) {
+    /// Whether some file still holds bytes a write failed to take (a retryable failure).
+    fn has_unwritten(&self) -> bool {
+        self.files.iter().flatten().any(|f| !f.chunks.is_empty())
+    }
+
+    /// Writes every buffer, retrying (with backoff) writes that failed for a reason that may
+    /// pass, and then reports the pending acknowledgements.
+    async fn flush_all(&mut self) {
         let mut ok = !std::mem::take(&mut self.lost_since_flush);
-        for idx in 0..self.files.len() {
-            ok &= self.write_out(idx);
+        let mut pause = RETRY_INITIAL;
+        loop {
+            for idx in 0..self.files.len() {
+                ok &= self.write_out(idx) || self.files.get(idx).is_some_and(Option::is_some);
+            }
+            if !self.has_unwritten() {
+                break;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RETRY_MAX);
         }
         let status = if ok {
             BatchStatus::Delivered
@@ -431,9 +516,9 @@ impl FileSink {
         }
     }
 
-    fn on_tick(&mut self) {
-        self.flush_all();
-        self.check_reopen();
+    async fn on_tick(&mut self) {
+        self.flush_all().await;
+        self.check_reopen().await;
         let now = Instant::now();
         for idx in 0..self.files.len() {
             let Some(Some(file)) = self.files.get(idx) else {
@@ -455,12 +540,13 @@ impl FileSink {
         }
     }
 
-    fn check_reopen(&mut self) {
+    async fn check_reopen(&mut self) {
         let generation = self.reopen.load(Ordering::Acquire);
         if generation != self.seen_generation {
             self.seen_generation = generation;
+            // Everything buffered goes to the old files first (retried if the disk is full).
+            self.flush_all().await;
             for idx in 0..self.files.len() {
-                self.write_out(idx);
                 self.close(idx);
             }
         }
@@ -496,8 +582,11 @@ impl FileSink {
             .min_by_key(|(_, t)| *t)
             .map(|(i, _)| i);
         if let Some(idx) = oldest {
-            self.write_out(idx);
-            self.close(idx);
+            // A file whose write failed for a reason that may pass keeps its bytes and stays
+            // open (briefly over max_open_files) until flush_all gets them in.
+            if self.write_out(idx) || self.files.get(idx).is_some_and(Option::is_none) {
+                self.close(idx);
+            }
         }
     }
 }
