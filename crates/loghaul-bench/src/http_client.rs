@@ -16,10 +16,9 @@
 //! CPU includes reading and splitting the file into events, work the other clients skip.
 
 use std::fmt::Write as _;
-use std::io::{BufWriter, Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufWriter, Write as _};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
@@ -116,57 +115,13 @@ fn write_upload(dir: &Path, events: u64, batch: usize) -> Result<(PathBuf, PathB
 
 /// `GET /stats` of the lab server: (POSTs, body bytes) so far.
 fn stats(port: u16) -> Result<(u64, u64)> {
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).context("connecting")?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(b"GET /stats HTTP/1.0\r\n\r\n")?;
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let body = crate::httpd::get(port, "/stats")?;
     let v: serde_json::Value = serde_json::from_str(body.trim())
         .with_context(|| format!("the lab server's stats: {body:?}"))?;
     Ok((
         v["requests"].as_u64().unwrap_or(0),
         v["bytes"].as_u64().unwrap_or(0),
     ))
-}
-
-/// Waits for `child` to exit (within `limit`), reading its CPU time from /proc just before it is
-/// reaped: the zombie still reports its own and its reaped children's times. Ticks are 10ms, too
-/// coarse for a 10MB download, so the threads' nanosecond counters (sampled while it runs, and the
-/// main thread's at the end) are read too, and the larger reading counts.
-fn wait_with_cpu(child: &mut Child, limit: Duration) -> Result<(ExitStatus, f64)> {
-    let pid = child.id();
-    let deadline = Instant::now() + limit;
-    let mut cpu: f64 = 0.0;
-    loop {
-        match procstat::process_state(pid) {
-            Some('Z') | None => {
-                if let Some(c) = procstat::process_cpu_secs(pid) {
-                    cpu = cpu.max(c);
-                }
-                if let Some(c) = procstat::threads_cpu_secs(pid) {
-                    cpu = cpu.max(c);
-                }
-                let status = child.wait().context("reaping the client")?;
-                return Ok((status, cpu));
-            }
-            Some(_) => {
-                if let Some(c) = procstat::process_cpu_secs(pid) {
-                    cpu = cpu.max(c);
-                }
-                if let Some(c) = procstat::threads_cpu_secs(pid) {
-                    cpu = cpu.max(c);
-                }
-            }
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 fn run_client(
@@ -189,7 +144,7 @@ fn run_client(
         .stderr(err)
         .spawn()
         .with_context(|| format!("starting {}", program.display()))?;
-    let (status, cpu) = wait_with_cpu(&mut child, Duration::from_secs(900))?;
+    let (status, cpu) = procstat::wait_with_cpu(&mut child, Duration::from_secs(900))?;
     let wall = start.elapsed().as_secs_f64();
     if !status.success() {
         bail!(
@@ -271,9 +226,7 @@ fn loghaul_upload(
     }
     let wall = start.elapsed().as_secs_f64();
     // Every thread is alive here, so their nanosecond counters are the whole process.
-    let cpu = procstat::threads_cpu_secs(pid)
-        .unwrap_or(0.0)
-        .max(procstat::process_cpu_secs(pid).unwrap_or(0.0));
+    let cpu = procstat::precise_cpu_secs(pid).unwrap_or(0.0);
     guard.terminate(Duration::from_secs(10))?;
     // The clock runs from the process's start, as for the other clients: start-up is theirs too.
     Ok((wall, cpu))

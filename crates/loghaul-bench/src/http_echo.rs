@@ -10,11 +10,9 @@
 //! ```
 
 use std::fmt::Write as _;
-use std::io::{Read as _, Write as _};
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 use serde::Serialize;
@@ -134,18 +132,7 @@ fn loghaul_echo_config(port: u16, api: u16) -> String {
 
 /// GET `/check` and return the body, to see that the server echoes as the others do.
 fn echo_check(port: u16) -> Result<String> {
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).context("connecting")?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.write_all(b"GET /check HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    let Some((head, body)) = text.split_once("\r\n\r\n") else {
-        bail!("no HTTP answer: {text:?}");
-    };
-    if !head.starts_with("HTTP/1.") || !head[9..].starts_with("200") {
-        bail!("answered {:?}", head.lines().next().unwrap_or(""));
-    }
+    let body = crate::httpd::get(port, "/check")?;
     if !body.starts_with("/check ") {
         bail!("the body is not `<path> <time>`: {body:?}");
     }
@@ -250,18 +237,8 @@ fn run_tool(program: &Path, args: &[String], limit: Duration, log: &Path) -> Res
         .stderr(err)
         .spawn()
         .with_context(|| format!("starting {}", program.display()))?;
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break s;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            bail!("{} did not finish within {limit:?}", program.display());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (status, _) = procstat::wait_with_cpu(&mut child, limit)
+        .with_context(|| program.display().to_string())?;
     let text = std::fs::read_to_string(&out_path).unwrap_or_default();
     if !status.success() && !text.contains("Requests") {
         bail!(

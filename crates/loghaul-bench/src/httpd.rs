@@ -232,6 +232,30 @@ async fn read_more(stream: &mut TcpStream, buf: &mut Vec<u8>) -> std::io::Result
     stream.read_buf(buf).await
 }
 
+/// One `GET path` (HTTP/1.0, so the server closes after answering) to `127.0.0.1:port`: the body
+/// of a 200 answer, or an error naming what came back.
+///
+/// # Errors
+/// No connection, no HTTP answer, or a status other than 200.
+pub fn get(port: u16, path: &str) -> Result<String> {
+    use std::io::{Read as _, Write as _};
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut s = std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(2))
+        .with_context(|| format!("connecting to {addr}"))?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())?;
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let Some((head, body)) = text.split_once("\r\n\r\n") else {
+        anyhow::bail!("GET {path}: no HTTP answer: {text:?}");
+    };
+    let status = head.lines().next().unwrap_or("");
+    if !status.starts_with("HTTP/1.") || status.split_whitespace().nth(1) != Some("200") {
+        anyhow::bail!("GET {path} answered {status:?}");
+    }
+    Ok(body.to_string())
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -6,9 +6,12 @@
 //! `VmRSS` and the sum of each process's own high-water mark `VmHWM`.
 
 use std::collections::HashMap;
+use std::process::{Child, ExitStatus};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result, bail};
 
 /// Clock ticks per second of /proc's CPU times. `USER_HZ` is fixed at 100 in the Linux ABI on every
 /// architecture we run on, so no `sysconf` call (and no unsafe code) is needed.
@@ -115,6 +118,15 @@ pub fn threads_cpu_secs(pid: u32) -> Option<f64> {
     Some(ns as f64 / 1e9)
 }
 
+/// The larger of a process's two CPU readings: [`process_cpu_secs`] (10ms ticks, exited threads
+/// and reaped children included) and [`threads_cpu_secs`] (nanoseconds, live threads only).
+pub fn precise_cpu_secs(pid: u32) -> Option<f64> {
+    match (process_cpu_secs(pid), threads_cpu_secs(pid)) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// The state letter of a process (`R`, `S`, `Z` for an exited one not yet reaped…), `None` once
 /// the pid is gone.
 pub fn process_state(pid: u32) -> Option<char> {
@@ -207,6 +219,36 @@ impl RssSampler {
             let _ = h.join();
         }
         self.peak.load(Ordering::Relaxed)
+    }
+}
+
+/// Waits for `child` to exit (within `limit`), reading its CPU time from /proc just before it is
+/// reaped: the zombie still reports its own and its reaped children's times. Ticks are 10ms, too
+/// coarse for a 10MB download, so the threads' nanosecond counters (sampled while it runs, and the
+/// main thread's at the end) are read too, and the larger reading counts.
+///
+/// # Errors
+/// It did not exit within `limit` (it is killed), or it cannot be reaped.
+pub fn wait_with_cpu(child: &mut Child, limit: Duration) -> Result<(ExitStatus, f64)> {
+    let pid = child.id();
+    let deadline = Instant::now() + limit;
+    let mut cpu: f64 = 0.0;
+    loop {
+        // The state first: a zombie's reading, taken after it, is the whole run.
+        let exited = matches!(process_state(pid), Some('Z') | None);
+        if let Some(c) = precise_cpu_secs(pid) {
+            cpu = cpu.max(c);
+        }
+        if exited {
+            let status = child.wait().context("reaping the process")?;
+            return Ok((status, cpu));
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
