@@ -101,6 +101,9 @@ pub struct EventBatch {
     pub source_type: &'static str,
     /// Reports the batch's fate to its source; `Finalizer::none()` for sources that cannot ack.
     pub finalizer: Finalizer,
+    /// What the batch holds of the memory budget, once a fan-out admitted it; given back when
+    /// the last holder drops the batch.
+    pub charge: Option<Arc<crate::budget::Charge>>,
 }
 
 impl EventBatch {
@@ -117,6 +120,7 @@ impl EventBatch {
             source,
             source_type,
             finalizer: Finalizer::none(),
+            charge: None,
         }
     }
 
@@ -262,6 +266,7 @@ impl EventBatch {
             source: self.source.clone(),
             source_type: self.source_type,
             finalizer: self.finalizer.clone(),
+            charge: self.charge.clone(),
         }
     }
 }

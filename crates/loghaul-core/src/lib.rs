@@ -13,10 +13,14 @@
 //! a [`Span`] into it, so parsing a batch of syslog lines allocates nothing per event.
 
 pub mod batch;
+pub mod budget;
 pub mod event;
 pub mod finalizer;
 pub mod names;
+pub mod persist;
 
 pub use batch::{EventBatch, Field, SdElement, SdParam, Value};
+pub use budget::{Charge, MemoryBudget};
 pub use event::{Event, Flags, OptSpan, Span, Timestamp};
 pub use finalizer::{BatchNotifier, BatchStatus, BatchStatusReceiver, Finalizer};
+pub use persist::{DecodeError, decode_batch, encode_batch, encoded_len_events, encoded_size};

@@ -1,0 +1,158 @@
+//! What the writer and the reader share: the segments with how far each may be read, the
+//! notifications that wake an async reader or a writer waiting for space, and the statistics.
+//!
+//! Invariant: a segment's `readable_end` only ever covers records that were written whole; the
+//! writer raises it after a successful append and the reader never reads past it.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::Notify;
+
+/// The state of one segment, as the writer and the reader see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SegmentInfo {
+    /// Readers may read up to this offset: the end of the last record written whole.
+    pub readable_end: u64,
+    /// The bytes the file takes on disk (may exceed `readable_end` after a failed rollback).
+    pub size: u64,
+    /// The last sequence number readable in it; 0 when it holds none.
+    pub last_seq: u64,
+    /// The writer no longer writes to it: once all its records are acked it can go.
+    pub sealed: bool,
+}
+
+/// Shared between a [`crate::Writer`] and its [`crate::Reader`] (reach it with `shared()`).
+pub struct Shared {
+    /// Notified after every successful append and every segment rotation. An async reader
+    /// drains [`crate::Reader::next`] until `None`, then awaits `appended.notified()`; a stored
+    /// permit covers an append that lands between the two.
+    pub appended: Notify,
+    /// Notified after segments are deleted (acked through). A writer that got
+    /// [`crate::AppendError::Full`] awaits `space.notified()` and tries again.
+    pub space: Notify,
+    /// Counters and gauges for metrics.
+    pub stats: Stats,
+    acked: AtomicU64,
+    segments: Mutex<BTreeMap<u64, SegmentInfo>>,
+}
+
+impl Shared {
+    pub(crate) fn new(segments: BTreeMap<u64, SegmentInfo>, acked: u64) -> Self {
+        Shared {
+            appended: Notify::new(),
+            space: Notify::new(),
+            stats: Stats::default(),
+            acked: AtomicU64::new(acked),
+            segments: Mutex::new(segments),
+        }
+    }
+
+    /// The highest sequence number through which every record is acknowledged (as the reader
+    /// last computed it; the cursor file may lag behind).
+    pub fn acked(&self) -> u64 {
+        self.acked.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_acked(&self, acked: u64) {
+        self.acked.store(acked, Ordering::Relaxed);
+    }
+
+    pub(crate) fn segments(&self) -> MutexGuard<'_, BTreeMap<u64, SegmentInfo>> {
+        // Every critical section leaves the map consistent before anything can panic in it.
+        self.segments.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn notify_appended(&self) {
+        self.appended.notify_waiters();
+        self.appended.notify_one();
+    }
+
+    pub(crate) fn notify_space(&self) {
+        self.space.notify_waiters();
+        self.space.notify_one();
+    }
+}
+
+/// The buffer's statistics: plain atomics, read with `load(Ordering::Relaxed)` or all at once
+/// with [`Stats::snapshot`]. Counters only grow; gauges go up and down.
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Gauge: the bytes of all segment files on disk (headers included).
+    pub bytes_on_disk: AtomicU64,
+    /// Gauge: records appended (or recovered after the cursor) and not yet acknowledged.
+    pub records_pending: AtomicU64,
+    /// Gauge: segment files on disk.
+    pub segments: AtomicU64,
+    /// Counter: records appended since open.
+    pub appended_records: AtomicU64,
+    /// Counter: delivered records acknowledged since open.
+    pub acked_records: AtomicU64,
+    /// Counter: successful fsyncs (segment data, directory).
+    pub fsyncs: AtomicU64,
+    /// Counter: failed fsyncs; each one sealed a segment whose recent records are not durable.
+    pub fsync_failures: AtomicU64,
+    /// Counter: appends that failed with an I/O error (nothing of them is readable).
+    pub write_errors: AtomicU64,
+    /// Counter: records lost to damage: the sequence gaps found at recovery and around damage
+    /// skipped while reading.
+    pub damaged_records: AtomicU64,
+    /// Counter: bytes skipped as damaged, at recovery (before valid records) and while reading.
+    pub damaged_bytes: AtomicU64,
+    /// Counter: bytes cut off torn segment tails at recovery.
+    pub torn_bytes: AtomicU64,
+    /// Counter: segments moved to `quarantine/` at recovery.
+    pub quarantined_segments: AtomicU64,
+}
+
+/// The values of [`Stats`] at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct StatsSnapshot {
+    pub bytes_on_disk: u64,
+    pub records_pending: u64,
+    pub segments: u64,
+    pub appended_records: u64,
+    pub acked_records: u64,
+    pub fsyncs: u64,
+    pub fsync_failures: u64,
+    pub write_errors: u64,
+    pub damaged_records: u64,
+    pub damaged_bytes: u64,
+    pub torn_bytes: u64,
+    pub quarantined_segments: u64,
+}
+
+impl Stats {
+    /// Reads every statistic.
+    pub fn snapshot(&self) -> StatsSnapshot {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        StatsSnapshot {
+            bytes_on_disk: get(&self.bytes_on_disk),
+            records_pending: get(&self.records_pending),
+            segments: get(&self.segments),
+            appended_records: get(&self.appended_records),
+            acked_records: get(&self.acked_records),
+            fsyncs: get(&self.fsyncs),
+            fsync_failures: get(&self.fsync_failures),
+            write_errors: get(&self.write_errors),
+            damaged_records: get(&self.damaged_records),
+            damaged_bytes: get(&self.damaged_bytes),
+            torn_bytes: get(&self.torn_bytes),
+            quarantined_segments: get(&self.quarantined_segments),
+        }
+    }
+}
+
+/// Adds to a statistic.
+pub(crate) fn add(stat: &AtomicU64, n: u64) {
+    stat.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Subtracts from a gauge, stopping at 0 (a gauge that went wrong must not wrap around).
+pub(crate) fn sub(stat: &AtomicU64, n: u64) {
+    let _ = stat.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        Some(v.saturating_sub(n))
+    });
+}

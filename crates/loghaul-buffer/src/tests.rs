@@ -1,0 +1,950 @@
+//! End-to-end tests of the buffer through its public API: appends, reads and acks, recovery
+//! from torn and damaged segments, injected I/O faults, and `inspect`, on [`MemFs`] and on the
+//! real disk.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::format::{FRAME_HEADER_LEN, HEADER_LEN, segment_path};
+use crate::testing::{CrashMode, MemFs};
+use crate::*;
+
+const DIR: &str = "/buf";
+
+fn config() -> Config {
+    Config {
+        dir: PathBuf::from(DIR),
+        max_size: 1 << 20,
+        segment_size: 4096,
+        max_record: 1024,
+        sync: SyncMode::EveryBatch,
+    }
+}
+
+fn payload(i: u64) -> Vec<u8> {
+    format!("record-{i:04}").into_bytes()
+}
+
+/// The frame size of [`payload`].
+const FRAME: u64 = FRAME_HEADER_LEN as u64 + 11;
+
+fn drain<F: FileSystem>(reader: &mut Reader<F>) -> Vec<Record> {
+    let mut out = Vec::new();
+    while let Some(record) = reader.next().unwrap() {
+        out.push(record);
+    }
+    out
+}
+
+fn seqs(records: &[Record]) -> Vec<u64> {
+    records.iter().map(|r| r.seq).collect()
+}
+
+fn append_range<F: FileSystem>(writer: &mut Writer<F>, range: std::ops::RangeInclusive<u64>) {
+    for i in range {
+        let appended = writer.append(&[payload(i)]).unwrap();
+        assert_eq!(appended.first_seq, i);
+    }
+}
+
+fn segments(fs: &MemFs) -> Vec<String> {
+    fs.list(Path::new(DIR))
+        .into_iter()
+        .filter(|n| n.ends_with(".seg"))
+        .collect()
+}
+
+fn assert_payloads(records: &[Record]) {
+    for record in records {
+        assert_eq!(
+            record.payload,
+            payload(record.seq),
+            "payload of seq {}",
+            record.seq
+        );
+    }
+}
+
+#[test]
+fn round_trip() {
+    let fs = MemFs::new();
+    let (mut writer, mut reader, recovery) = open(fs.clone(), config()).unwrap();
+    assert_eq!(recovery.segments, 0);
+    assert_eq!(recovery.cursor_file, CursorFile::Missing);
+    let appended = writer.append(&[b"one".as_slice(), b"", b"three"]).unwrap();
+    assert_eq!(
+        appended,
+        Appended {
+            first_seq: 1,
+            last_seq: 3,
+            bytes: 3 * FRAME_HEADER_LEN as u64 + 8
+        }
+    );
+    writer.sync().unwrap();
+    let records = drain(&mut reader);
+    assert_eq!(seqs(&records), [1, 2, 3]);
+    assert_eq!(records[0].payload, "one");
+    assert_eq!(records[1].payload, "");
+    assert_eq!(records[2].payload, "three");
+    assert!(reader.next().unwrap().is_none());
+
+    writer.append(&[b"four"]).unwrap();
+    assert_eq!(reader.next().unwrap().unwrap().payload, "four");
+    let stats = writer.shared().stats.snapshot();
+    assert_eq!(stats.appended_records, 4);
+    assert_eq!(stats.records_pending, 4);
+    assert_eq!(stats.segments, 1);
+    assert_eq!(
+        stats.bytes_on_disk,
+        HEADER_LEN + 4 * FRAME_HEADER_LEN as u64 + 12
+    );
+    assert_eq!(
+        stats.bytes_on_disk,
+        fs.read(&segment_path(Path::new(DIR), 1)).unwrap().len() as u64
+    );
+    // An empty group writes nothing.
+    let empty: &[&[u8]] = &[];
+    assert_eq!(
+        writer.append(empty).unwrap(),
+        Appended {
+            first_seq: 5,
+            last_seq: 4,
+            bytes: 0
+        }
+    );
+}
+
+#[test]
+fn rotates_segments_without_splitting_records() {
+    let fs = MemFs::new();
+    let config = Config {
+        segment_size: HEADER_LEN + 3 * FRAME,
+        ..config()
+    };
+    let (mut writer, mut reader, _) = open(fs.clone(), config).unwrap();
+    append_range(&mut writer, 1..=10);
+    // 3 records per segment: 1-3, 4-6, 7-9, 10.
+    assert_eq!(segments(&fs).len(), 4);
+    assert_eq!(writer.shared().stats.snapshot().segments, 4);
+    // A group runs past segment_size rather than being split.
+    writer
+        .append(&[payload(11), payload(12), payload(13), payload(14)])
+        .unwrap();
+    assert_eq!(segments(&fs).len(), 4);
+    let records = drain(&mut reader);
+    assert_eq!(seqs(&records), (1..=14).collect::<Vec<_>>());
+    assert_payloads(&records);
+}
+
+#[test]
+fn deletes_segments_after_out_of_order_acks() {
+    let fs = MemFs::new();
+    let config = Config {
+        segment_size: HEADER_LEN + 3 * FRAME,
+        ..config()
+    };
+    let (mut writer, mut reader, _) = open(fs.clone(), config).unwrap();
+    append_range(&mut writer, 1..=7);
+    assert_eq!(segments(&fs).len(), 3);
+    let records = drain(&mut reader);
+    assert_eq!(records.len(), 7);
+
+    for seq in [3, 2, 5, 6] {
+        reader.ack(seq).unwrap();
+    }
+    assert_eq!(reader.acked(), 0);
+    assert_eq!(segments(&fs).len(), 3);
+    reader.ack(1).unwrap();
+    assert_eq!(reader.acked(), 3);
+    assert_eq!(
+        segments(&fs).len(),
+        2,
+        "segment 1 (seqs 1-3) is acked through"
+    );
+    reader.ack(4).unwrap();
+    assert_eq!(reader.acked(), 6);
+    assert_eq!(segments(&fs).len(), 1);
+    // The segment being written is kept even when acked through.
+    reader.ack(7).unwrap();
+    assert_eq!(segments(&fs), ["00000000000000000003.seg"]);
+    // Repeated and unknown acks change nothing.
+    reader.ack(7).unwrap();
+    reader.ack(99).unwrap();
+    let stats = reader.shared().stats.snapshot();
+    assert_eq!(stats.acked_records, 7);
+    assert_eq!(stats.records_pending, 0);
+    assert_eq!(stats.segments, 1);
+    // Deleting a segment persisted the cursor first.
+    assert!(crate::cursor::read(&fs, Path::new(DIR)).acked() >= 6);
+}
+
+#[test]
+fn full_until_acks_free_space() {
+    let fs = MemFs::new();
+    let config = Config {
+        max_size: HEADER_LEN + 4 * FRAME,
+        segment_size: HEADER_LEN + 2 * FRAME,
+        ..config()
+    };
+    let (mut writer, mut reader, _) = open(fs.clone(), config).unwrap();
+    append_range(&mut writer, 1..=3);
+    let before = fs.snapshot();
+    let err = writer.append(&[payload(4), payload(5)]).unwrap_err();
+    assert!(matches!(err, AppendError::Full { .. }), "{err}");
+    assert!(err.is_retryable());
+    assert_eq!(fs.snapshot(), before, "nothing written");
+    assert_eq!(writer.next_seq(), 4);
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let shared = std::sync::Arc::clone(writer.shared());
+    let records = drain(&mut reader);
+    for record in &records {
+        reader.ack(record.seq).unwrap();
+    }
+    // The acks freed segment 1 and woke a writer waiting for space.
+    runtime.block_on(async {
+        tokio::time::timeout(Duration::from_secs(5), shared.space.notified())
+            .await
+            .expect("space notified");
+    });
+    let appended = writer.append(&[payload(4), payload(5)]).unwrap();
+    assert_eq!((appended.first_seq, appended.last_seq), (4, 5));
+    assert_eq!(seqs(&drain(&mut reader)), [4, 5]);
+}
+
+#[test]
+fn full_buffer_with_everything_acked_does_not_stay_full() {
+    // The segment being written can only be deleted once sealed; a Full seals it.
+    let fs = MemFs::new();
+    let config = Config {
+        max_size: HEADER_LEN + 3 * FRAME,
+        segment_size: 1 << 20,
+        ..config()
+    };
+    let (mut writer, mut reader, _) = open(fs, config).unwrap();
+    append_range(&mut writer, 1..=3);
+    for record in drain(&mut reader) {
+        reader.ack(record.seq).unwrap();
+    }
+    assert!(writer.append(&[payload(4)]).unwrap_err().is_full());
+    assert!(reader.next().unwrap().is_none());
+    assert_eq!(writer.append(&[payload(4)]).unwrap().first_seq, 4);
+}
+
+#[test]
+fn too_large_is_refused() {
+    let fs = MemFs::new();
+    let (mut writer, _, _) = open(
+        fs.clone(),
+        Config {
+            max_record: 8,
+            ..config()
+        },
+    )
+    .unwrap();
+    let err = writer
+        .append(&[b"small".as_slice(), b"far too large"])
+        .unwrap_err();
+    assert!(
+        matches!(err, AppendError::TooLarge { size: 13, limit: 8 }),
+        "{err}"
+    );
+    assert!(!err.is_retryable());
+    assert!(segments(&fs).is_empty());
+    assert_eq!(writer.append(&[b"small"]).unwrap().first_seq, 1);
+
+    // A group larger than the whole buffer can never fit either.
+    let (mut writer, _, _) = open(
+        MemFs::new(),
+        Config {
+            max_size: 100,
+            ..config()
+        },
+    )
+    .unwrap();
+    let group: Vec<Vec<u8>> = (0..10).map(payload).collect();
+    assert!(matches!(
+        writer.append(&group),
+        Err(AppendError::TooLarge { .. })
+    ));
+}
+
+#[test]
+fn restart_resumes_after_cursor_and_redelivers_unacked() {
+    let fs = MemFs::new();
+    let config = Config {
+        segment_size: HEADER_LEN + 3 * FRAME,
+        ..config()
+    };
+    {
+        let (mut writer, mut reader, _) = open(fs.clone(), config.clone()).unwrap();
+        append_range(&mut writer, 1..=10);
+        writer.sync().unwrap();
+        assert_eq!(drain(&mut reader).len(), 10);
+        for seq in [1, 2, 3, 4, 5, 7, 9] {
+            reader.ack(seq).unwrap();
+        }
+        reader.persist().unwrap();
+    }
+    let (mut writer, mut reader, recovery) = open(fs.clone(), config.clone()).unwrap();
+    assert_eq!(recovery.cursor, 5);
+    assert_eq!(recovery.cursor_file, CursorFile::Valid(5));
+    assert_eq!(recovery.records_pending, 5);
+    assert_eq!(recovery.lost_records, 0);
+    assert_eq!(recovery.next_seq, 11);
+    // 7 and 9 were acked but the cursor cannot say so: delivered again (at least once).
+    let records = drain(&mut reader);
+    assert_eq!(seqs(&records), [6, 7, 8, 9, 10]);
+    assert_payloads(&records);
+    // A new segment for new records; numbering goes on.
+    assert_eq!(writer.append(&[payload(11)]).unwrap().first_seq, 11);
+    assert_eq!(segments(&fs).last().unwrap(), "00000000000000000005.seg");
+    assert_eq!(seqs(&drain(&mut reader)), [11]);
+    assert_eq!(reader.shared().stats.snapshot().records_pending, 6);
+}
+
+#[test]
+fn restart_with_everything_acked_deletes_segments_and_keeps_numbering() {
+    let fs = MemFs::new();
+    let config = Config {
+        segment_size: HEADER_LEN + 3 * FRAME,
+        ..config()
+    };
+    {
+        let (mut writer, mut reader, _) = open(fs.clone(), config.clone()).unwrap();
+        append_range(&mut writer, 1..=5);
+        for record in drain(&mut reader) {
+            reader.ack(record.seq).unwrap();
+        }
+        reader.persist().unwrap();
+    }
+    let (mut writer, mut reader, recovery) = open(fs.clone(), config).unwrap();
+    assert_eq!(recovery.segments, 1, "segment 1 went while running");
+    assert_eq!(recovery.segments_deleted, 1);
+    assert_eq!(recovery.records_pending, 0);
+    assert!(segments(&fs).is_empty());
+    assert_eq!(writer.append(&[payload(6)]).unwrap().first_seq, 6);
+    assert_eq!(seqs(&drain(&mut reader)), [6]);
+}
+
+#[test]
+fn torn_tail_is_truncated() {
+    let fs = MemFs::new();
+    {
+        let (mut writer, _, _) = open(fs.clone(), config()).unwrap();
+        append_range(&mut writer, 1..=5);
+        writer.sync().unwrap();
+    }
+    let path = segment_path(Path::new(DIR), 1);
+    let mut data = fs.read(&path).unwrap();
+    data.truncate(data.len() - 5);
+    fs.write_file(&path, &data).unwrap();
+
+    let (mut writer, mut reader, recovery) = open(fs.clone(), config()).unwrap();
+    assert_eq!(recovery.torn_bytes, FRAME - 5);
+    assert_eq!(recovery.damaged_bytes, 0);
+    assert_eq!(recovery.lost_records, 0, "a lost tail cannot be counted");
+    assert_eq!(recovery.records_pending, 4);
+    assert_eq!(recovery.next_seq, 5);
+    assert_eq!(fs.read(&path).unwrap().len() as u64, HEADER_LEN + 4 * FRAME);
+    assert_eq!(seqs(&drain(&mut reader)), [1, 2, 3, 4]);
+    assert_eq!(writer.append(&[payload(5)]).unwrap().first_seq, 5);
+    assert_eq!(reader.shared().stats.snapshot().torn_bytes, FRAME - 5);
+}
+
+#[test]
+fn torn_tail_of_an_earlier_segment_counts_the_gap() {
+    let fs = MemFs::new();
+    let config = Config {
+        segment_size: HEADER_LEN + 3 * FRAME,
+        ..config()
+    };
+    {
+        let (mut writer, _, _) = open(fs.clone(), config.clone()).unwrap();
+        append_range(&mut writer, 1..=6);
+    }
+    let path = segment_path(Path::new(DIR), 1);
+    let mut data = fs.read(&path).unwrap();
+    data.truncate(data.len() - 1);
+    fs.write_file(&path, &data).unwrap();
+    let (_, mut reader, recovery) = open(fs, config).unwrap();
+    assert_eq!(recovery.torn_bytes, FRAME - 1);
+    assert_eq!(recovery.lost_records, 1);
+    assert_eq!(seqs(&drain(&mut reader)), [1, 2, 4, 5, 6]);
+}
+
+#[test]
+fn middle_corruption_is_salvaged_into_quarantine() {
+    let fs = MemFs::new();
+    let config = Config {
+        segment_size: 1 << 20,
+        ..config()
+    };
+    {
+        let (mut writer, _, _) = open(fs.clone(), config.clone()).unwrap();
+        append_range(&mut writer, 1..=100);
+        writer.sync().unwrap();
+    }
+    let path = segment_path(Path::new(DIR), 1);
+    // A byte of record 50's payload.
+    fs.corrupt(
+        &path,
+        HEADER_LEN + 49 * FRAME + FRAME_HEADER_LEN as u64 + 3,
+        &[0x20],
+    )
+    .unwrap();
+
+    let (mut writer, mut reader, recovery) = open(fs.clone(), config.clone()).unwrap();
+    assert_eq!(recovery.lost_records, 1);
+    assert_eq!(recovery.damaged_bytes, FRAME);
+    assert_eq!(recovery.torn_bytes, 0);
+    assert_eq!(recovery.records_pending, 99);
+    assert_eq!(recovery.quarantined.len(), 1);
+    assert!(
+        recovery.to_string().contains("lost_records=1"),
+        "{recovery}"
+    );
+    let quarantined = fs.list(&Path::new(DIR).join("quarantine"));
+    assert_eq!(quarantined.len(), 1);
+    assert!(
+        quarantined[0].starts_with("00000000000000000001.seg."),
+        "{quarantined:?}"
+    );
+    assert_eq!(
+        fs.read(&path).unwrap().len() as u64,
+        HEADER_LEN + 99 * FRAME
+    );
+
+    let records = drain(&mut reader);
+    assert_eq!(records.len(), 99);
+    assert!(!seqs(&records).contains(&50));
+    assert_payloads(&records);
+    let stats = reader.shared().stats.snapshot();
+    assert_eq!(stats.damaged_records, 1);
+    assert_eq!(stats.damaged_bytes, FRAME);
+    assert_eq!(stats.quarantined_segments, 1);
+    assert_eq!(writer.append(&[payload(101)]).unwrap().first_seq, 101);
+    drop((writer, reader));
+
+    // The salvaged segment is clean; its gap is counted again until the cursor passes it.
+    let (_, _, again) = open(fs, config).unwrap();
+    assert_eq!(
+        (
+            again.damaged_bytes,
+            again.lost_records,
+            again.quarantined.len()
+        ),
+        (0, 1, 0)
+    );
+}
+
+#[test]
+fn corruption_seen_while_reading_is_skipped_and_counted() {
+    let fs = MemFs::new();
+    let (mut writer, mut reader, _) = open(fs.clone(), config()).unwrap();
+    append_range(&mut writer, 1..=5);
+    let path = segment_path(Path::new(DIR), 1);
+    fs.corrupt(
+        &path,
+        HEADER_LEN + 2 * FRAME + FRAME_HEADER_LEN as u64,
+        &[0xFF],
+    )
+    .unwrap();
+    let records = drain(&mut reader);
+    assert_eq!(seqs(&records), [1, 2, 4, 5]);
+    let stats = reader.shared().stats.snapshot();
+    assert_eq!(stats.damaged_records, 1);
+    assert_eq!(stats.damaged_bytes, FRAME);
+    // The skipped record does not hold the cursor back.
+    for seq in [1, 2, 4, 5] {
+        reader.ack(seq).unwrap();
+    }
+    assert_eq!(reader.acked(), 5);
+}
+
+#[test]
+fn bad_header_is_salvaged() {
+    let fs = MemFs::new();
+    {
+        let (mut writer, _, _) = open(fs.clone(), config()).unwrap();
+        append_range(&mut writer, 1..=3);
+    }
+    fs.corrupt(&segment_path(Path::new(DIR), 1), 0, &[0xFF])
+        .unwrap();
+    let (_, mut reader, recovery) = open(fs.clone(), config()).unwrap();
+    assert_eq!(recovery.damaged_bytes, HEADER_LEN);
+    assert_eq!(recovery.lost_records, 0);
+    assert_eq!(recovery.quarantined.len(), 1);
+    assert_eq!(seqs(&drain(&mut reader)), [1, 2, 3]);
+}
+
+#[test]
+fn damaged_cursor_redelivers_everything() {
+    let fs = MemFs::new();
+    {
+        let (mut writer, mut reader, _) = open(fs.clone(), config()).unwrap();
+        append_range(&mut writer, 1..=4);
+        for record in drain(&mut reader) {
+            reader.ack(record.seq).unwrap();
+        }
+        reader.persist().unwrap();
+    }
+    fs.corrupt(&Path::new(DIR).join("cursor"), 10, &[0x01])
+        .unwrap();
+    let (mut writer, mut reader, recovery) = open(fs.clone(), config()).unwrap();
+    assert_eq!(recovery.cursor_file, CursorFile::Damaged);
+    assert_eq!(recovery.cursor, 0);
+    assert_eq!(recovery.records_pending, 4);
+    assert!(
+        recovery.to_string().contains("cursor_file=damaged"),
+        "{recovery}"
+    );
+    assert_eq!(seqs(&drain(&mut reader)), [1, 2, 3, 4]);
+    assert_eq!(writer.append(&[payload(5)]).unwrap().first_seq, 5);
+}
+
+#[test]
+fn leftover_tmp_files_are_removed() {
+    let fs = MemFs::new();
+    {
+        let (mut writer, _, _) = open(fs.clone(), config()).unwrap();
+        append_range(&mut writer, 1..=2);
+    }
+    let dir = Path::new(DIR);
+    fs.write_file(&dir.join("cursor.tmp"), b"LHCUR").unwrap();
+    // A salvage copy next to its original: the salvage did not get as far as the move.
+    fs.write_file(&dir.join("00000000000000000001.seg.salvage.tmp"), b"LHSEG")
+        .unwrap();
+    fs.write_file(&dir.join("notes.txt"), b"not ours").unwrap();
+    let (_, mut reader, recovery) = open(fs.clone(), config()).unwrap();
+    assert_eq!(recovery.removed_tmp, 2);
+    assert_eq!(fs.list(dir), ["00000000000000000001.seg", "notes.txt"]);
+    assert_eq!(seqs(&drain(&mut reader)), [1, 2]);
+}
+
+#[test]
+fn interrupted_salvage_is_completed() {
+    let fs = MemFs::new();
+    {
+        let (mut writer, _, _) = open(fs.clone(), config()).unwrap();
+        append_range(&mut writer, 1..=3);
+    }
+    let dir = Path::new(DIR);
+    let path = segment_path(dir, 1);
+    let data = fs.read(&path).unwrap();
+    // As if the original went to quarantine and the process stopped before the last rename.
+    fs.create_dir_all(&dir.join("quarantine")).unwrap();
+    fs.rename(&path, &dir.join("quarantine/00000000000000000001.seg.1"))
+        .unwrap();
+    fs.write_file(&dir.join("00000000000000000001.seg.salvage.tmp"), &data)
+        .unwrap();
+    let (_, mut reader, recovery) = open(fs.clone(), config()).unwrap();
+    assert_eq!(recovery.removed_tmp, 0);
+    assert_eq!(seqs(&drain(&mut reader)), [1, 2, 3]);
+    assert_eq!(segments(&fs), ["00000000000000000001.seg"]);
+}
+
+#[test]
+fn segment_without_valid_records_is_dropped_or_quarantined() {
+    let fs = MemFs::new();
+    let dir = Path::new(DIR);
+    fs.create_dir_all(dir).unwrap();
+    // A segment whose creation was torn, and garbage before a good segment.
+    fs.write_file(&segment_path(dir, 1), b"garbage garbage garbage garbage")
+        .unwrap();
+    let mut good = crate::format::SEGMENT_HEADER.to_vec();
+    crate::format::encode(&mut good, 1, b"x");
+    fs.write_file(&segment_path(dir, 2), &good).unwrap();
+    fs.write_file(&segment_path(dir, 3), b"LHS").unwrap();
+    let (mut writer, mut reader, recovery) = open(fs.clone(), config()).unwrap();
+    assert_eq!(recovery.segments, 3);
+    assert_eq!(recovery.quarantined.len(), 1);
+    assert_eq!(recovery.damaged_bytes, 31);
+    assert_eq!(segments(&fs), ["00000000000000000002.seg"]);
+    assert_eq!(seqs(&drain(&mut reader)), [1]);
+    assert_eq!(writer.append(&[b"y"]).unwrap().first_seq, 2);
+    assert_eq!(segments(&fs).last().unwrap(), "00000000000000000004.seg");
+}
+
+/// Appends 1..=3, then a failing group, then checks that the log holds exactly 1..=3 and the
+/// next append (numbered 4) works.
+fn assert_failed_append_leaves_log_consistent(arm: impl Fn(&MemFs), expect: impl Fn(&io::Error)) {
+    let fs = MemFs::new();
+    let (mut writer, mut reader, _) = open(fs.clone(), config()).unwrap();
+    append_range(&mut writer, 1..=3);
+    let path = segment_path(Path::new(DIR), 1);
+    let before = fs.read(&path).unwrap();
+    arm(&fs);
+    let err = writer
+        .append(&[payload(4), payload(5), payload(6)])
+        .unwrap_err();
+    let AppendError::Io(io_error) = &err else {
+        panic!("{err}")
+    };
+    expect(io_error);
+    assert!(err.is_retryable(), "{err}");
+    assert!(err.to_string().contains("a retry may help"), "{err}");
+    fs.clear_faults();
+    assert_eq!(fs.read(&path).unwrap(), before, "the group was rolled back");
+    assert_eq!(seqs(&drain(&mut reader)), [1, 2, 3]);
+    assert_eq!(writer.next_seq(), 4, "no sequence number consumed");
+    let appended = writer.append(&[payload(4), payload(5)]).unwrap();
+    assert_eq!((appended.first_seq, appended.last_seq), (4, 5));
+    writer.sync().unwrap();
+    let records = drain(&mut reader);
+    assert_eq!(seqs(&records), [4, 5]);
+    assert_payloads(&records);
+    let stats = writer.shared().stats.snapshot();
+    assert_eq!(stats.write_errors, 1);
+    assert_eq!(stats.damaged_bytes, 0);
+    assert_eq!(stats.bytes_on_disk, HEADER_LEN + 5 * FRAME);
+    drop((writer, reader));
+    fs.crash(CrashMode::LoseUnsynced);
+    let (_, mut reader, recovery) = open(fs, config()).unwrap();
+    assert_eq!(
+        recovery.lost_records + recovery.damaged_bytes + recovery.torn_bytes,
+        0,
+        "{recovery}"
+    );
+    assert_eq!(seqs(&drain(&mut reader)), [1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn enospc_during_append_rolls_back() {
+    assert_failed_append_leaves_log_consistent(
+        // The group fits partly: a short write, then ENOSPC.
+        |fs| fs.enospc_after(FRAME + 7),
+        |e| assert_eq!(e.raw_os_error(), Some(28)),
+    );
+}
+
+#[test]
+fn eio_during_append_rolls_back() {
+    assert_failed_append_leaves_log_consistent(
+        |fs| {
+            fs.short_write_next(FRAME as usize + 3);
+            // The write after the short one fails.
+            fs.fail_next_write_eio();
+        },
+        |e| assert_eq!(e.raw_os_error(), Some(5)),
+    );
+}
+
+#[test]
+fn eio_and_short_write_are_handled_in_order() {
+    // A short write alone is continued, not an error.
+    let fs = MemFs::new();
+    let (mut writer, mut reader, _) = open(fs.clone(), config()).unwrap();
+    fs.short_write_next(5);
+    writer.append(&[payload(1), payload(2)]).unwrap();
+    let records = drain(&mut reader);
+    assert_eq!(seqs(&records), [1, 2]);
+    assert_payloads(&records);
+}
+
+#[test]
+fn failed_rollback_seals_the_segment_and_skips_the_numbers() {
+    let fs = MemFs::new();
+    let (mut writer, mut reader, _) = open(fs.clone(), config()).unwrap();
+    append_range(&mut writer, 1..=3);
+    writer.sync().unwrap();
+    // Two of three records reach the file, then ENOSPC, and the truncation fails too.
+    fs.enospc_after(2 * FRAME + 4);
+    fs.fail_next_set_len();
+    let err = writer
+        .append(&[payload(4), payload(5), payload(6)])
+        .unwrap_err();
+    assert!(matches!(err, AppendError::Io(_)));
+    fs.clear_faults();
+    assert_eq!(writer.next_seq(), 7, "the group's numbers are given up");
+    assert_eq!(
+        seqs(&drain(&mut reader)),
+        [1, 2, 3],
+        "readers never see the failed group"
+    );
+    let appended = writer.append(&[payload(7)]).unwrap();
+    assert_eq!(appended.first_seq, 7);
+    assert_eq!(segments(&fs).len(), 2, "a new segment after the sealed one");
+    writer.sync().unwrap();
+    assert_eq!(seqs(&drain(&mut reader)), [7]);
+    let stats = reader.shared().stats.snapshot();
+    assert_eq!(stats.damaged_records, 0);
+    assert_eq!(stats.damaged_bytes, 0);
+
+    // After a restart, the records of the group that reached the disk are delivered (at
+    // least once); the torn rest is cut off.
+    drop((writer, reader));
+    fs.crash(CrashMode::KeepAll);
+    let (mut writer, mut reader, recovery) = open(fs, config()).unwrap();
+    assert_eq!(recovery.torn_bytes, 4);
+    assert_eq!(recovery.lost_records, 1, "seq 6 never reached the disk");
+    let records = drain(&mut reader);
+    assert_eq!(seqs(&records), [1, 2, 3, 4, 5, 7]);
+    assert_payloads(&records);
+    assert_eq!(writer.append(&[payload(8)]).unwrap().first_seq, 8);
+}
+
+#[test]
+fn fsync_failure_seals_the_segment() {
+    let fs = MemFs::new();
+    let (mut writer, mut reader, _) = open(fs.clone(), config()).unwrap();
+    append_range(&mut writer, 1..=2);
+    writer.sync().unwrap();
+    append_range(&mut writer, 3..=4);
+    fs.fail_next_sync();
+    assert!(writer.sync().is_err());
+    let stats = writer.shared().stats.snapshot();
+    assert_eq!(stats.fsync_failures, 1);
+    // Readers still get what was written; the next append starts a new segment.
+    assert_eq!(seqs(&drain(&mut reader)), [1, 2, 3, 4]);
+    append_range(&mut writer, 5..=6);
+    assert_eq!(segments(&fs).len(), 2);
+    writer.sync().unwrap();
+    assert_eq!(seqs(&drain(&mut reader)), [5, 6]);
+
+    // The failed segment's unsynced records were never durable; the ones after are.
+    drop((writer, reader));
+    fs.crash(CrashMode::LoseUnsynced);
+    let (_, mut reader, recovery) = open(fs, config()).unwrap();
+    assert_eq!(recovery.lost_records, 2);
+    assert_eq!(seqs(&drain(&mut reader)), [1, 2, 5, 6]);
+}
+
+#[test]
+fn synced_records_survive_power_loss() {
+    let fs = MemFs::new();
+    let config = Config {
+        segment_size: HEADER_LEN + 3 * FRAME,
+        ..config()
+    };
+    let (mut writer, reader, _) = open(fs.clone(), config.clone()).unwrap();
+    append_range(&mut writer, 1..=7);
+    writer.sync().unwrap();
+    append_range(&mut writer, 8..=9);
+    drop((writer, reader));
+    fs.crash(CrashMode::LoseUnsynced);
+    let (mut writer, mut reader, recovery) = open(fs, config).unwrap();
+    assert_eq!(recovery.records_pending, 7);
+    let records = drain(&mut reader);
+    assert_eq!(seqs(&records), (1..=7).collect::<Vec<_>>());
+    assert_payloads(&records);
+    assert_eq!(writer.append(&[payload(8)]).unwrap().first_seq, 8);
+}
+
+#[test]
+fn failed_cursor_write_keeps_the_old_cursor() {
+    let fs = MemFs::new();
+    let (mut writer, mut reader, _) = open(fs.clone(), config()).unwrap();
+    append_range(&mut writer, 1..=3);
+    drain(&mut reader);
+    reader.ack(1).unwrap();
+    reader.persist().unwrap();
+    reader.ack(2).unwrap();
+    fs.fail_next_rename();
+    assert!(reader.persist().is_err());
+    drop((writer, reader));
+    let (_, mut reader, recovery) = open(fs.clone(), config()).unwrap();
+    assert_eq!(recovery.cursor, 1);
+    assert_eq!(recovery.removed_tmp, 1);
+    assert_eq!(seqs(&drain(&mut reader)), [2, 3]);
+}
+
+#[test]
+fn inspect_reports_damage_and_changes_nothing() {
+    let fs = MemFs::new();
+    let small = Config {
+        segment_size: HEADER_LEN + 10 * FRAME,
+        ..config()
+    };
+    {
+        let (mut writer, mut reader, _) = open(fs.clone(), small).unwrap();
+        append_range(&mut writer, 1..=25);
+        writer.sync().unwrap();
+        drain(&mut reader);
+        for seq in 1..=4 {
+            reader.ack(seq).unwrap();
+        }
+        reader.persist().unwrap();
+    }
+    let dir = Path::new(DIR);
+    fs.corrupt(&segment_path(dir, 2), HEADER_LEN + 2 * FRAME + 1, &[0xFF])
+        .unwrap();
+    let seg3 = segment_path(dir, 3);
+    let mut data = fs.read(&seg3).unwrap();
+    data.truncate(data.len() - 2);
+    fs.write_file(&seg3, &data).unwrap();
+    fs.write_file(&dir.join("cursor.tmp"), b"x").unwrap();
+
+    let before = fs.snapshot();
+    let report = inspect(&fs, dir).unwrap();
+    assert_eq!(fs.snapshot(), before, "inspect changed nothing");
+    assert_eq!(report.cursor, CursorFile::Valid(4));
+    assert_eq!(report.segments.len(), 3);
+    assert_eq!(report.records, 23);
+    assert_eq!(report.records_pending, 19);
+    assert!(report.is_damaged());
+    let seg2 = &report.segments[1];
+    assert_eq!(
+        (seg2.first_seq, seg2.last_seq, seg2.records),
+        (Some(11), Some(20), 9)
+    );
+    assert_eq!(
+        seg2.damaged,
+        [Region {
+            offset: HEADER_LEN + 2 * FRAME,
+            len: FRAME
+        }]
+    );
+    let seg3 = &report.segments[2];
+    assert_eq!(
+        seg3.torn,
+        Some(Region {
+            offset: HEADER_LEN + 4 * FRAME,
+            len: FRAME - 2
+        })
+    );
+    assert_eq!(report.other_files, ["cursor.tmp"]);
+    let text = report.to_string();
+    assert!(text.contains("damaged: 31 bytes at offset 70"), "{text}");
+    assert!(text.contains("torn tail: 29 bytes"), "{text}");
+    assert!(text.contains("pending after the cursor: 19"), "{text}");
+    assert!(
+        text.contains("every record through seq 4 is acked"),
+        "{text}"
+    );
+
+    // After recovery, inspect sees a clean buffer with the damaged original in quarantine.
+    open(fs.clone(), config()).unwrap();
+    let report = inspect(&fs, dir).unwrap();
+    assert!(!report.is_damaged(), "{report}");
+    assert_eq!(report.quarantine.len(), 1);
+    assert!(report.to_string().contains("quarantine: 1 file(s)"));
+}
+
+#[test]
+fn writer_and_reader_on_two_threads() {
+    let fs = MemFs::new();
+    let config = Config {
+        segment_size: 512,
+        max_size: 4096,
+        ..config()
+    };
+    let (mut writer, mut reader, _) = open(fs, config).unwrap();
+    let total = 2000u64;
+    let producer = std::thread::spawn(move || {
+        let mut next = 1;
+        while next <= total {
+            match writer.append(&[payload(next)]) {
+                Ok(_) => next += 1,
+                Err(e) if e.is_full() => std::thread::yield_now(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    });
+    let mut expected = 1;
+    while expected <= total {
+        match reader.next().unwrap() {
+            Some(record) => {
+                assert_eq!(record.seq, expected);
+                assert_eq!(record.payload, payload(expected));
+                reader.ack(record.seq).unwrap();
+                expected += 1;
+            }
+            None => std::thread::yield_now(),
+        }
+    }
+    producer.join().unwrap();
+    assert!(reader.shared().stats.snapshot().segments <= 2);
+}
+
+mod real_disk {
+    use super::*;
+
+    fn real_config(dir: &Path) -> Config {
+        Config {
+            dir: dir.to_path_buf(),
+            segment_size: HEADER_LEN + 3 * FRAME,
+            ..config()
+        }
+    }
+
+    #[test]
+    fn round_trip_and_restart() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("buffer");
+        {
+            let (mut writer, mut reader, _) = open(RealFs, real_config(&dir)).unwrap();
+            append_range(&mut writer, 1..=8);
+            writer.sync().unwrap();
+            let records = drain(&mut reader);
+            assert_eq!(seqs(&records), (1..=8).collect::<Vec<_>>());
+            assert_payloads(&records);
+            for seq in 1..=4 {
+                reader.ack(seq).unwrap();
+            }
+            reader.persist().unwrap();
+        }
+        let (mut writer, mut reader, recovery) = open(RealFs, real_config(&dir)).unwrap();
+        assert_eq!(recovery.cursor, 4);
+        assert_eq!(seqs(&drain(&mut reader)), [5, 6, 7, 8]);
+        assert_eq!(writer.append(&[payload(9)]).unwrap().first_seq, 9);
+        assert!(
+            !dir.join("00000000000000000001.seg").exists(),
+            "acked through and deleted"
+        );
+    }
+
+    #[test]
+    fn torn_tail_and_damage_on_disk() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        {
+            let (mut writer, _, _) = open(
+                RealFs,
+                Config {
+                    segment_size: 1 << 20,
+                    ..real_config(&dir)
+                },
+            )
+            .unwrap();
+            append_range(&mut writer, 1..=10);
+            writer.sync().unwrap();
+        }
+        let path = segment_path(&dir, 1);
+        let mut data = std::fs::read(&path).unwrap();
+        data[(HEADER_LEN + 4 * FRAME + 25) as usize] ^= 0x55;
+        data.truncate(data.len() - 3);
+        std::fs::write(&path, &data).unwrap();
+
+        let before = std::fs::read(&path).unwrap();
+        let report = inspect(&RealFs, &dir).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), before);
+        assert_eq!(report.segments[0].damaged.len(), 1);
+        assert!(report.segments[0].torn.is_some());
+
+        let (_, mut reader, recovery) = open(
+            RealFs,
+            Config {
+                segment_size: 1 << 20,
+                ..real_config(&dir)
+            },
+        )
+        .unwrap();
+        assert_eq!(recovery.lost_records, 1);
+        assert_eq!(recovery.damaged_bytes, FRAME);
+        assert_eq!(recovery.torn_bytes, FRAME - 3);
+        assert_eq!(recovery.quarantined.len(), 1);
+        assert!(recovery.quarantined[0].exists());
+        assert_eq!(seqs(&drain(&mut reader)), [1, 2, 3, 4, 6, 7, 8, 9]);
+        assert_eq!(
+            std::fs::read_dir(dir.join("quarantine")).unwrap().count(),
+            1
+        );
+    }
+}
