@@ -1,4 +1,4 @@
-//! Command-line interface: `run`, `validate`, `config default`, `bench`.
+//! Command-line interface: `run`, `validate`, `config default`, `dlq`, `buffer`, `bench`.
 
 use std::path::PathBuf;
 
@@ -10,6 +10,9 @@ Examples:
   loghaul config default > loghaul.yaml
   loghaul validate -c loghaul.yaml
   loghaul run -c loghaul.yaml -v
+  loghaul dlq stats -c loghaul.yaml
+  loghaul dlq replay --sink out -c loghaul.yaml
+  loghaul buffer inspect ./loghaul-data/buffers/out
   logger --server 127.0.0.1 --port 5514 --tcp \"hello\"
   loghaul bench run syslog --subjects loghaul,rsyslog --runs 3";
 
@@ -46,10 +49,48 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Dead letters: events sinks could never deliver.
+    Dlq {
+        #[command(subcommand)]
+        command: DlqCommand,
+    },
+    /// Disk buffers.
+    Buffer {
+        #[command(subcommand)]
+        command: BufferCommand,
+    },
     /// The benchmark lab: load generator, meter and scenarios against peers.
     Bench {
         #[command(subcommand)]
         command: loghaul_bench::cli::BenchCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DlqCommand {
+    /// Count the dead letters of every sink, by reason.
+    Stats {
+        /// Configuration file (its `data_dir` holds `dlq/`); the embedded default without it.
+        #[arg(short, long, env = "LOGHAUL_CONFIG")]
+        config: Option<PathBuf>,
+    },
+    /// Send a sink's dead letters again (once the cause is fixed); what fails again stays.
+    Replay {
+        /// The sink's id.
+        #[arg(long)]
+        sink: String,
+        /// Configuration file; the embedded default without it.
+        #[arg(short, long, env = "LOGHAUL_CONFIG")]
+        config: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BufferCommand {
+    /// Show a disk buffer's segments, records, cursor and damage (read-only).
+    Inspect {
+        /// The buffer's directory (`<data_dir>/buffers/<sink>`).
+        path: PathBuf,
     },
 }
 

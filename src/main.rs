@@ -20,7 +20,7 @@ use clap::Parser as _;
 use config::Config;
 use tokio::signal::unix::{SignalKind, signal};
 
-use cli::{Cli, Command, ConfigCommand};
+use cli::{BufferCommand, Cli, Command, ConfigCommand, DlqCommand};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -34,6 +34,12 @@ fn main() -> ExitCode {
             print!("{}", config::DEFAULT_YAML);
             Ok(())
         }
+        Command::Dlq { command } => dlq(command),
+        Command::Buffer {
+            command: BufferCommand::Inspect { path },
+        } => loghaul_buffer::inspect(&loghaul_buffer::RealFs, &path)
+            .map(|report| print!("{report}"))
+            .with_context(|| format!("cannot inspect {}", path.display())),
         Command::Bench { command } => loghaul_bench::cli::run(command),
     };
     match result {
@@ -59,6 +65,33 @@ fn init_logging(verbose: u8) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
+}
+
+/// The configuration at `path`, or the embedded default.
+fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
+    match path {
+        Some(p) => Config::load(p).map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}")),
+        None => config::default_config()
+            .map_err(|e| anyhow::anyhow!("the embedded default configuration is invalid:\n{e}")),
+    }
+}
+
+fn dlq(command: DlqCommand) -> anyhow::Result<()> {
+    match command {
+        DlqCommand::Stats { config } => {
+            let config = load_config(config.as_deref())?;
+            let dir = sinks::dlq::dir(&config.data_dir);
+            let stats = sinks::dlq::stats(&dir)
+                .with_context(|| format!("cannot read {}", dir.display()))?;
+            print!("{stats}");
+            Ok(())
+        }
+        DlqCommand::Replay { sink, config } => {
+            let config = load_config(config.as_deref())?;
+            println!("{}", sinks::dlq::replay_command(&config, &sink)?);
+            Ok(())
+        }
+    }
 }
 
 fn validate(path: &std::path::Path) -> ExitCode {
@@ -98,11 +131,7 @@ fn tune_malloc() {
 }
 
 fn run(path: Option<std::path::PathBuf>) -> anyhow::Result<()> {
-    let config = match &path {
-        Some(p) => Config::load(p).map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))?,
-        None => config::default_config()
-            .map_err(|e| anyhow::anyhow!("the embedded default configuration is invalid:\n{e}"))?,
-    };
+    let config = load_config(path.as_deref())?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }

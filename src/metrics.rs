@@ -88,16 +88,23 @@ pub enum DiscardReason {
     Invalid,
     /// Input of a kind the source does not handle (forward metrics and traces signals).
     Unsupported,
+    /// A sink's buffer was full and its `when_full` is `drop_newest`.
+    BufferFull,
+    /// The memory budget (`limits.memory`) stayed spent longer than a source that cannot push
+    /// back (UDP) may wait.
+    MemoryLimit,
 }
 
 impl DiscardReason {
-    const ALL: [DiscardReason; 6] = [
+    const ALL: [DiscardReason; 8] = [
         DiscardReason::QueueFull,
         DiscardReason::Filtered,
         DiscardReason::DownstreamClosed,
         DiscardReason::WriteFailed,
         DiscardReason::Invalid,
         DiscardReason::Unsupported,
+        DiscardReason::BufferFull,
+        DiscardReason::MemoryLimit,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -108,6 +115,8 @@ impl DiscardReason {
             DiscardReason::WriteFailed => "write_failed",
             DiscardReason::Invalid => "invalid",
             DiscardReason::Unsupported => "unsupported",
+            DiscardReason::BufferFull => "buffer_full",
+            DiscardReason::MemoryLimit => "memory_limit",
         }
     }
 }
@@ -172,6 +181,16 @@ enum SeriesKind {
 }
 
 impl ComponentMetrics {
+    /// Metrics that no registry renders: for internal stages (a disk buffer's reader) that use
+    /// the pipeline's parts but must not count as a component of their own.
+    pub fn detached(
+        id: &str,
+        kind: ComponentKind,
+        component_type: &'static str,
+    ) -> Arc<ComponentMetrics> {
+        Arc::new(ComponentMetrics::new(id, kind, component_type))
+    }
+
     fn new(id: &str, kind: ComponentKind, component_type: &'static str) -> ComponentMetrics {
         ComponentMetrics {
             id: id.to_string(),

@@ -6,10 +6,11 @@
 
 use std::sync::Arc;
 
-use loghaul_core::{BatchStatus, EventBatch};
+use loghaul_config::WhenFull;
+use loghaul_core::{BatchStatus, EventBatch, MemoryBudget};
 use tokio::sync::mpsc;
 
-use super::queue::InputSender;
+use super::queue::{InputSender, Prepared, events_of};
 use crate::metrics::{ComponentMetrics, DiscardReason};
 
 /// Sends each batch to every downstream component.
@@ -17,15 +18,41 @@ use crate::metrics::{ComponentMetrics, DiscardReason};
 pub struct Fanout {
     outputs: Vec<InputSender>,
     metrics: Arc<ComponentMetrics>,
+    budget: Option<Arc<MemoryBudget>>,
 }
 
 impl Fanout {
     pub fn new(outputs: Vec<InputSender>, metrics: Arc<ComponentMetrics>) -> Fanout {
-        Fanout { outputs, metrics }
+        Fanout {
+            outputs,
+            metrics,
+            budget: None,
+        }
     }
 
-    /// Delivers to every downstream, waiting while a queue is full (back-pressure).
-    pub async fn send(&self, batch: EventBatch) {
+    /// Charges every batch against `budget` before it enters a queue (see
+    /// [`loghaul_core::budget`]).
+    pub fn with_budget(mut self, budget: Arc<MemoryBudget>) -> Fanout {
+        self.budget = Some(budget);
+        self
+    }
+
+    /// Takes the batch's share of the memory budget, waiting while it is spent. A batch that
+    /// already holds a charge (a transform's view of its input) is not charged twice.
+    async fn admit(&self, batch: &mut EventBatch) {
+        if let Some(budget) = &self.budget
+            && batch.charge.is_none()
+        {
+            let charge = budget
+                .charge(loghaul_core::budget::batch_bytes(batch))
+                .await;
+            batch.charge = Some(Arc::new(charge));
+        }
+    }
+
+    /// Delivers to every downstream, waiting while a queue is full (back-pressure), or dropping
+    /// the batch for a downstream whose buffer says `drop_newest`.
+    pub async fn send(&self, mut batch: EventBatch) {
         let n = batch.len();
         if n == 0 {
             return;
@@ -37,6 +64,7 @@ impl Fanout {
             batch.finalizer.update(BatchStatus::Errored);
             return;
         }
+        self.admit(&mut batch).await;
         let bytes = batch.arena.len();
         let batch = Arc::new(batch);
         let mut delivered = false;
@@ -44,15 +72,53 @@ impl Fanout {
             // Reserve first, count and prepare second: if this future is cancelled while waiting
             // for space, nothing was counted, and a sender blocked on a full queue holds no
             // encoded copy of the batch.
-            match out.tx.reserve().await {
+            let permit = match out.when_full {
+                WhenFull::Block => match out.tx.reserve().await {
+                    Ok(permit) => match &out.events {
+                        Some(limit) => {
+                            match limit.permits.acquire_many(events_of(limit, n)).await {
+                                Ok(p) => {
+                                    p.forget();
+                                    Ok(permit)
+                                }
+                                Err(_) => Err(DiscardReason::DownstreamClosed),
+                            }
+                        }
+                        None => Ok(permit),
+                    },
+                    Err(_) => Err(DiscardReason::DownstreamClosed),
+                },
+                WhenFull::DropNewest => match out.tx.try_reserve() {
+                    Ok(permit) => match &out.events {
+                        Some(limit) => match limit.permits.try_acquire_many(events_of(limit, n)) {
+                            Ok(p) => {
+                                p.forget();
+                                Ok(permit)
+                            }
+                            Err(_) => Err(DiscardReason::BufferFull),
+                        },
+                        None => Ok(permit),
+                    },
+                    Err(mpsc::error::TrySendError::Full(())) => Err(DiscardReason::BufferFull),
+                    Err(mpsc::error::TrySendError::Closed(())) => {
+                        Err(DiscardReason::DownstreamClosed)
+                    }
+                },
+            };
+            match permit {
                 Ok(permit) => {
-                    let prepared = out.prepare.as_ref().map(|p| p.prepare(&batch));
+                    let prepared = prepare(out, &batch);
                     out.deliver(permit, &batch, prepared);
                     delivered = true;
                 }
-                Err(_) => {
-                    self.metrics
-                        .discarded(DiscardReason::DownstreamClosed, n as u64);
+                Err(reason) => {
+                    if reason == DiscardReason::BufferFull {
+                        // Counted on the sink whose buffer is full: that is where an operator
+                        // looks, and the source's other sinks still got the batch.
+                        out.downstream.discarded(reason, n as u64);
+                    } else {
+                        self.metrics.discarded(reason, n as u64);
+                    }
                     batch.finalizer.update(BatchStatus::Errored);
                 }
             }
@@ -61,6 +127,15 @@ impl Fanout {
             self.metrics.sent(n, bytes);
         }
     }
+}
+
+/// Runs `out`'s prepare step on the batch, charging what it made to the batch's budget share.
+fn prepare(out: &InputSender, batch: &Arc<EventBatch>) -> Option<Prepared> {
+    let prepared = out.prepare.as_ref().map(|p| p.prepare(batch));
+    if let (Some(p), Some(charge)) = (&prepared, &batch.charge) {
+        charge.grow(p.bytes.capacity() + p.ends.capacity() * 4);
+    }
+    prepared
 }
 
 /// A fan-out for sources that cannot push back on their senders (UDP).
@@ -88,15 +163,26 @@ impl Shedding {
         &self.fanout
     }
 
-    /// Delivers to every downstream, waiting at most `wait` in all for full queues.
-    pub async fn send(&mut self, batch: EventBatch) {
+    /// Delivers to every downstream, waiting at most `wait` in all for full queues (and for the
+    /// memory budget).
+    pub async fn send(&mut self, mut batch: EventBatch) {
         let n = batch.len();
         if n == 0 {
             return;
         }
+        let deadline = tokio::time::Instant::now() + self.wait;
+        if tokio::time::timeout_at(deadline, self.fanout.admit(&mut batch))
+            .await
+            .is_err()
+        {
+            self.fanout
+                .metrics
+                .discarded(DiscardReason::MemoryLimit, n as u64);
+            batch.finalizer.update(BatchStatus::Errored);
+            return;
+        }
         let bytes = batch.arena.len();
         let batch = Arc::new(batch);
-        let deadline = tokio::time::Instant::now() + self.wait;
         let mut delivered = false;
         for (out, shed) in self.fanout.outputs.iter().zip(&mut self.shed) {
             let permit = match out.tx.try_reserve() {
@@ -115,7 +201,7 @@ impl Shedding {
                 Ok(permit) => {
                     *shed = false;
                     // Prepared only once there is room: a batch dropped here costs no encoding.
-                    let prepared = out.prepare.as_ref().map(|p| p.prepare(&batch));
+                    let prepared = prepare(out, &batch);
                     out.deliver(permit, &batch, prepared);
                     delivered = true;
                 }
@@ -411,5 +497,102 @@ mod tests {
         let (b, status) = tracked(1);
         fan.send(b).await;
         assert_eq!(status.await, BatchStatus::Errored);
+    }
+
+    fn limited(
+        reg: &Registry,
+        id: &str,
+        max_events: usize,
+        when_full: WhenFull,
+    ) -> (InputSender, crate::pipeline::Input) {
+        crate::pipeline::bounded_queue(
+            reg.register(id, ComponentKind::Sink, "file"),
+            None,
+            crate::pipeline::QueueLimits {
+                batches: 1000,
+                max_events: Some(max_events),
+                when_full,
+            },
+        )
+    }
+
+    /// A memory buffer bounded in events: the sender waits once the events queued would pass
+    /// `max_events`, and goes on when the sink takes some.
+    #[tokio::test]
+    async fn max_events_bounds_the_queue_in_events() {
+        let reg = Registry::default();
+        let (tx, mut rx) = limited(&reg, "a", 10, WhenFull::Block);
+        let fan = Fanout::new(vec![tx], reg.register("s", ComponentKind::Source, "test"));
+        fan.send(batch(6)).await;
+        fan.send(batch(4)).await;
+        let blocked = tokio::time::timeout(Duration::from_millis(100), fan.send(batch(1))).await;
+        assert!(blocked.is_err(), "11 events do not fit in 10");
+        assert_eq!(rx.recv().await.map(|d| d.len()), Some(6));
+        tokio::time::timeout(Duration::from_secs(5), fan.send(batch(5)))
+            .await
+            .unwrap_or_else(|_| panic!("room for 6 after the sink took 6"));
+        // A batch larger than the whole buffer still moves, alone.
+        assert_eq!(rx.recv().await.map(|d| d.len()), Some(4));
+        assert_eq!(rx.recv().await.map(|d| d.len()), Some(5));
+        tokio::time::timeout(Duration::from_secs(5), fan.send(batch(50)))
+            .await
+            .unwrap_or_else(|_| panic!("an oversized batch moves when the buffer is empty"));
+    }
+
+    /// `drop_newest`: a full buffer drops the batch for that sink only, counted on the sink and
+    /// reported errored, while the other sink gets it.
+    #[tokio::test]
+    async fn drop_newest_drops_for_the_full_sink_only() {
+        let reg = Registry::default();
+        let (full_tx, mut full) = limited(&reg, "full", 5, WhenFull::DropNewest);
+        let (live_tx, mut live) = sink_queue(&reg, "live");
+        let src = reg.register("s", ComponentKind::Source, "test");
+        let fan = Fanout::new(vec![full_tx, live_tx], src.clone());
+        fan.send(batch(5)).await;
+        let (b, status) = tracked(3);
+        tokio::time::timeout(Duration::from_secs(5), fan.send(b))
+            .await
+            .unwrap_or_else(|_| panic!("drop_newest never waits"));
+        assert_eq!(full.metrics.discarded_count(DiscardReason::BufferFull), 3);
+        assert_eq!(src.discarded_count(DiscardReason::BufferFull), 0);
+        assert_eq!(full.recv().await.map(|d| d.len()), Some(5));
+        for want in [5, 3] {
+            let d = live
+                .recv()
+                .await
+                .unwrap_or_else(|| panic!("live sink gets every batch"));
+            assert_eq!(d.len(), want);
+            d.ack.commit(BatchStatus::Delivered);
+        }
+        assert_eq!(
+            status.await,
+            BatchStatus::Errored,
+            "dropped for one sink is not delivered"
+        );
+    }
+
+    /// The memory budget: a sender waits while batches in flight hold it, and goes on when they
+    /// are dropped.
+    #[tokio::test]
+    async fn the_memory_budget_holds_senders_back_until_batches_are_done() {
+        let reg = Registry::default();
+        let (tx, mut rx) = sink_queue(&reg, "a");
+        let one = loghaul_core::budget::batch_bytes(&batch(100));
+        let budget = MemoryBudget::new(one * 2 + one / 2);
+        let fan = Fanout::new(vec![tx], reg.register("s", ComponentKind::Source, "test"))
+            .with_budget(budget.clone());
+        fan.send(batch(100)).await;
+        fan.send(batch(100)).await;
+        let blocked = tokio::time::timeout(Duration::from_millis(100), fan.send(batch(100))).await;
+        assert!(blocked.is_err(), "a third batch is over the budget");
+        // Taken from the queue but still held by the sink: still charged.
+        let held = rx.recv().await;
+        let blocked = tokio::time::timeout(Duration::from_millis(100), fan.send(batch(100))).await;
+        assert!(blocked.is_err(), "the sink still holds it");
+        drop(held);
+        tokio::time::timeout(Duration::from_secs(5), fan.send(batch(100)))
+            .await
+            .unwrap_or_else(|_| panic!("budget came back when the sink dropped the batch"));
+        assert!(budget.used() <= one * 2 + one / 2);
     }
 }

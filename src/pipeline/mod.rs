@@ -10,12 +10,16 @@
 //!  each Delivery { batch: Arc<EventBatch>, prepared, ack }: the sink commits `ack` when done
 //! ```
 
+pub mod disk;
 pub mod fanout;
 pub mod queue;
 pub mod shutdown;
 
 pub use fanout::{Fanout, Shedding};
-pub use queue::{Delivery, Input, InputSender, Prepare, Prepared, QUEUE_BATCHES, input_queue};
+pub use queue::{
+    Delivery, Input, InputSender, Prepare, Prepared, QUEUE_BATCHES, QueueLimits, bounded_queue,
+    input_queue,
+};
 pub use shutdown::{ShutdownSignal, ShutdownTrigger, shutdown_pair};
 
 /// A boxed, sendable future: what component builders return, since traits used as objects

@@ -21,9 +21,10 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use loghaul_config::WhenFull;
 use loghaul_core::EventBatch;
 use loghaul_core::finalizer::Ack;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 
 use crate::metrics::ComponentMetrics;
 
@@ -69,12 +70,50 @@ pub struct InputSender {
     pub(super) tx: mpsc::Sender<Delivery>,
     pub(super) downstream: Arc<ComponentMetrics>,
     pub(super) prepare: Option<Arc<dyn Prepare>>,
+    /// A memory buffer's `max_events`: one permit per queued event (see [`events_of`]).
+    pub(super) events: Option<Arc<EventLimit>>,
+    /// What a full queue does with the next batch.
+    pub(super) when_full: WhenFull,
 }
 
 /// The receiving end of a component's input queue; keeps its queue gauges honest.
 pub struct Input {
     rx: mpsc::Receiver<Delivery>,
     pub(super) metrics: Arc<ComponentMetrics>,
+    events: Option<Arc<EventLimit>>,
+}
+
+/// A memory buffer's bound in events, besides the queue's bound in batches.
+pub(super) struct EventLimit {
+    pub(super) permits: Semaphore,
+    pub(super) max: usize,
+}
+
+/// The permits a batch of `n` events takes: a batch larger than the whole buffer takes all of
+/// them (and so moves alone) rather than never fitting.
+pub(super) fn events_of(limit: &EventLimit, n: usize) -> u32 {
+    n.min(limit.max).min(u32::MAX as usize) as u32
+}
+
+/// How a component's input queue is bounded.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueLimits {
+    /// Capacity in batches.
+    pub batches: usize,
+    /// A cap on the events queued, if any.
+    pub max_events: Option<usize>,
+    pub when_full: WhenFull,
+}
+
+impl QueueLimits {
+    /// A queue of `batches` that blocks when full.
+    pub fn batches(batches: usize) -> QueueLimits {
+        QueueLimits {
+            batches,
+            max_events: None,
+            when_full: WhenFull::Block,
+        }
+    }
 }
 
 /// A new input queue of `capacity` batches for the component whose metrics are given, and the
@@ -84,18 +123,40 @@ pub fn input_queue(
     prepare: Option<Arc<dyn Prepare>>,
     capacity: usize,
 ) -> (InputSender, Input) {
-    let capacity = capacity.max(1);
+    bounded_queue(metrics, prepare, QueueLimits::batches(capacity))
+}
+
+/// A new input queue bounded as `limits` says (a sink's memory buffer).
+pub fn bounded_queue(
+    metrics: Arc<ComponentMetrics>,
+    prepare: Option<Arc<dyn Prepare>>,
+    limits: QueueLimits,
+) -> (InputSender, Input) {
+    let capacity = limits.batches.max(1);
     let (tx, rx) = mpsc::channel(capacity);
     metrics
         .buffer_max_batches
         .store(capacity as i64, Ordering::Relaxed);
+    let events = limits.max_events.map(|max| {
+        let max = max.clamp(1, Semaphore::MAX_PERMITS);
+        Arc::new(EventLimit {
+            permits: Semaphore::new(max),
+            max,
+        })
+    });
     (
         InputSender {
             tx,
             downstream: metrics.clone(),
             prepare,
+            events: events.clone(),
+            when_full: limits.when_full,
         },
-        Input { rx, metrics },
+        Input {
+            rx,
+            metrics,
+            events,
+        },
     )
 }
 
@@ -115,6 +176,11 @@ impl Input {
     }
 
     fn account(&self, batch: &EventBatch) {
+        if let Some(limit) = &self.events {
+            limit
+                .permits
+                .add_permits(events_of(limit, batch.len()) as usize);
+        }
         self.metrics
             .buffer_events
             .fetch_sub(batch.len() as i64, Ordering::Relaxed);

@@ -10,6 +10,7 @@
 
 pub mod blackhole;
 pub mod console;
+pub mod dlq;
 pub mod encoder;
 pub mod file;
 pub mod fluent;
@@ -39,9 +40,15 @@ pub type ReopenGeneration = Arc<AtomicU64>;
 
 /// What a sink is built with.
 pub struct SinkContext {
+    pub id: Arc<str>,
     pub metrics: Arc<ComponentMetrics>,
     /// Moves on SIGHUP (see [`ReopenGeneration`]).
     pub reopen: ReopenGeneration,
+    /// How failures that may pass are retried, and when to give up (dead letters); `None`:
+    /// the sink type's default.
+    pub retry: Option<loghaul_config::RetryConfig>,
+    /// The top-level `data_dir` (dead-letter files live under `<data_dir>/dlq/`).
+    pub data_dir: std::path::PathBuf,
 }
 
 /// Where a sink runs.
@@ -88,4 +95,23 @@ pub trait BuildSink: Send + Sync {
     ///
     /// Something the sink needs at start is missing, with what and why in the message.
     fn build(&self, cx: SinkContext) -> anyhow::Result<BuiltSink>;
+
+    /// Sends dead letters again (`loghaul dlq replay`); `None` when the sink type cannot.
+    fn replay(
+        &self,
+        cx: SinkContext,
+        letters: Vec<dlq::DeadLetter>,
+    ) -> Option<BoxFuture<'static, Replayed>> {
+        let _ = (cx, letters);
+        None
+    }
+}
+
+/// What a replay of dead letters achieved.
+#[derive(Debug, Default)]
+pub struct Replayed {
+    /// Events the destination accepted this time.
+    pub delivered: usize,
+    /// Dead letters that failed again, with the new reason.
+    pub failed: Vec<(dlq::DeadLetter, String)>,
 }

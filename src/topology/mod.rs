@@ -16,18 +16,22 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use loghaul_config::{ComponentKind, ComponentSet as _};
+use loghaul_config::{BufferKind, ComponentKind, ComponentSet as _};
+use loghaul_core::MemoryBudget;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::metrics::Registry;
 use crate::pipeline::{
-    BoxFuture, Fanout, Input, InputSender, QUEUE_BATCHES, ShutdownSignal, ShutdownTrigger,
-    input_queue, shutdown_pair,
+    BoxFuture, Fanout, Input, InputSender, QUEUE_BATCHES, QueueLimits, ShutdownSignal,
+    ShutdownTrigger, bounded_queue, input_queue, shutdown_pair,
 };
 use crate::sinks::{BuiltSink, ReopenGeneration, SinkContext, SinkThread};
 use crate::sources::{RunningSource, SourceContext};
 use crate::transforms::TransformContext;
+
+/// The most batches a memory buffer's queue holds, whatever its `max_events`.
+const MAX_QUEUE_BATCHES: usize = 1 << 16;
 
 /// A running graph.
 pub struct Topology {
@@ -50,6 +54,8 @@ pub async fn start(
     reopen: ReopenGeneration,
 ) -> anyhow::Result<Topology> {
     let (trigger, signal) = shutdown_pair();
+    let budget = MemoryBudget::new(config.limits.memory);
+    let mut buffer_tasks: Vec<(String, tokio::sync::oneshot::Receiver<()>)> = Vec::new();
 
     // Input queues for everything that has inputs.
     let mut senders: HashMap<&str, InputSender> = HashMap::new();
@@ -60,13 +66,48 @@ pub async fn start(
             .config
             .component()
             .build(SinkContext {
+                id: sink.id.as_str().into(),
                 metrics: metrics.clone(),
                 reopen: reopen.clone(),
+                retry: sink.retry,
+                data_dir: config.data_dir.clone(),
             })
             .with_context(|| format!("sink '{}'", sink.id))?;
-        let (tx, rx) = input_queue(metrics, built.prepare.clone(), built.queue_batches);
+        let tx = match &sink.buffer.kind {
+            BufferKind::Memory { max_events } => {
+                let limits = QueueLimits {
+                    // The cap in events binds, not the one in batches: small batches (one HTTP
+                    // request each) would otherwise fill the queue long before it.
+                    batches: max_events.map_or(built.queue_batches, |m| {
+                        m.min(MAX_QUEUE_BATCHES).max(built.queue_batches)
+                    }),
+                    max_events: *max_events,
+                    when_full: sink.buffer.when_full,
+                };
+                let (tx, rx) = bounded_queue(metrics, built.prepare.clone(), limits);
+                sinks_built.push((sink.id.clone(), built, rx));
+                tx
+            }
+            BufferKind::Disk { max_size, sync } => {
+                let (sink_tx, rx) =
+                    input_queue(metrics.clone(), built.prepare.clone(), built.queue_batches);
+                sinks_built.push((sink.id.clone(), built, rx));
+                let (tx, done) = crate::pipeline::disk::start(crate::pipeline::disk::DiskOptions {
+                    id: sink.id.clone(),
+                    dir: config.data_dir.join("buffers").join(&sink.id),
+                    max_size: *max_size,
+                    sync: *sync,
+                    when_full: sink.buffer.when_full,
+                    metrics,
+                    sink: sink_tx,
+                    budget: budget.clone(),
+                })
+                .with_context(|| format!("sink '{}': disk buffer", sink.id))?;
+                buffer_tasks.push((format!("{} (disk buffer)", sink.id), done));
+                tx
+            }
+        };
         senders.insert(&sink.id, tx);
-        sinks_built.push((sink.id.clone(), built, rx));
     }
     let mut transform_inputs = Vec::new();
     for transform in &config.transforms {
@@ -107,7 +148,8 @@ pub async fn start(
         let fanout = Fanout::new(
             downstream.remove(source.id.as_str()).unwrap_or_default(),
             metrics.clone(),
-        );
+        )
+        .with_budget(budget.clone());
         let running = source
             .config
             .component()
@@ -130,7 +172,8 @@ pub async fn start(
         let fanout = Fanout::new(
             downstream.remove(transform.id.as_str()).unwrap_or_default(),
             metrics.clone(),
-        );
+        )
+        .with_budget(budget.clone());
         let task = transform
             .config
             .component()
@@ -148,6 +191,8 @@ pub async fn start(
     for (id, built, input) in sinks_built {
         sinks.push((id.clone(), spawn_sink(&id, built, input)?));
     }
+    // A disk buffer's reader ends after its sink has taken (and acknowledged) what it could.
+    sinks.extend(buffer_tasks);
     let transforms = transforms_built.into_iter().map(tokio::spawn).collect();
     let sources = sources_built.into_iter().map(tokio::spawn).collect();
 

@@ -170,7 +170,7 @@ fn renamed_output_file_is_reopened_without_sighup() {
 }
 
 #[test]
-fn unwritable_file_sink_makes_health_503_and_counts() {
+fn unopenable_file_sink_dead_letters_and_makes_health_503() {
     // The path's directory is a regular file, so the sink cannot open its file.
     let server = Server::start(
         r#"api: { address: "127.0.0.1:{API}" }
@@ -187,11 +187,22 @@ sinks:
         Some("kind=\"io\""),
         1,
     );
-    server.wait_metric(
-        "loghaul_component_discarded_events_total",
-        "out",
-        Some("reason=\"write_failed\""),
-        1,
+    // A path that can never be opened: the event is a dead letter, not a loss.
+    server.wait_metric("loghaul_dead_letter_events_total", "out", None, 1);
+    let letters = std::fs::read_to_string(server.path("loghaul-data/dlq/out.jsonl"))
+        .unwrap_or_else(|e| panic!("the dead-letter file: {e}"));
+    let letter: Value = serde_json::from_str(letters.trim())
+        .unwrap_or_else(|e| panic!("a dead letter is JSON ({e}): {letters}"));
+    assert_eq!(
+        letter["event"]["message"],
+        json!("nowhere to go"),
+        "{letters}"
+    );
+    assert!(
+        letter["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("cannot open")),
+        "{letters}"
     );
     let (code, body) = server.health();
     assert_eq!(code, 503, "/health with a failing sink: {body}");

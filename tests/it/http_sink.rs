@@ -1,7 +1,8 @@
 //! The `http` sink against loghaul's own `http_server` source: a chain A (syslog → http sink) →
 //! B (http_server → file) that delivers a million numbered events with acknowledgements on;
 //! a receiver that cannot write (it answers 503) until it recovers, with nothing lost; a server
-//! that refuses for good (404), counted as rejected while the sink keeps going; a URI and a
+//! that refuses for good (404): its events go to the dead-letter file while the sink keeps
+//! going, and `loghaul dlq replay` sends them once the cause is fixed, exactly once; a URI and a
 //! header templated over a field, routing events to paths (and tags) of the receiver; and
 //! `concurrency: adaptive` rising, falling while the receiver is gone and then answering 503,
 //! and rising again once it recovers, with nothing lost.
@@ -105,32 +106,106 @@ fn http_sink_retries_while_the_server_cannot_write_and_loses_nothing() {
     b.finish();
 }
 
+/// Runs a `loghaul` tool command in `dir` (where the server's relative `data_dir` lives) and
+/// returns its stdout, asserting it succeeded.
+fn tool(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("LOGHAUL_CONFIG")
+        .output()
+        .expect("run loghaul");
+    assert!(
+        out.status.success(),
+        "loghaul {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
-fn http_sink_counts_what_the_server_refuses_for_good_and_keeps_going() {
+fn http_sink_dead_letters_what_the_server_refuses_and_replay_sends_them_once() {
     let b = Server::start(&receiver("{DIR}/out.jsonl"));
     // `/nowhere` is not one of B's paths: 404, which no retry can fix.
     let a = Server::start(&sender(b.ports.tcp, "/nowhere", ", max_events: 10"));
     send_tcp(a.ports.tcp, &numbered(0..50));
-    a.wait_metric(
-        "loghaul_component_discarded_events_total",
-        "up",
-        Some("reason=\"write_failed\""),
-        50,
-    );
+    a.wait_metric("loghaul_dead_letter_events_total", "up", None, 50);
     assert!(
         a.stderr().contains("404"),
         "the status is logged: {}",
         tail(&a.stderr(), 2000)
     );
+    // The sink keeps going.
     send_tcp(a.ports.tcp, &numbered(50..60));
-    a.wait_metric(
-        "loghaul_component_discarded_events_total",
-        "up",
-        Some("reason=\"write_failed\""),
-        60,
+    a.wait_metric("loghaul_dead_letter_events_total", "up", None, 60);
+    let dlq = a.path("loghaul-data/dlq/up.jsonl");
+    let letters: Vec<serde_json::Value> = fs::read_to_string(&dlq)
+        .expect("the dead-letter file")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(letters.len(), 60);
+    for letter in &letters {
+        assert_eq!(letter["sink"], "up");
+        assert!(
+            letter["reason"].as_str().is_some_and(|r| r.contains("404")),
+            "{letter}"
+        );
+        assert!(letter["event"]["message"].is_string(), "{letter}");
+        assert!(
+            letter["time"].is_string() && letter["attempts"] == 1,
+            "{letter}"
+        );
+    }
+    assert_eq!(
+        a.metric(
+            "loghaul_component_discarded_events_total",
+            "up",
+            Some("reason=\"write_failed\"")
+        ),
+        0,
+        "nothing was dropped"
     );
+    let config = a.config_path.to_string_lossy().into_owned();
+    let stats = tool(a.dir.path(), &["dlq", "stats", "-c", &config]);
+    assert!(
+        stats.contains("60 events") && stats.contains("404"),
+        "{stats}"
+    );
+
+    // The cause is fixed (here: the right path), and the dead letters are replayed, once.
+    let fixed = a.dir.path().join("fixed.yaml");
+    fs::write(
+        &fixed,
+        fs::read_to_string(&a.config_path)
+            .expect("config")
+            .replace("/nowhere", "/in"),
+    )
+    .expect("write the fixed config");
+    let fixed = fixed.to_string_lossy().into_owned();
+    let summary = tool(
+        a.dir.path(),
+        &["dlq", "replay", "--sink", "up", "-c", &fixed],
+    );
+    assert!(summary.contains("replayed 60 of 60"), "{summary}");
+    let got: Vec<u64> = wait_raw_lines(&b.out(), 60, ARRIVE_TIMEOUT)
+        .iter()
+        .map(|l| trailing_number(&String::from_utf8_lossy(l)))
+        .collect();
+    assert_each_once(&got, 60, "replayed events");
+    let again = tool(
+        a.dir.path(),
+        &["dlq", "replay", "--sink", "up", "-c", &fixed],
+    );
+    assert!(again.contains("no dead letters"), "{again}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(read_lines_raw(&b.out()), 60, "nothing was replayed twice");
     a.finish();
     b.finish();
+}
+
+fn read_lines_raw(path: &std::path::Path) -> usize {
+    fs::read_to_string(path).unwrap_or_default().lines().count()
 }
 
 #[test]
@@ -166,12 +241,7 @@ fn http_sink_basic_auth_and_the_start_up_health_check() {
         ),
     ));
     send_tcp(c.ports.tcp, &numbered(100..105));
-    c.wait_metric(
-        "loghaul_component_discarded_events_total",
-        "up",
-        Some("reason=\"write_failed\""),
-        5,
-    );
+    c.wait_metric("loghaul_dead_letter_events_total", "up", None, 5);
     let deadline = Instant::now() + ARRIVE_TIMEOUT;
     while !c.stderr().contains("health check failed") {
         assert!(

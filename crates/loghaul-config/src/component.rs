@@ -104,7 +104,8 @@ pub trait ComponentConfig: Sized {
     /// The `type` value that selects it.
     const TYPE: &'static str;
     /// What the user writes, as serde reads it (`deny_unknown_fields`, every field documented),
-    /// without the keys every component has (`type`, `inputs`, `acknowledgements`).
+    /// without the keys every component has (`type`, `inputs`, `acknowledgements`, and for
+    /// sinks `buffer` and `retry`).
     type Raw: DeserializeOwned;
 
     /// Checks `raw` and turns it into the runtime config, reporting every problem through `cx`
@@ -147,6 +148,11 @@ pub struct Component<C> {
     /// answering the client that sent it (forward acks, HTTP responses, file checkpoints).
     /// Default `true`; meaningless for sources whose protocol has no answer (syslog).
     pub acknowledgements: bool,
+    /// Sinks: where events wait for the sink (default: its memory queue).
+    pub buffer: crate::delivery::BufferConfig,
+    /// Sinks: how failures that may pass are retried; `None` when not configured (each sink
+    /// type has its own default).
+    pub retry: Option<crate::delivery::RetryConfig>,
     pub config: C,
 }
 

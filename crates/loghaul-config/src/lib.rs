@@ -18,6 +18,7 @@
 //! `Config<R>` for its [`Registry`] `R`.
 
 mod component;
+pub mod delivery;
 mod diagnostic;
 mod interpolate;
 mod json;
@@ -37,15 +38,16 @@ pub use component::{
     Component, ComponentConfig, ComponentKind, ComponentLoader, ComponentSet, Protocol, Registry,
     Resource,
 };
+pub use delivery::{BufferConfig, BufferKind, RetryConfig, SyncMode, WhenFull};
 pub use diagnostic::{ConfigErrors, Diagnostic, Pos, Severity};
 pub use interpolate::interpolate;
 pub use load::ConfigFormat;
-pub use runtime::{ApiConfig, Config, TimeZoneSetting};
+pub use runtime::{ApiConfig, Config, Limits, TimeZoneSetting};
 pub use template::{KNOWN_FIELDS, PathTemplate, TemplateError, TemplatePart, push_path_component};
 pub use units::{DURATION_HINT, SIZE_HINT, parse_duration, parse_size};
 pub use validate::{
-    DEFAULT_API_ADDRESS, DEFAULT_SHUTDOWN_TIMEOUT, TZ_HINT, Validator, addresses_overlap,
-    facility_hint, parse_address, parse_timezone, severity_hint,
+    DEFAULT_API_ADDRESS, DEFAULT_MEMORY_LIMIT, DEFAULT_SHUTDOWN_TIMEOUT, TZ_HINT, Validator,
+    addresses_overlap, facility_hint, parse_address, parse_timezone, severity_hint,
 };
 
 fn env_var(name: &str) -> Option<String> {

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use crate::component::{Component, ComponentKind, ComponentLoader, ComponentSet, Registry};
 use crate::diagnostic::{ConfigErrors, Diagnostic, Pos, did_you_mean};
 use crate::node::{DeError, Entry, Extra, Node, NodeDe};
-use crate::raw::{RawApi, RawDuration, RawTop};
+use crate::raw::{RawApi, RawDuration, RawLimits, RawTop};
 use crate::runtime::Config;
 use crate::validate::{Ctx, Declared, Validator};
 
@@ -49,9 +49,10 @@ impl ConfigFormat {
 }
 
 /// Top-level keys.
-pub(crate) const TOP_KEYS: [&str; 6] = [
+pub(crate) const TOP_KEYS: [&str; 7] = [
     "api",
     "data_dir",
+    "limits",
     "shutdown_timeout",
     "sources",
     "transforms",
@@ -63,13 +64,14 @@ pub(crate) struct Loaded<R: Registry> {
     pub api: Option<RawApi>,
     pub shutdown_timeout: Option<RawDuration>,
     pub data_dir: Option<String>,
+    pub limits: Option<RawLimits>,
     pub sources: Vec<Component<R::Source>>,
     pub transforms: Vec<Component<R::Transform>>,
     pub sinks: Vec<Component<R::Sink>>,
 }
 
 /// The keys every component may have, read by the loader itself rather than by the type.
-const OUTER_KEYS: [&str; 3] = ["type", "inputs", "acknowledgements"];
+const OUTER_KEYS: [&str; 5] = ["type", "inputs", "acknowledgements", "buffer", "retry"];
 
 /// Reads a file and loads it.
 pub(crate) fn load_path<R: Registry>(
@@ -275,6 +277,7 @@ pub(crate) fn read_sections<R: Registry>(
         api: None,
         shutdown_timeout: None,
         data_dir: None,
+        limits: None,
         sources: Vec::new(),
         transforms: Vec::new(),
         sinks: Vec::new(),
@@ -297,6 +300,7 @@ pub(crate) fn read_sections<R: Registry>(
             "api" => top.api = read::<RawApi>(entry, cx),
             "shutdown_timeout" => top.shutdown_timeout = read::<RawDuration>(entry, cx),
             "data_dir" => top.data_dir = read::<String>(entry, cx),
+            "limits" => loaded.limits = read::<RawLimits>(entry, cx),
             "sources" => loaded.sources = read_components::<R, R::Source>(entry, cx, declared),
             "transforms" => {
                 loaded.transforms = read_components::<R, R::Transform>(entry, cx, declared)
@@ -419,6 +423,24 @@ fn read_component<R: Registry, S: ComponentSet>(
         }
         _ => true,
     };
+    let mut buffer = Some(crate::delivery::BufferConfig::default());
+    let mut retry = Some(None);
+    if kind == ComponentKind::Sink {
+        if let Some(e) = entry.value.entry("buffer") {
+            skip.push("buffer");
+            let raw = read::<crate::delivery::RawBuffer>(e, cx);
+            let mut v = Validator { cx, kind, id };
+            buffer = raw.and_then(|raw| crate::delivery::validate_buffer(Some(raw), &mut v));
+        }
+        if let Some(e) = entry.value.entry("retry") {
+            skip.push("retry");
+            let raw = read::<crate::delivery::RawRetry>(e, cx);
+            let mut v = Validator { cx, kind, id };
+            retry = raw
+                .and_then(|raw| crate::delivery::validate_retry(Some(raw), &mut v))
+                .map(Some);
+        }
+    }
     debug_assert!(skip.iter().all(|k| OUTER_KEYS.contains(k)));
     let loader = ComponentLoader {
         entry,
@@ -430,6 +452,8 @@ fn read_component<R: Registry, S: ComponentSet>(
             id: id.clone(),
             inputs,
             acknowledgements,
+            buffer: buffer?,
+            retry: retry?,
             config: config?,
         }),
         None => {

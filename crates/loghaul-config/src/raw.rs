@@ -83,3 +83,13 @@ impl<'de> Deserialize<'de> for RawName {
         scalar_text(d, "a name such as `warning` or `local0`, or a numeric code").map(RawName)
     }
 }
+
+/// The `limits:` section.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawLimits {
+    /// The memory budget for events in flight (queues, memory buffers, batches being written).
+    /// Default `256MiB`.
+    #[serde(default)]
+    pub memory: Option<RawSize>,
+}

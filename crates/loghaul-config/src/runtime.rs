@@ -20,11 +20,21 @@ pub struct Config<R: Registry> {
     pub shutdown_timeout: Duration,
     /// Where sources keep their state (the file source's checkpoints, a folder per source).
     pub data_dir: PathBuf,
+    /// Global limits.
+    pub limits: Limits,
     pub sources: Vec<Component<R::Source>>,
     pub transforms: Vec<Component<R::Transform>>,
     pub sinks: Vec<Component<R::Sink>>,
     /// Things that work but are probably mistakes (a source nobody reads...).
     pub warnings: Vec<Diagnostic>,
+}
+
+/// Limits that hold across every component.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// The memory budget, in bytes, for batches in flight: in queues, memory buffers and sinks'
+    /// hands. Above it sources wait (and so push back on their senders).
+    pub memory: usize,
 }
 
 /// The HTTP API.

@@ -19,13 +19,17 @@ use crate::component::{ComponentKind, Protocol, Registry, Resource};
 use crate::diagnostic::{Diagnostic, Pos, closest, did_you_mean};
 use crate::node::Node;
 use crate::raw::{RawDuration, RawSize};
-use crate::runtime::{ApiConfig, Config, TimeZoneSetting};
+use crate::runtime::{ApiConfig, Config, Limits, TimeZoneSetting};
 use crate::units::{DURATION_HINT, SIZE_HINT, parse_duration, parse_size};
 
 /// Default API address.
 pub const DEFAULT_API_ADDRESS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 8686);
 /// Default `data_dir`.
 pub const DEFAULT_DATA_DIR: &str = "./loghaul-data";
+/// Default `limits.memory`.
+pub const DEFAULT_MEMORY_LIMIT: usize = 256 << 20;
+/// The smallest `limits.memory`: below it a few large batches would stall every source.
+pub const MIN_MEMORY_LIMIT: usize = 16 << 20;
 /// Default `shutdown_timeout`.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -337,6 +341,18 @@ impl<'v> Validator<'v, '_> {
         self.cx.size(raw, &path, default, nonzero)
     }
 
+    /// A size at a nested key (`buffer.max_size`), or `default` when not set.
+    pub fn size_at(
+        &mut self,
+        raw: Option<&RawSize>,
+        key: &[&str],
+        default: usize,
+        nonzero: bool,
+    ) -> Option<usize> {
+        let path = self.path(key);
+        self.cx.size(raw, &path, default, nonzero)
+    }
+
     /// A duration (`500ms`), or `default` when not set.
     pub fn duration(
         &mut self,
@@ -483,6 +499,27 @@ pub(crate) fn validate<R: Registry>(
         None => Some(std::path::PathBuf::from(DEFAULT_DATA_DIR)),
     };
 
+    let limits = loaded.limits.clone().unwrap_or_default();
+    let memory = cx
+        .size(
+            limits.memory.as_ref(),
+            &["limits", "memory"],
+            DEFAULT_MEMORY_LIMIT,
+            true,
+        )
+        .and_then(|m| {
+            if m < MIN_MEMORY_LIMIT {
+                cx.error(
+                    cx.val_pos(&["limits", "memory"]),
+                    "`limits.memory` must be at least 16MiB",
+                    Some("the default is 256MiB".to_owned()),
+                );
+                None
+            } else {
+                Some(m)
+            }
+        });
+
     // Listening-address collisions, reported on the later component.
     let claims: Vec<(&Declared, &Resource)> = declared
         .iter()
@@ -617,6 +654,7 @@ pub(crate) fn validate<R: Registry>(
         },
         shutdown_timeout: shutdown_timeout?,
         data_dir: data_dir?,
+        limits: Limits { memory: memory? },
         sources: loaded.sources,
         transforms: loaded.transforms,
         sinks: loaded.sinks,

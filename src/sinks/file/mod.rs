@@ -41,6 +41,7 @@ pub mod config;
 
 pub use config::FileSinkConfig;
 
+use super::dlq::DeadLetters;
 use super::encoder::{BufferPool, LineEncoder};
 use super::template::push_field;
 use super::{BuildSink, BuiltSink, ReopenGeneration, SinkContext};
@@ -49,12 +50,54 @@ use crate::pipeline::{Delivery, Input, Prepare, Prepared};
 
 impl BuildSink for FileSinkConfig {
     fn build(&self, cx: SinkContext) -> anyhow::Result<BuiltSink> {
-        let sink = FileSink::new(self.clone(), cx.metrics, cx.reopen);
+        let dead = DeadLetters::new(&cx.id, &cx.data_dir, &cx.metrics);
+        let sink =
+            FileSink::new(self.clone(), cx.metrics, cx.reopen).with_failure_policy(cx.retry, dead);
         let prepare: Arc<dyn Prepare> = sink.encoder();
         Ok(BuiltSink::on_own_thread(
             Some(prepare),
             Box::new(move |input| Box::pin(sink.run(input))),
         ))
+    }
+
+    /// Appends the dead letters' events, one line each, to the sink's file (a static path only:
+    /// a templated one cannot be rendered from what a dead letter keeps).
+    fn replay(
+        &self,
+        _cx: SinkContext,
+        letters: Vec<super::dlq::DeadLetter>,
+    ) -> Option<crate::pipeline::BoxFuture<'static, super::Replayed>> {
+        if self.path.has_time || self.path.has_fields {
+            return None;
+        }
+        let path = PathBuf::from(&self.path_raw);
+        Some(Box::pin(async move {
+            let mut out = Vec::new();
+            for letter in &letters {
+                match serde_json::from_str::<String>(&letter.event) {
+                    Ok(line) => out.extend_from_slice(line.as_bytes()),
+                    Err(_) => out.extend_from_slice(letter.event.as_bytes()),
+                }
+                out.push(b'\n');
+            }
+            let written = open_append(&path).and_then(|mut f| {
+                f.write_all(&out)?;
+                f.sync_data()
+            });
+            match written {
+                Ok(()) => super::Replayed {
+                    delivered: letters.len(),
+                    failed: Vec::new(),
+                },
+                Err(e) => {
+                    let why = format!("cannot write {}: {e}", path.display());
+                    super::Replayed {
+                        delivered: 0,
+                        failed: letters.into_iter().map(|l| (l, why.clone())).collect(),
+                    }
+                }
+            }
+        }))
     }
 }
 
@@ -138,10 +181,6 @@ fn retryable(error: &std::io::Error) -> bool {
     ) || error.raw_os_error() == Some(5) // EIO
 }
 
-/// First and longest pause between attempts at a write that failed for a reason that may pass.
-const RETRY_INITIAL: std::time::Duration = std::time::Duration::from_millis(100);
-const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(5);
-
 fn write_all_vectored(
     file: &mut File,
     chunks: &[Vec<u8>],
@@ -188,6 +227,14 @@ pub struct FileSink {
     /// Some event since the last flush could not be written (its file would not open), so the
     /// pending acknowledgements must report an error even if every buffer writes fine.
     lost_since_flush: bool,
+    /// Some event since the last flush went to the dead-letter file instead: the pending
+    /// acknowledgements report it rejected.
+    rejected_since_flush: bool,
+    /// Why the last open failed (the dead letters' reason), and whether no retry can help.
+    open_error: String,
+    open_error_permanent: bool,
+    retry: loghaul_config::RetryConfig,
+    dead: Option<DeadLetters>,
 }
 
 impl FileSink {
@@ -215,6 +262,75 @@ impl FileSink {
             time_cache: Vec::new(),
             pending: Vec::new(),
             lost_since_flush: false,
+            rejected_since_flush: false,
+            open_error: String::new(),
+            open_error_permanent: false,
+            retry: loghaul_config::RetryConfig {
+                max: std::time::Duration::from_secs(5),
+                ..loghaul_config::RetryConfig::default()
+            },
+            dead: None,
+        }
+    }
+
+    /// How long retryable write failures are retried, and where events that cannot be written
+    /// go (without it they are counted and lost).
+    pub fn with_failure_policy(
+        mut self,
+        retry: Option<loghaul_config::RetryConfig>,
+        dead: DeadLetters,
+    ) -> FileSink {
+        if let Some(retry) = retry {
+            self.retry = retry;
+        }
+        self.dead = Some(dead);
+        self
+    }
+
+    /// Events whose file would not open. While the failure may pass (permissions, a full or
+    /// read-only disk), events a source waits for are reported errored, so it sends them again
+    /// (a forward client re-sends, the file source reads them again) and they reach the file once
+    /// it opens; events nobody would send again go to the dead letters rather than be lost. A
+    /// path that can never be opened (a name too long for the file system, a symlink loop)
+    /// sends everything to the dead letters.
+    fn unopenable(&mut self, bytes: &[u8], events: usize, tracked: bool) {
+        if tracked && !self.open_error_permanent {
+            self.metrics
+                .discarded(DiscardReason::WriteFailed, events as u64);
+            self.lost_since_flush = true;
+            return;
+        }
+        let reason = std::mem::take(&mut self.open_error);
+        self.dead_letter(bytes, events, &reason, 1);
+        self.open_error = reason;
+    }
+
+    /// Sends encoded events (lines) to the dead-letter file. Returns whether they are safe there;
+    /// if not, they are counted lost.
+    fn dead_letter(&mut self, bytes: &[u8], events: usize, reason: &str, attempts: u32) -> bool {
+        let written = match &self.dead {
+            Some(dead) => dead
+                .write(
+                    bytes.split_inclusive(|&b| b == b'\n'),
+                    reason,
+                    attempts,
+                    None,
+                )
+                .map_err(|e| format!("cannot write {}: {e}", dead.path().display())),
+            None => Err("no dead-letter file".to_owned()),
+        };
+        match written {
+            Ok(_) => {
+                self.rejected_since_flush = true;
+                true
+            }
+            Err(why) => {
+                self.metrics
+                    .discarded(DiscardReason::WriteFailed, events as u64);
+                crate::warn_limited!(self.metrics, reason = %why, events, "Events could not be dead-lettered; they are lost to this sink.");
+                self.lost_since_flush = true;
+                false
+            }
         }
     }
 
@@ -296,10 +412,8 @@ impl FileSink {
         let Some((idx, Some(file))) =
             idx.map(|i| (i, self.files.get_mut(i).and_then(Option::as_mut)))
         else {
-            // Opening failed (counted and logged in open); the events are lost to this sink.
-            self.metrics
-                .discarded(DiscardReason::WriteFailed, batch.len() as u64);
-            self.lost_since_flush = true;
+            // Opening failed (counted and logged in open).
+            self.unopenable(&prepared.bytes, batch.len(), batch.finalizer.is_tracked());
             self.encoder.pool.put(prepared.bytes);
             return;
         };
@@ -326,9 +440,8 @@ impl FileSink {
             let Some((idx, Some(file))) =
                 idx.map(|i| (i, self.files.get_mut(i).and_then(Option::as_mut)))
             else {
-                // Opening failed (counted and logged in open); the event is lost to this sink.
-                self.metrics.discarded(DiscardReason::WriteFailed, 1);
-                self.lost_since_flush = true;
+                // Opening failed (counted and logged in open).
+                self.unopenable(bytes, 1, batch.finalizer.is_tracked());
                 continue;
             };
             file.append(bytes, &self.encoder.pool);
@@ -420,6 +533,8 @@ impl FileSink {
                     Some(format!("cannot open {}: {error}", self.scratch)),
                 );
                 crate::warn_limited!(self.metrics, %error, path = %self.scratch, "Failed to open output file.");
+                self.open_error = format!("cannot open {}: {error}", self.scratch);
+                self.open_error_permanent = never_opens(&error);
                 self.current = None;
                 None
             }
@@ -468,21 +583,35 @@ impl FileSink {
             Err(error) => {
                 let path = file.path.display().to_string();
                 self.metrics.error(ErrorKind::Io, 1);
-                self.metrics
-                    .discarded(DiscardReason::WriteFailed, events as u64);
                 self.metrics.set_health(
                     Health::Degraded,
                     Some(format!("cannot write {path}: {error}")),
                 );
-                crate::warn_limited!(self.metrics, %error, %path, events, "Failed to write to output file.");
-                if let Some(Some(file)) = self.files.get_mut(idx) {
-                    for chunk in file.chunks.drain(..) {
-                        self.encoder.pool.put(chunk);
-                    }
-                }
+                crate::warn_limited!(self.metrics, %error, %path, events, "Failed to write to output file; the events go to the dead-letter file.");
+                self.dead_letter_unwritten(
+                    idx,
+                    events,
+                    &format!("cannot write {path}: {error}"),
+                    1,
+                );
                 self.close(idx);
                 false
             }
+        }
+    }
+
+    /// Sends a file's unwritten bytes to the dead letters and empties its buffer.
+    fn dead_letter_unwritten(&mut self, idx: usize, events: usize, reason: &str, attempts: u32) {
+        let Some(Some(file)) = self.files.get_mut(idx) else {
+            return;
+        };
+        let chunks: Vec<Vec<u8>> = file.chunks.drain(..).collect();
+        file.buf_bytes = 0;
+        file.buf_events = 0;
+        let bytes = chunks.concat();
+        self.dead_letter(&bytes, events, reason, attempts);
+        for chunk in chunks {
+            self.encoder.pool.put(chunk);
         }
     }
 
@@ -494,22 +623,42 @@ impl FileSink {
     /// Writes every buffer, retrying (with backoff) writes that failed for a reason that may
     /// pass, and then reports the pending acknowledgements.
     async fn flush_all(&mut self) {
-        let mut ok = !std::mem::take(&mut self.lost_since_flush);
-        let mut pause = RETRY_INITIAL;
+        let mut attempts = 0;
         loop {
             for idx in 0..self.files.len() {
-                ok &= self.write_out(idx) || self.files.get(idx).is_some_and(Option::is_some);
+                self.write_out(idx);
             }
             if !self.has_unwritten() {
                 break;
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(RETRY_MAX);
+            attempts += 1;
+            if self.retry.exhausted(attempts) {
+                // Retries exhausted (a finite `retry.max_attempts`): what is still unwritten
+                // goes to the dead letters, and the files are reopened on their next event.
+                for idx in 0..self.files.len() {
+                    let Some(Some(file)) = self.files.get(idx) else {
+                        continue;
+                    };
+                    if file.chunks.is_empty() {
+                        continue;
+                    }
+                    let (events, path) = (file.buf_events, file.path.display().to_string());
+                    let reason = format!("cannot write {path} after {attempts} attempts");
+                    self.dead_letter_unwritten(idx, events, &reason, attempts);
+                    self.close(idx);
+                }
+                break;
+            }
+            tokio::time::sleep(self.retry.backoff(attempts)).await;
         }
-        let status = if ok {
-            BatchStatus::Delivered
-        } else {
+        let lost = std::mem::take(&mut self.lost_since_flush);
+        let rejected = std::mem::take(&mut self.rejected_since_flush);
+        let status = if lost {
             BatchStatus::Errored
+        } else if rejected {
+            BatchStatus::Rejected
+        } else {
+            BatchStatus::Delivered
         };
         for ack in self.pending.drain(..) {
             ack.commit(status);
@@ -589,6 +738,16 @@ impl FileSink {
             }
         }
     }
+}
+
+/// Whether an open failed for a reason no wait can fix: the path itself is impossible.
+fn never_opens(error: &std::io::Error) -> bool {
+    // A file where a directory should be (ENOTDIR, EEXIST) or the reverse is an operator's to
+    // fix, like permissions; a name the file system cannot hold is not.
+    matches!(
+        error.raw_os_error(),
+        Some(libc::ENAMETOOLONG | libc::EINVAL | libc::ELOOP)
+    )
 }
 
 fn open_append(path: &Path) -> std::io::Result<File> {

@@ -64,6 +64,14 @@ impl Prepare for FluentEncoder {
 
 impl BuildSink for FluentSinkConfig {
     fn build(&self, cx: SinkContext) -> anyhow::Result<BuiltSink> {
+        if cx.retry.is_some() {
+            // Its requests go back to the queue and are sent again on the next connection, with
+            // reconnects paced by `reconnect_max_interval`: there is no attempt count to bound.
+            anyhow::bail!(
+                "the fluent sink retries until its server takes the events; `retry` does not apply \
+                 (pace reconnects with `reconnect_max_interval`)"
+            );
+        }
         let encoder = Arc::new(FluentEncoder {
             time_as_integer: self.time_as_integer,
             pool: BufferPool::default(),

@@ -22,8 +22,6 @@ pub const DEFAULT_MAX_CONCURRENCY: usize = 64;
 /// The largest `max_concurrency`: every slot is a task holding up to one request.
 pub const MAX_MAX_CONCURRENCY: usize = 1024;
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-pub const DEFAULT_RETRY_INITIAL: Duration = Duration::from_millis(100);
-pub const DEFAULT_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// `type: http`, as written.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -69,17 +67,6 @@ pub struct RawHttpSink {
     /// A URL checked with GET at start; anything but 2xx is a warning, not an error.
     #[serde(default)]
     pub healthcheck_uri: Option<String>,
-    #[serde(default)]
-    pub retry: Option<RawRetry>,
-}
-
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawRetry {
-    #[serde(default)]
-    pub initial: Option<RawDuration>,
-    #[serde(default)]
-    pub max: Option<RawDuration>,
 }
 
 /// `concurrency` as written: a count or `adaptive`, kept as text so validation can say which
@@ -174,8 +161,8 @@ pub struct HttpSinkConfig {
     /// The whole `Authorization` value to send, if any.
     pub authorization: Option<String>,
     pub healthcheck_uri: Option<hyper::Uri>,
-    pub retry_initial: Duration,
-    pub retry_max: Duration,
+    /// The sink's `retry` (read by the loader for every sink; set at build).
+    pub retry: loghaul_config::RetryConfig,
 }
 
 impl std::fmt::Debug for HttpSinkConfig {
@@ -252,22 +239,6 @@ impl ComponentConfig for HttpSinkConfig {
             DEFAULT_REQUEST_TIMEOUT,
             true,
         );
-        let retry = s.retry.unwrap_or(RawRetry {
-            initial: None,
-            max: None,
-        });
-        let retry_initial = cx.duration_at(
-            retry.initial.as_ref(),
-            &["retry", "initial"],
-            DEFAULT_RETRY_INITIAL,
-            true,
-        );
-        let retry_max = cx.duration_at(
-            retry.max.as_ref(),
-            &["retry", "max"],
-            DEFAULT_RETRY_MAX,
-            true,
-        );
         let authorization = crate::net::http::authorization(s.bearer, s.username, s.password);
         if authorization.is_none() {
             cx.error(
@@ -307,8 +278,7 @@ impl ComponentConfig for HttpSinkConfig {
             headers: headers?,
             authorization: authorization?,
             healthcheck_uri: healthcheck_uri?,
-            retry_initial: retry_initial?,
-            retry_max: retry_max?,
+            retry: loghaul_config::RetryConfig::default(),
         };
         // The whole request, built once with a stand-in for every field: what no event could
         // fix is reported now.

@@ -22,6 +22,7 @@
 pub mod concurrency;
 pub mod config;
 pub mod partition;
+mod replay;
 pub mod target;
 
 use std::collections::HashMap;
@@ -43,6 +44,7 @@ pub use config::HttpSinkConfig;
 use partition::{Batcher, Ready};
 use target::Target;
 
+use super::dlq::DeadLetters;
 use super::{BuildSink, BuiltSink, SinkContext, SinkThread};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::pipeline::{Input, QUEUE_BATCHES};
@@ -61,18 +63,36 @@ struct Request {
 
 impl BuildSink for HttpSinkConfig {
     fn build(&self, cx: SinkContext) -> anyhow::Result<BuiltSink> {
-        let config = Arc::new(self.clone());
+        let mut config = self.clone();
+        config.retry = cx.retry.unwrap_or_default();
+        let config = Arc::new(config);
+        let dead = Arc::new(DeadLetters::new(&cx.id, &cx.data_dir, &cx.metrics));
         let metrics = cx.metrics;
         Ok(BuiltSink {
             prepare: None,
             queue_batches: QUEUE_BATCHES,
             thread: SinkThread::Shared,
-            run: Box::new(move |input| Box::pin(run(config, metrics, input))),
+            run: Box::new(move |input| Box::pin(run(config, metrics, dead, input))),
         })
+    }
+
+    fn replay(
+        &self,
+        cx: SinkContext,
+        letters: Vec<crate::sinks::dlq::DeadLetter>,
+    ) -> Option<crate::pipeline::BoxFuture<'static, crate::sinks::Replayed>> {
+        let mut config = self.clone();
+        config.retry = cx.retry.unwrap_or_default();
+        Some(Box::pin(replay::replay(Arc::new(config), letters)))
     }
 }
 
-async fn run(config: Arc<HttpSinkConfig>, metrics: Arc<ComponentMetrics>, mut input: Input) {
+async fn run(
+    config: Arc<HttpSinkConfig>,
+    metrics: Arc<ComponentMetrics>,
+    dead: Arc<DeadLetters>,
+    mut input: Input,
+) {
     metrics.set_health(Health::Running, None);
     if let Some(uri) = config.healthcheck_uri.clone() {
         // A warning only: the server may come up after loghaul, and requests are retried.
@@ -111,6 +131,7 @@ async fn run(config: Arc<HttpSinkConfig>, metrics: Arc<ComponentMetrics>, mut in
                 metrics: metrics.clone(),
                 limiter: limiter.clone(),
                 pool: pool.clone(),
+                dead: dead.clone(),
             };
             tokio::spawn(worker(shared, rx.clone()))
         })
@@ -179,22 +200,7 @@ async fn send(config: &HttpSinkConfig, tx: &mpsc::Sender<Request>, ready: Ready)
     if config.encoding == config::Encoding::JsonArray {
         filling.buf.push(b']');
     }
-    let body = match config.compression {
-        Compression::None => filling.buf,
-        Compression::Gzip => crate::pipeline::cpu_heavy(|| {
-            use std::io::Write as _;
-            let mut e = flate2::write::GzEncoder::new(
-                Vec::with_capacity(filling.buf.len() / 4),
-                flate2::Compression::fast(),
-            );
-            // Writing into a Vec cannot fail.
-            let _ = e.write_all(&filling.buf);
-            e.finish().unwrap_or_default()
-        }),
-        Compression::Zstd => {
-            crate::pipeline::cpu_heavy(|| zstd::bulk::compress(&filling.buf, 3).unwrap_or_default())
-        }
-    };
+    let body = compress(config, filling.buf);
     let request = Request {
         body: Bytes::from(body),
         events: filling.events,
@@ -203,6 +209,26 @@ async fn send(config: &HttpSinkConfig, tx: &mpsc::Sender<Request>, ready: Ready)
     };
     // A closed channel means every worker is gone: the acks drop uncommitted (Errored).
     let _ = tx.send(request).await;
+}
+
+/// A request body as the sink's `compression` says.
+fn compress(config: &HttpSinkConfig, buf: Vec<u8>) -> Vec<u8> {
+    match config.compression {
+        Compression::None => buf,
+        Compression::Gzip => crate::pipeline::cpu_heavy(|| {
+            use std::io::Write as _;
+            let mut e = flate2::write::GzEncoder::new(
+                Vec::with_capacity(buf.len() / 4),
+                flate2::Compression::fast(),
+            );
+            // Writing into a Vec cannot fail.
+            let _ = e.write_all(&buf);
+            e.finish().unwrap_or_default()
+        }),
+        Compression::Zstd => {
+            crate::pipeline::cpu_heavy(|| zstd::bulk::compress(&buf, 3).unwrap_or_default())
+        }
+    }
 }
 
 enum Outcome {
@@ -222,6 +248,7 @@ struct Shared {
     metrics: Arc<ComponentMetrics>,
     limiter: Arc<Limiter>,
     pool: Arc<Pool>,
+    dead: Arc<DeadLetters>,
 }
 
 async fn worker(shared: Shared, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Request>>>) {
@@ -230,6 +257,7 @@ async fn worker(shared: Shared, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Reques
         metrics,
         limiter,
         pool,
+        dead,
     } = shared;
     loop {
         let request = {
@@ -237,7 +265,8 @@ async fn worker(shared: Shared, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Reques
             rx.recv().await
         };
         let Some(request) = request else { return };
-        let mut backoff = config.retry_initial;
+        let mut backoff = config.retry.initial;
+        let mut attempts: u32 = 0;
         loop {
             // A slot per attempt, not per request: a request backing off leaves its slot to
             // others, and a lowered limit applies to retries at once.
@@ -260,25 +289,100 @@ async fn worker(shared: Shared, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Reques
                     break;
                 }
                 Outcome::Permanent(status, excerpt) => {
-                    metrics.discarded(DiscardReason::WriteFailed, request.events as u64);
                     metrics.error(ErrorKind::Ack, 1);
-                    crate::warn_limited!(metrics, status, uri = %request.target.uri, body = %excerpt, events = request.events, "The server refused events for good; they are reported rejected.");
-                    for ack in request.acks {
-                        ack.commit(BatchStatus::Rejected);
-                    }
+                    crate::warn_limited!(metrics, status, uri = %request.target.uri, body = %excerpt, events = request.events, "The server refused events for good; they go to the dead-letter file.");
+                    let reason = format!("the server answered {status}: {excerpt}");
+                    dead_letter(&config, &metrics, &dead, request, &reason, attempts + 1);
+                    break;
+                }
+                Outcome::Retry(why, _) if config.retry.exhausted(attempts + 1) => {
+                    metrics.error(ErrorKind::Io, 1);
+                    crate::warn_limited!(metrics, reason = %why, attempts = attempts + 1, "Retries exhausted; the events go to the dead-letter file.");
+                    let reason = format!("{why} (after {} attempts)", attempts + 1);
+                    dead_letter(&config, &metrics, &dead, request, &reason, attempts + 1);
                     break;
                 }
                 Outcome::Retry(why, retry_after) => {
+                    attempts += 1;
                     metrics.error(ErrorKind::Io, 1);
                     metrics.set_health(Health::Degraded, Some(why.clone()));
                     crate::warn_limited!(metrics, reason = %why, "Request not accepted; retrying with backoff.");
                     let wait = retry_after.unwrap_or_else(|| jitter(backoff));
                     tokio::time::sleep(wait).await;
-                    backoff = (backoff * 2).min(config.retry_max);
+                    backoff = (backoff * 2).min(config.retry.max);
                 }
             }
         }
     }
+}
+
+/// Writes a request's events to the dead-letter file and reports them rejected; if even that
+/// fails, they are lost to this sink and reported errored.
+fn dead_letter(
+    config: &HttpSinkConfig,
+    metrics: &ComponentMetrics,
+    dead: &DeadLetters,
+    request: Request,
+    reason: &str,
+    attempts: u32,
+) {
+    let written = match events_of_body(config, &request.body) {
+        Ok(events) => dead
+            .write(
+                events.iter().map(|e| &e[..]),
+                reason,
+                attempts,
+                Some(&request.target.key)
+                    .filter(|k| !k.is_empty())
+                    .map(String::as_str),
+            )
+            .map_err(|e| format!("cannot write {}: {e}", dead.path().display())),
+        Err(e) => Err(e),
+    };
+    let status = match written {
+        Ok(_) => BatchStatus::Rejected,
+        Err(why) => {
+            metrics.discarded(DiscardReason::WriteFailed, request.events as u64);
+            crate::warn_limited!(metrics, reason = %why, events = request.events, "Events could not be dead-lettered; they are lost to this sink.");
+            BatchStatus::Errored
+        }
+    };
+    for ack in request.acks {
+        ack.commit(status);
+    }
+}
+
+/// A request body back into its events' encodings (decompressed; one per line, or per array
+/// item): the rare path of dead letters, so it may parse.
+fn events_of_body(config: &HttpSinkConfig, body: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    use std::io::Read as _;
+    let plain = match config.compression {
+        Compression::None => body.to_vec(),
+        Compression::Gzip => {
+            let mut out = Vec::new();
+            flate2::read::GzDecoder::new(body)
+                .read_to_end(&mut out)
+                .map_err(|e| format!("cannot inflate the request: {e}"))?;
+            out
+        }
+        Compression::Zstd => {
+            zstd::decode_all(body).map_err(|e| format!("cannot decompress the request: {e}"))?
+        }
+    };
+    Ok(match config.encoding {
+        config::Encoding::Ndjson | config::Encoding::Text => plain
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(<[u8]>::to_vec)
+            .collect(),
+        config::Encoding::JsonArray => {
+            serde_json::from_slice::<Vec<Box<serde_json::value::RawValue>>>(&plain)
+                .map_err(|e| format!("the request is not a JSON array: {e}"))?
+                .into_iter()
+                .map(|v| v.get().as_bytes().to_vec())
+                .collect()
+        }
+    })
 }
 
 /// `d` plus up to half of it again, so senders that failed together do not retry together.

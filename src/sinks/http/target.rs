@@ -29,6 +29,9 @@ pub struct Target {
     pub authority: String,
     /// Every header a request to it carries; the body's length is added by hyper.
     pub headers: HeaderMap,
+    /// The partition key it was built from (empty when nothing is templated): dead letters
+    /// keep it, so a replay goes to the same place.
+    pub key: String,
 }
 
 impl Target {
@@ -97,6 +100,7 @@ impl Target {
             uri,
             authority,
             headers,
+            key: key.to_owned(),
         })
     }
 }

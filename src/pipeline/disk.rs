@@ -1,0 +1,568 @@
+//! A sink's disk buffer: batches wait for the sink in a segmented log on disk
+//! (`loghaul-buffer`) instead of in memory, so a slow or dead sink neither stalls the other
+//! sinks of its sources until the log is full, nor loses what it was sent across a restart or a
+//! crash.
+//!
+//! ```text
+//!  fan-out ──(encode on the sender's task)──► queue ──► writer thread: append a group,
+//!                                                       fsync per `sync`, then commit the acks
+//!                                                           │ segments on disk
+//!  sink ◄── the sink's own queue ◄── reader task: read, decode, attach a finalizer per record;
+//!                                    Delivered/Rejected ⇒ ack the record (the cursor moves,
+//!                                    fully acknowledged segments are deleted)
+//! ```
+//!
+//! A source's acknowledgement covers the write to the buffer: with `sync: every_batch` it comes
+//! after the fsync that made the batch durable, with an interval after the next timed fsync,
+//! with `never` once written. From there on the buffer owns the events: a record leaves it only
+//! when the sink committed it. A record the sink dropped uncommitted (the sink stopped) stays
+//! and is delivered again after a restart; so is every record that was in flight at a crash,
+//! which bounds the duplicates a crash can cause to what the sink had in hand.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use loghaul_buffer::{AppendError, FileSystem, Reader, RealFs, Writer};
+use loghaul_config::{SyncMode, WhenFull};
+use loghaul_core::{BatchNotifier, BatchStatus, EventBatch, MemoryBudget};
+use tokio::sync::{mpsc, oneshot};
+
+use super::fanout::Fanout;
+use super::queue::{Delivery, InputSender, Prepare, Prepared};
+use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
+
+/// Batches queued for the writer thread.
+const WRITER_QUEUE: usize = 64;
+/// The most bytes written (and fsynced) as one group.
+const GROUP_BYTES: usize = 8 << 20;
+/// How often the reader refreshes the buffer's gauges.
+const GAUGE_EVERY: Duration = Duration::from_millis(250);
+/// The largest batch the buffer takes (an encoded batch; sources' batches are far smaller).
+const MAX_RECORD: u32 = loghaul_buffer::Config::DEFAULT_MAX_RECORD;
+/// Segment size: small enough that acknowledged space comes back soon, large enough that
+/// rotation is rare.
+const SEGMENT_SIZE: u64 = 32 << 20;
+
+/// What a disk buffer is built from.
+pub struct DiskOptions {
+    pub id: String,
+    pub dir: PathBuf,
+    pub max_size: u64,
+    pub sync: SyncMode,
+    pub when_full: WhenFull,
+    /// The sink's metrics: the buffer reports under the sink it serves.
+    pub metrics: Arc<ComponentMetrics>,
+    /// The sink's own input queue.
+    pub sink: InputSender,
+    pub budget: Arc<MemoryBudget>,
+}
+
+/// Encodes batches for the log on the sending task (see [`Prepare`]).
+struct Encode;
+
+impl Prepare for Encode {
+    fn prepare(&self, batch: &EventBatch) -> Prepared {
+        let mut bytes = Vec::with_capacity(loghaul_core::encoded_size(batch));
+        loghaul_core::encode_batch(batch, &mut bytes);
+        Prepared {
+            bytes,
+            ends: Vec::new(),
+        }
+    }
+}
+
+/// The buffer's gauges and counters, under the sink's metrics.
+struct Gauges {
+    bytes: Arc<AtomicI64>,
+    records: Arc<AtomicI64>,
+    max_bytes: Arc<AtomicI64>,
+    fsyncs: Arc<AtomicI64>,
+    damaged_records: Arc<AtomicI64>,
+    damaged_bytes: Arc<AtomicI64>,
+    torn_bytes: Arc<AtomicI64>,
+    quarantined: Arc<AtomicI64>,
+    write_errors: Arc<AtomicI64>,
+    redelivered: Arc<AtomicI64>,
+    /// Records that passed their checksum but did not decode (counted with the damaged ones).
+    undecodable: AtomicI64,
+}
+
+impl Gauges {
+    fn new(metrics: &ComponentMetrics) -> Gauges {
+        Gauges {
+            bytes: metrics.gauge(
+                "loghaul_disk_buffer_bytes",
+                "Bytes the sink's disk buffer holds on disk.",
+                &[],
+            ),
+            records: metrics.gauge(
+                "loghaul_disk_buffer_records",
+                "Batches in the sink's disk buffer not yet acknowledged by the sink.",
+                &[],
+            ),
+            max_bytes: metrics.gauge(
+                "loghaul_disk_buffer_max_bytes",
+                "The disk buffer's max_size.",
+                &[],
+            ),
+            fsyncs: metrics.counter(
+                "loghaul_disk_buffer_fsyncs_total",
+                "fsyncs of the disk buffer's segments.",
+                &[],
+            ),
+            damaged_records: metrics.counter(
+                "loghaul_disk_buffer_damaged_records_total",
+                "Batches lost to damage found in the disk buffer (at start or while reading).",
+                &[],
+            ),
+            damaged_bytes: metrics.counter(
+                "loghaul_disk_buffer_damaged_bytes_total",
+                "Damaged bytes skipped in the disk buffer.",
+                &[],
+            ),
+            torn_bytes: metrics.counter(
+                "loghaul_disk_buffer_torn_bytes_total",
+                "Bytes of incomplete records cut from segment tails at start (a crash mid-write).",
+                &[],
+            ),
+            quarantined: metrics.counter(
+                "loghaul_disk_buffer_quarantined_segments_total",
+                "Damaged segments moved to quarantine/ after their valid records were salvaged.",
+                &[],
+            ),
+            write_errors: metrics.counter(
+                "loghaul_disk_buffer_write_errors_total",
+                "Failed writes or fsyncs of the disk buffer (retried).",
+                &[],
+            ),
+            redelivered: metrics.counter(
+                "loghaul_disk_buffer_redelivered_records_total",
+                "Batches found in the buffer at start that the sink may already have had before \
+                 a crash (delivered again: at-least-once).",
+                &[],
+            ),
+            undecodable: AtomicI64::new(0),
+        }
+    }
+
+    fn refresh(&self, stats: &loghaul_buffer::Stats) {
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as i64;
+        self.bytes
+            .store(get(&stats.bytes_on_disk), Ordering::Relaxed);
+        self.records
+            .store(get(&stats.records_pending), Ordering::Relaxed);
+        self.fsyncs.store(get(&stats.fsyncs), Ordering::Relaxed);
+        self.damaged_records.store(
+            get(&stats.damaged_records) + self.undecodable.load(Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
+        self.damaged_bytes
+            .store(get(&stats.damaged_bytes), Ordering::Relaxed);
+        self.torn_bytes
+            .store(get(&stats.torn_bytes), Ordering::Relaxed);
+        self.quarantined
+            .store(get(&stats.quarantined_segments), Ordering::Relaxed);
+        self.write_errors.store(
+            get(&stats.write_errors) + get(&stats.fsync_failures),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// Opens (and recovers) the buffer, starts its writer thread and reader task, and returns the
+/// sender the sink's upstreams feed, and a receiver that resolves once the reader has finished
+/// (after the sink took everything it could and the cursor was saved).
+///
+/// # Errors
+///
+/// The buffer's directory cannot be created or listed, or the writer thread cannot start.
+/// Damaged data is never an error: it is salvaged, quarantined and counted.
+pub fn start(options: DiskOptions) -> anyhow::Result<(InputSender, oneshot::Receiver<()>)> {
+    let DiskOptions {
+        id,
+        dir,
+        max_size,
+        sync,
+        when_full,
+        metrics,
+        sink,
+        budget,
+    } = options;
+    let config = loghaul_buffer::Config {
+        dir: dir.clone(),
+        max_size,
+        segment_size: SEGMENT_SIZE.min(max_size / 4).max(64 << 10),
+        max_record: MAX_RECORD,
+        sync: match sync {
+            SyncMode::EveryBatch => loghaul_buffer::SyncMode::EveryBatch,
+            SyncMode::Interval(d) => loghaul_buffer::SyncMode::Interval(d),
+            SyncMode::Never => loghaul_buffer::SyncMode::Never,
+        },
+    };
+    let (writer, reader, recovery) = loghaul_buffer::open(RealFs, config)
+        .with_context(|| format!("cannot open {}", dir.display()))?;
+    let gauges = Gauges::new(&metrics);
+    gauges.max_bytes.store(max_size as i64, Ordering::Relaxed);
+    gauges
+        .redelivered
+        .store(recovery.records_pending as i64, Ordering::Relaxed);
+    let damaged = recovery.torn_bytes > 0
+        || recovery.damaged_bytes > 0
+        || recovery.lost_records > 0
+        || !recovery.quarantined.is_empty();
+    if damaged {
+        metrics.error(ErrorKind::Io, 1);
+        tracing::warn!(component = %id, path = %dir.display(), %recovery, "Disk buffer was damaged; salvaged what was valid and goes on.");
+    } else if recovery.records_pending > 0 {
+        tracing::info!(component = %id, path = %dir.display(), %recovery, "Disk buffer resumes; batches after the cursor are delivered again.");
+    }
+
+    let (tx, rx) = mpsc::channel::<Delivery>(WRITER_QUEUE);
+    let sender = InputSender {
+        tx,
+        downstream: metrics.clone(),
+        prepare: Some(Arc::new(Encode)),
+        events: None,
+        when_full,
+    };
+    let (writer_done_tx, writer_done_rx) = oneshot::channel();
+    let writer_metrics = metrics.clone();
+    let name = id.clone();
+    std::thread::Builder::new()
+        .name(format!("buffer-{id}"))
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(error) => {
+                    tracing::error!(%error, component = %name, "Failed to start the disk buffer's runtime.");
+                    return;
+                }
+            };
+            rt.block_on(write_loop(writer, rx, sync, when_full, writer_metrics));
+            let _ = writer_done_tx.send(());
+        })
+        .with_context(|| format!("cannot start the disk buffer thread of '{id}'"))?;
+
+    let (done_tx, done_rx) = oneshot::channel();
+    // The reader's own counts are not the sink's: the sink counts what it takes and writes.
+    let reader_metrics =
+        ComponentMetrics::detached(&id, loghaul_config::ComponentKind::Source, "disk_buffer");
+    let fanout = Fanout::new(vec![sink], reader_metrics).with_budget(budget);
+    tokio::spawn(async move {
+        read_loop(reader, fanout, writer_done_rx, gauges, metrics, id).await;
+        let _ = done_tx.send(());
+    });
+    Ok((sender, done_rx))
+}
+
+/// Appends what the fan-outs send, in groups, and acknowledges each batch once the buffer holds
+/// it to the standard `sync` sets.
+async fn write_loop<F: FileSystem>(
+    mut writer: Writer<F>,
+    mut rx: mpsc::Receiver<Delivery>,
+    sync: SyncMode,
+    when_full: WhenFull,
+    metrics: Arc<ComponentMetrics>,
+) {
+    // Written, waiting for the timed fsync (interval mode).
+    let mut unsynced: Vec<Delivery> = Vec::new();
+    let mut next_sync = tokio::time::Instant::now();
+    loop {
+        let first = if unsynced.is_empty() {
+            rx.recv().await
+        } else {
+            tokio::select! {
+                d = rx.recv() => d,
+                () = tokio::time::sleep_until(next_sync) => {
+                    sync_and_commit(&mut writer, &mut unsynced, &metrics).await;
+                    continue;
+                }
+            }
+        };
+        let Some(first) = first else { break };
+        let mut group = vec![first];
+        let mut bytes = prepared_len(&group[0]);
+        while bytes < GROUP_BYTES
+            && let Ok(d) = rx.try_recv()
+        {
+            bytes += prepared_len(&d);
+            group.push(d);
+        }
+        for d in &group {
+            metrics
+                .buffer_events
+                .fetch_sub(d.batch.len() as i64, Ordering::Relaxed);
+            metrics.buffer_batches.fetch_sub(1, Ordering::Relaxed);
+        }
+        let group = reject_oversized(group, &metrics);
+        if group.is_empty() {
+            continue;
+        }
+        if !append(&mut writer, &group, when_full, &metrics).await {
+            // Dropped for a full buffer (`drop_newest`): counted, reported errored.
+            for d in group {
+                metrics.discarded(DiscardReason::BufferFull, d.batch.len() as u64);
+                d.ack.commit(BatchStatus::Errored);
+            }
+            continue;
+        }
+        match sync {
+            SyncMode::EveryBatch => {
+                unsynced.extend(group);
+                sync_and_commit(&mut writer, &mut unsynced, &metrics).await;
+            }
+            SyncMode::Interval(every) => {
+                if unsynced.is_empty() {
+                    next_sync = tokio::time::Instant::now() + every;
+                }
+                unsynced.extend(group);
+                if tokio::time::Instant::now() >= next_sync {
+                    sync_and_commit(&mut writer, &mut unsynced, &metrics).await;
+                }
+            }
+            SyncMode::Never => commit(group),
+        }
+    }
+    if !unsynced.is_empty() {
+        sync_and_commit(&mut writer, &mut unsynced, &metrics).await;
+    }
+}
+
+fn prepared_len(d: &Delivery) -> usize {
+    d.prepared.as_ref().map_or(0, |p| p.bytes.len())
+}
+
+/// Takes out (and rejects, counted) batches that exceed the buffer's record limit: they can never
+/// be written, however long the sink waits.
+fn reject_oversized(group: Vec<Delivery>, metrics: &ComponentMetrics) -> Vec<Delivery> {
+    let max = MAX_RECORD as usize;
+    let (ok, too_large): (Vec<_>, Vec<_>) = group.into_iter().partition(|d| prepared_len(d) <= max);
+    for d in too_large {
+        metrics.discarded(DiscardReason::WriteFailed, d.batch.len() as u64);
+        crate::warn_limited!(
+            metrics,
+            bytes = prepared_len(&d),
+            "A batch is larger than a disk buffer record may be; it is rejected."
+        );
+        d.ack.commit(BatchStatus::Rejected);
+    }
+    ok
+}
+
+/// Appends the group, waiting for room (`block`) and retrying I/O errors with backoff. Returns
+/// false when the buffer is full and `when_full` says drop.
+async fn append<F: FileSystem>(
+    writer: &mut Writer<F>,
+    group: &[Delivery],
+    when_full: WhenFull,
+    metrics: &ComponentMetrics,
+) -> bool {
+    let payloads: Vec<&[u8]> = group
+        .iter()
+        .map(|d| d.prepared.as_ref().map_or(&[][..], |p| p.bytes.as_slice()))
+        .collect();
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match writer.append(&payloads) {
+            Ok(_) => {
+                if metrics.health().0 == Health::Degraded {
+                    metrics.set_health(Health::Running, None);
+                }
+                return true;
+            }
+            Err(AppendError::Full { .. }) => match when_full {
+                WhenFull::DropNewest => return false,
+                WhenFull::Block => {
+                    let space = writer.shared().space.notified();
+                    // Acknowledgements that free a segment wake us; the timeout covers a wake-up
+                    // that came between the failed append and this wait.
+                    let _ = tokio::time::timeout(Duration::from_millis(100), space).await;
+                }
+            },
+            Err(AppendError::TooLarge { .. }) => {
+                // reject_oversized took these out; nothing else can be too large.
+                return false;
+            }
+            Err(AppendError::Io(error)) => {
+                metrics.error(ErrorKind::Io, 1);
+                metrics.set_health(
+                    Health::Degraded,
+                    Some(format!("disk buffer: cannot write: {error}; retrying")),
+                );
+                crate::warn_limited!(metrics, %error, "Cannot write to the disk buffer; the sources wait while it retries.");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+/// fsyncs and, once that succeeded, acknowledges every batch written since the last fsync. A
+/// failed fsync leaves nothing known durable: the writer has sealed that segment, so the batches
+/// are written again to a new one and synced there.
+async fn sync_and_commit<F: FileSystem>(
+    writer: &mut Writer<F>,
+    unsynced: &mut Vec<Delivery>,
+    metrics: &ComponentMetrics,
+) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match writer.sync() {
+            Ok(()) => break,
+            Err(error) => {
+                metrics.error(ErrorKind::Io, 1);
+                metrics.set_health(
+                    Health::Degraded,
+                    Some(format!("disk buffer: fsync failed: {error}; writing again")),
+                );
+                crate::warn_limited!(metrics, %error, "fsync of the disk buffer failed; the batches are written again.");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+                // Written again, so a copy that is durable exists; the reader may see both copies
+                // (a duplicate, never a loss).
+                let _ = append(writer, unsynced, WhenFull::Block, metrics).await;
+            }
+        }
+    }
+    commit(std::mem::take(unsynced));
+}
+
+fn commit(group: Vec<Delivery>) {
+    for d in group {
+        d.ack.commit(BatchStatus::Delivered);
+    }
+}
+
+/// Feeds the sink from the log and acknowledges records as the sink commits them.
+async fn read_loop<F: FileSystem>(
+    mut reader: Reader<F>,
+    fanout: Fanout,
+    mut writer_done: oneshot::Receiver<()>,
+    gauges: Gauges,
+    metrics: Arc<ComponentMetrics>,
+    id: String,
+) {
+    let shared = reader.shared().clone();
+    let (status_tx, mut status_rx) = mpsc::unbounded_channel::<(u64, BatchStatus)>();
+    let mut outstanding: usize = 0;
+    let mut writer_finished = false;
+    let mut fanout = Some(fanout);
+    let mut tick = tokio::time::interval(GAUGE_EVERY);
+    let source: Arc<str> = Arc::from(format!("{id} (disk buffer)"));
+    loop {
+        // Deliver what is readable now.
+        let mut caught_up = false;
+        if let Some(out) = &fanout {
+            loop {
+                let record = match reader.next() {
+                    Ok(Some(record)) => record,
+                    Ok(None) => {
+                        caught_up = true;
+                        break;
+                    }
+                    Err(error) => {
+                        metrics.error(ErrorKind::Io, 1);
+                        crate::warn_limited!(metrics, %error, "Cannot read the disk buffer; trying again.");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                        break;
+                    }
+                };
+                let seq = record.seq;
+                match decode(record.payload, &source) {
+                    Ok(mut batch) => {
+                        let (finalizer, status) = BatchNotifier::new_with_receiver();
+                        batch.finalizer = finalizer;
+                        outstanding += 1;
+                        let tx = status_tx.clone();
+                        tokio::spawn(async move {
+                            let _ = tx.send((seq, status.await));
+                        });
+                        out.send(batch).await;
+                    }
+                    Err(error) => {
+                        // The record passed its checksum but does not decode: written by a
+                        // different version, or damaged before it was checksummed. It can never
+                        // be delivered.
+                        metrics.error(ErrorKind::Io, 1);
+                        crate::warn_limited!(metrics, %error, seq, "A disk buffer record does not decode; it is skipped.");
+                        gauges.undecodable.fetch_add(1, Ordering::Relaxed);
+                        ack(&mut reader, seq, &metrics);
+                    }
+                }
+            }
+        }
+        if writer_finished && caught_up {
+            // Everything written was handed to the sink: close its queue so it flushes and ends.
+            fanout = None;
+        }
+        if fanout.is_none() && outstanding == 0 {
+            break;
+        }
+        let appended = shared.appended.notified();
+        tokio::select! {
+            () = appended => {}
+            Some((seq, status)) = status_rx.recv() => {
+                outstanding -= 1;
+                settle(&mut reader, seq, status, &metrics);
+                while let Ok((seq, status)) = status_rx.try_recv() {
+                    outstanding -= 1;
+                    settle(&mut reader, seq, status, &metrics);
+                }
+            }
+            done = &mut writer_done, if !writer_finished => {
+                let _ = done;
+                writer_finished = true;
+            }
+            _ = tick.tick() => {
+                gauges.refresh(&shared.stats);
+            }
+        }
+    }
+    if let Err(error) = reader.persist() {
+        tracing::warn!(%error, component = %id, "Cannot save the disk buffer's cursor; batches since the last saved one will be delivered again.");
+    }
+    gauges.refresh(&shared.stats);
+}
+
+/// Records the sink's verdict on one record. Delivered and rejected (dead-lettered) records
+/// leave the buffer; a record dropped uncommitted (the sink stopped) stays for the next start.
+fn settle<F: FileSystem>(
+    reader: &mut Reader<F>,
+    seq: u64,
+    status: BatchStatus,
+    metrics: &ComponentMetrics,
+) {
+    match status {
+        BatchStatus::Delivered | BatchStatus::Rejected => ack(reader, seq, metrics),
+        BatchStatus::Errored => {
+            crate::warn_limited!(
+                metrics,
+                seq,
+                "The sink did not commit a batch from its disk buffer; it stays there and is delivered again after a restart."
+            );
+        }
+    }
+}
+
+/// Acknowledges a record. A cursor that cannot be saved (the disk is full) is retried with the
+/// next acknowledgement; meanwhile a crash would deliver the record again, never lose it.
+fn ack<F: FileSystem>(reader: &mut Reader<F>, seq: u64, metrics: &ComponentMetrics) {
+    if let Err(error) = reader.ack(seq) {
+        crate::warn_limited!(metrics, %error, "Cannot save the disk buffer's cursor; after a crash some batches would be delivered again.");
+    }
+}
+
+fn decode(payload: Bytes, source: &Arc<str>) -> Result<EventBatch, loghaul_core::DecodeError> {
+    let mut batch = loghaul_core::decode_batch(payload)?;
+    if batch.source.is_empty() {
+        batch.source = source.clone();
+    }
+    Ok(batch)
+}

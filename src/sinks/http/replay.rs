@@ -1,0 +1,114 @@
+//! `loghaul dlq replay` for the HTTP sink: dead letters are sent again in requests built as the
+//! sink builds them (its encoding, compression, headers and credentials), to the target each
+//! letter recorded, `max_events` per request, with the sink's retry policy bounded to a few
+//! attempts (an operator is waiting).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::config::{Encoding, HttpSinkConfig};
+use super::target::Target;
+use super::{Outcome, Pool, Request, attempt, compress, jitter};
+use crate::sinks::Replayed;
+use crate::sinks::dlq::DeadLetter;
+
+/// Attempts per request when the sink's policy says `forever`.
+const REPLAY_ATTEMPTS: u32 = 5;
+
+pub async fn replay(config: Arc<HttpSinkConfig>, letters: Vec<DeadLetter>) -> Replayed {
+    let mut replayed = Replayed::default();
+    let pool = Pool::new(1);
+    let attempts = config.retry.max_attempts.unwrap_or(REPLAY_ATTEMPTS);
+    // Consecutive letters for the same target share requests, in the order they died.
+    let mut start = 0;
+    while start < letters.len() {
+        let key = letters[start].target.clone().unwrap_or_default();
+        let mut end = start + 1;
+        while end < letters.len()
+            && end - start < config.max_events
+            && letters[end].target.as_deref().unwrap_or_default() == key
+        {
+            end += 1;
+        }
+        let chunk = &letters[start..end];
+        start = end;
+        let outcome = match Target::build(&config, &key) {
+            Ok(target) => send(&config, &pool, Arc::new(target), chunk, attempts).await,
+            Err(why) => Err(format!("the recorded target is not valid: {why}")),
+        };
+        match outcome {
+            Ok(()) => replayed.delivered += chunk.len(),
+            Err(why) => replayed
+                .failed
+                .extend(chunk.iter().map(|l| (l.clone(), why.clone()))),
+        }
+    }
+    replayed
+}
+
+async fn send(
+    config: &HttpSinkConfig,
+    pool: &Pool,
+    target: Arc<Target>,
+    letters: &[DeadLetter],
+    attempts: u32,
+) -> Result<(), String> {
+    let request = Request {
+        body: Bytes::from(compress(config, body(config, letters))),
+        events: letters.len(),
+        acks: Vec::new(),
+        target,
+    };
+    let mut backoff = config.retry.initial;
+    let mut tried = 0;
+    loop {
+        tried += 1;
+        let why = match attempt(config, pool, &request).await {
+            Outcome::Done(_) => return Ok(()),
+            Outcome::Permanent(status, excerpt) => {
+                return Err(format!("the server answered {status}: {excerpt}"));
+            }
+            Outcome::Retry(why, _) => why,
+        };
+        if tried >= attempts {
+            return Err(format!("{why} (after {tried} replay attempts)"));
+        }
+        tokio::time::sleep(jitter(backoff)).await;
+        backoff = (backoff * 2).min(config.retry.max);
+    }
+}
+
+/// The request body for `letters` in the sink's encoding. A text sink's letters hold each line
+/// as a JSON string; JSON sinks' letters hold the objects as sent.
+fn body(config: &HttpSinkConfig, letters: &[DeadLetter]) -> Vec<u8> {
+    let mut out = Vec::new();
+    match config.encoding {
+        Encoding::Ndjson => {
+            for l in letters {
+                out.extend_from_slice(l.event.as_bytes());
+                out.push(b'\n');
+            }
+        }
+        Encoding::JsonArray => {
+            out.push(b'[');
+            for (i, l) in letters.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                out.extend_from_slice(l.event.as_bytes());
+            }
+            out.push(b']');
+        }
+        Encoding::Text => {
+            for l in letters {
+                match serde_json::from_str::<String>(&l.event) {
+                    Ok(line) => out.extend_from_slice(line.as_bytes()),
+                    Err(_) => out.extend_from_slice(l.event.as_bytes()),
+                }
+                out.push(b'\n');
+            }
+        }
+    }
+    out
+}
