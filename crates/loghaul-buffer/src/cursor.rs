@@ -108,6 +108,32 @@ pub(crate) fn write<F: FileSystem>(
     acked: u64,
     durable: bool,
 ) -> io::Result<()> {
+    match write_new(fs, dir, acked, durable) {
+        Err(error)
+            if matches!(
+                error.kind(),
+                io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+            ) =>
+        {
+            // A full file system has no block for a new file, and space comes back only when
+            // segments are deleted, which waits for this cursor: overwrite the old cursor in
+            // place instead (its block is already there). 20 bytes at offset 0 sit in one
+            // sector; a torn write would still be caught by the checksum (read as damaged:
+            // everything is delivered again, nothing lost).
+            let _ = fs.remove_file(&dir.join(CURSOR_TMP_NAME));
+            let file = fs.open(&cursor_path(dir)).map_err(|_| error)?;
+            write_all_at(&file, &encode(acked), 0)?;
+            if durable {
+                file.sync_data()?;
+            }
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// The cursor written to a new file and renamed over the old one (atomic).
+fn write_new<F: FileSystem>(fs: &F, dir: &Path, acked: u64, durable: bool) -> io::Result<()> {
     let tmp = dir.join(CURSOR_TMP_NAME);
     let file = fs.create(&tmp)?;
     write_all_at(&file, &encode(acked), 0)?;

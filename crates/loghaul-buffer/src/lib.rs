@@ -181,6 +181,14 @@ pub fn open<F: FileSystem>(fs: F, config: Config) -> io::Result<(Writer<F>, Read
     );
 
     let durable = !matches!(config.sync, SyncMode::Never);
+    if !matches!(recovery.cursor_file, CursorFile::Valid(_)) {
+        // A cursor file from the start: on a file system that later fills up, the cursor can
+        // still be overwritten in place, and so segments deleted and space won back. Best
+        // effort: a missing cursor only means delivering again.
+        if let Err(error) = cursor::write(&fs, &config.dir, recovered.cursor, durable) {
+            tracing::warn!(%error, dir = %config.dir.display(), "Failed to write the buffer's ack cursor.");
+        }
+    }
     let reader = Reader::new(
         fs.clone(),
         config.dir.clone(),

@@ -87,8 +87,16 @@ struct Faults {
 }
 
 impl State {
+    /// Bytes of the files that have a name: an unlinked file's space comes back at once (a real
+    /// file system waits for its last open handle; the buffer drops its handles before
+    /// deleting).
     fn used(&self) -> u64 {
-        self.inodes.values().map(|i| i.data.len() as u64).sum()
+        let named: std::collections::BTreeSet<u64> = self.names.values().copied().collect();
+        named
+            .iter()
+            .filter_map(|id| self.inodes.get(id))
+            .map(|i| i.data.len() as u64)
+            .sum()
     }
 
     fn parent_exists(&self, path: &Path) -> bool {

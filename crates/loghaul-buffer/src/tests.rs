@@ -524,7 +524,10 @@ fn leftover_tmp_files_are_removed() {
     fs.write_file(&dir.join("notes.txt"), b"not ours").unwrap();
     let (_, mut reader, recovery) = open(fs.clone(), config()).unwrap();
     assert_eq!(recovery.removed_tmp, 2);
-    assert_eq!(fs.list(dir), ["00000000000000000001.seg", "notes.txt"]);
+    assert_eq!(
+        fs.list(dir),
+        ["00000000000000000001.seg", "cursor", "notes.txt"]
+    );
     assert_eq!(seqs(&drain(&mut reader)), [1, 2]);
 }
 
@@ -603,7 +606,13 @@ fn assert_failed_append_leaves_log_consistent(arm: impl Fn(&MemFs), expect: impl
     let stats = writer.shared().stats.snapshot();
     assert_eq!(stats.write_errors, 1);
     assert_eq!(stats.damaged_bytes, 0);
-    assert_eq!(stats.bytes_on_disk, HEADER_LEN + 5 * FRAME);
+    // Out of space, the segment that could not grow was sealed, and the retry began another.
+    let headers = if io_error.kind() == std::io::ErrorKind::StorageFull {
+        2
+    } else {
+        1
+    };
+    assert_eq!(stats.bytes_on_disk, headers * HEADER_LEN + 5 * FRAME);
     drop((writer, reader));
     fs.crash(CrashMode::LoseUnsynced);
     let (_, mut reader, recovery) = open(fs, config()).unwrap();
@@ -947,4 +956,35 @@ mod real_disk {
             1
         );
     }
+}
+
+#[test]
+fn a_full_file_system_frees_space_once_the_sealed_segment_is_acknowledged() {
+    // The file system is smaller than max_size: space comes back only when acknowledged
+    // segments are deleted, so the writer must seal the segment it could not extend.
+    let fs = MemFs::new();
+    let (mut writer, mut reader, _) = open(fs.clone(), config()).unwrap();
+    append_range(&mut writer, 1..=3);
+    writer.sync().unwrap();
+    fs.enospc_after(FRAME / 2);
+    assert!(matches!(
+        writer.append(&[payload(4)]),
+        Err(AppendError::Io(_))
+    ));
+    // Nothing to delete yet: the retry fails too (a new segment's header does not fit).
+    assert!(writer.append(&[payload(4)]).is_err());
+    for record in drain(&mut reader) {
+        reader
+            .ack(record.seq)
+            .unwrap_or_else(|e| panic!("ack {}: {e}", record.seq));
+    }
+    assert!(
+        !segments(&fs).contains(&"00000000000000000001.seg".to_owned()),
+        "the sealed, acknowledged segment is gone: {:?}",
+        fs.list(Path::new(DIR))
+    );
+    let appended = writer.append(&[payload(4)]).unwrap();
+    assert_eq!(appended.first_seq, 4);
+    writer.sync().unwrap();
+    assert_eq!(seqs(&drain(&mut reader)), [4]);
 }

@@ -266,6 +266,13 @@ impl<F: FileSystem> Writer<F> {
         let offset = current.len;
         if let Err(error) = write_all_at(&current.file, &self.buf, offset) {
             self.roll_back(offset, count, &error);
+            // A file system that is full (smaller than `max_size`, or shared) frees space only
+            // when acknowledged segments are deleted, and the current one never is: seal it, so
+            // it goes once read and acknowledged, and the retry starts a new one.
+            if is_out_of_space(&error) && self.current.as_ref().is_some_and(|c| c.len > HEADER_LEN)
+            {
+                self.seal(true);
+            }
             return Err(AppendError::Io(error));
         }
 
@@ -436,4 +443,12 @@ impl<F: FileSystem> Writer<F> {
             }
         }
     }
+}
+
+/// ENOSPC or EDQUOT: space may come back once segments are deleted.
+fn is_out_of_space(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
 }
