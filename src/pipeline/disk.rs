@@ -28,7 +28,7 @@ use anyhow::Context as _;
 use bytes::Bytes;
 use loghaul_buffer::{AppendError, FileSystem, Reader, RealFs, Writer};
 use loghaul_config::{SyncMode, WhenFull};
-use loghaul_core::{BatchNotifier, BatchStatus, EventBatch, MemoryBudget};
+use loghaul_core::{BatchNotifier, BatchStatus, EventBatch};
 use tokio::sync::{mpsc, oneshot};
 
 use super::fanout::Fanout;
@@ -58,7 +58,6 @@ pub struct DiskOptions {
     pub metrics: Arc<ComponentMetrics>,
     /// The sink's own input queue.
     pub sink: InputSender,
-    pub budget: Arc<MemoryBudget>,
 }
 
 /// Encodes batches for the log on the sending task (see [`Prepare`]).
@@ -87,6 +86,7 @@ struct Gauges {
     quarantined: Arc<AtomicI64>,
     write_errors: Arc<AtomicI64>,
     redelivered: Arc<AtomicI64>,
+    redelivered_events: Arc<AtomicI64>,
     /// Records that passed their checksum but did not decode (counted with the damaged ones).
     undecodable: AtomicI64,
 }
@@ -145,6 +145,11 @@ impl Gauges {
                  a crash (delivered again: at-least-once).",
                 &[],
             ),
+            redelivered_events: metrics.counter(
+                "loghaul_disk_buffer_redelivered_events_total",
+                "Events of those batches.",
+                &[],
+            ),
             undecodable: AtomicI64::new(0),
         }
     }
@@ -190,7 +195,6 @@ pub fn start(options: DiskOptions) -> anyhow::Result<(InputSender, oneshot::Rece
         when_full,
         metrics,
         sink,
-        budget,
     } = options;
     let config = loghaul_buffer::Config {
         dir: dir.clone(),
@@ -206,6 +210,8 @@ pub fn start(options: DiskOptions) -> anyhow::Result<(InputSender, oneshot::Rece
     let (writer, reader, recovery) = loghaul_buffer::open(RealFs, config)
         .with_context(|| format!("cannot open {}", dir.display()))?;
     let gauges = Gauges::new(&metrics);
+    // Records below this were in the buffer at start: the sink may have had them before.
+    let first_new = recovery.next_seq;
     gauges.max_bytes.store(max_size as i64, Ordering::Relaxed);
     gauges
         .redelivered
@@ -254,9 +260,21 @@ pub fn start(options: DiskOptions) -> anyhow::Result<(InputSender, oneshot::Rece
     // The reader's own counts are not the sink's: the sink counts what it takes and writes.
     let reader_metrics =
         ComponentMetrics::detached(&id, loghaul_config::ComponentKind::Source, "disk_buffer");
-    let fanout = Fanout::new(vec![sink], reader_metrics).with_budget(budget);
+    // Not charged to the memory budget: what waits in front of the buffer may hold all of it
+    // while the buffer's disk is full, and only this reader can free the disk. Its batches are
+    // bounded by the sink's own queue instead.
+    let fanout = Fanout::new(vec![sink], reader_metrics);
     tokio::spawn(async move {
-        read_loop(reader, fanout, writer_done_rx, gauges, metrics, id).await;
+        read_loop(
+            reader,
+            fanout,
+            writer_done_rx,
+            gauges,
+            metrics,
+            id,
+            first_new,
+        )
+        .await;
         let _ = done_tx.send(());
     });
     Ok((sender, done_rx))
@@ -305,12 +323,14 @@ async fn write_loop<F: FileSystem>(
         if group.is_empty() {
             continue;
         }
-        if !append(&mut writer, &group, when_full, &metrics).await {
-            // Dropped for a full buffer (`drop_newest`): counted, reported errored.
-            for d in group {
-                metrics.discarded(DiscardReason::BufferFull, d.batch.len() as u64);
-                d.ack.commit(BatchStatus::Errored);
-            }
+        let mut group = group;
+        let written = append(&mut writer, &group, when_full, &metrics).await;
+        // Dropped for a full buffer (`drop_newest`): counted, reported errored.
+        for d in group.split_off(written) {
+            metrics.discarded(DiscardReason::BufferFull, d.batch.len() as u64);
+            d.ack.commit(BatchStatus::Errored);
+        }
+        if group.is_empty() {
             continue;
         }
         match sync {
@@ -335,6 +355,11 @@ async fn write_loop<F: FileSystem>(
     }
 }
 
+/// A batch's record: what the sender's prepare step encoded.
+fn payload(d: &Delivery) -> &[u8] {
+    d.prepared.as_ref().map_or(&[][..], |p| p.bytes.as_slice())
+}
+
 fn prepared_len(d: &Delivery) -> usize {
     d.prepared.as_ref().map_or(0, |p| p.bytes.len())
 }
@@ -357,28 +382,34 @@ fn reject_oversized(group: Vec<Delivery>, metrics: &ComponentMetrics) -> Vec<Del
 }
 
 /// Appends the group, waiting for room (`block`) and retrying I/O errors with backoff. Returns
-/// false when the buffer is full and `when_full` says drop.
+/// how many of the group's batches (a prefix) were written: all of them, unless the buffer is
+/// full and `when_full` says drop.
+///
+/// The group goes in one write while that works. After a failure it goes one batch at a time:
+/// a file system with less room than the whole group (smaller than `max_size`, or shared) then
+/// still takes it piece by piece as acknowledged segments are deleted.
 async fn append<F: FileSystem>(
     writer: &mut Writer<F>,
     group: &[Delivery],
     when_full: WhenFull,
     metrics: &ComponentMetrics,
-) -> bool {
-    let payloads: Vec<&[u8]> = group
-        .iter()
-        .map(|d| d.prepared.as_ref().map_or(&[][..], |p| p.bytes.as_slice()))
-        .collect();
+) -> usize {
+    let mut done = 0;
+    let mut whole = true;
     let mut backoff = Duration::from_millis(50);
-    loop {
+    while done < group.len() {
+        let end = if whole { group.len() } else { done + 1 };
+        let payloads: Vec<&[u8]> = group[done..end].iter().map(payload).collect();
         match writer.append(&payloads) {
             Ok(_) => {
                 if metrics.health().0 == Health::Degraded {
                     metrics.set_health(Health::Running, None);
                 }
-                return true;
+                done = end;
+                backoff = Duration::from_millis(50);
             }
             Err(AppendError::Full { .. }) => match when_full {
-                WhenFull::DropNewest => return false,
+                WhenFull::DropNewest => return done,
                 WhenFull::Block => {
                     let space = writer.shared().space.notified();
                     // Acknowledgements that free a segment wake us; the timeout covers a wake-up
@@ -386,11 +417,12 @@ async fn append<F: FileSystem>(
                     let _ = tokio::time::timeout(Duration::from_millis(100), space).await;
                 }
             },
-            Err(AppendError::TooLarge { .. }) => {
-                // reject_oversized took these out; nothing else can be too large.
-                return false;
-            }
+            // A group larger than the whole buffer: one batch at a time fits (reject_oversized
+            // took out the batches that never would).
+            Err(AppendError::TooLarge { .. }) if whole => whole = false,
+            Err(AppendError::TooLarge { .. }) => return done,
             Err(AppendError::Io(error)) => {
+                whole = false;
                 metrics.error(ErrorKind::Io, 1);
                 metrics.set_health(
                     Health::Degraded,
@@ -402,6 +434,7 @@ async fn append<F: FileSystem>(
             }
         }
     }
+    done
 }
 
 /// fsyncs and, once that succeeded, acknowledges every batch written since the last fsync. A
@@ -448,6 +481,7 @@ async fn read_loop<F: FileSystem>(
     gauges: Gauges,
     metrics: Arc<ComponentMetrics>,
     id: String,
+    first_new: u64,
 ) {
     let shared = reader.shared().clone();
     let (status_tx, mut status_rx) = mpsc::unbounded_channel::<(u64, BatchStatus)>();
@@ -477,6 +511,11 @@ async fn read_loop<F: FileSystem>(
                 let seq = record.seq;
                 match decode(record.payload, &source) {
                     Ok(mut batch) => {
+                        if seq < first_new {
+                            gauges
+                                .redelivered_events
+                                .fetch_add(batch.len() as i64, Ordering::Relaxed);
+                        }
                         let (finalizer, status) = BatchNotifier::new_with_receiver();
                         batch.finalizer = finalizer;
                         outstanding += 1;

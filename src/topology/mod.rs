@@ -100,7 +100,6 @@ pub async fn start(
                     when_full: sink.buffer.when_full,
                     metrics,
                     sink: sink_tx,
-                    budget: budget.clone(),
                 })
                 .with_context(|| format!("sink '{}': disk buffer", sink.id))?;
                 buffer_tasks.push((format!("{} (disk buffer)", sink.id), done));

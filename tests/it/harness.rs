@@ -438,6 +438,83 @@ impl Server {
         self.assert_healthy();
         self.stop();
     }
+
+    /// Starts loghaul again after it exited or was killed: the same config file, ports and
+    /// folder, so it finds the files the previous run left (outputs, data_dir); its log goes on
+    /// in the same files. Waits until `/health` answers 200, retrying while a port the old
+    /// process held is not free yet. Runs the binary directly, without the wrapper or the
+    /// environment the first start may have had.
+    pub fn restart(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            assert!(
+                matches!(child.try_wait(), Ok(Some(_))),
+                "restart: loghaul (pid {}) is still running",
+                child.id()
+            );
+            self.child = None;
+        }
+        let mut last = String::new();
+        for _attempt in 0..5 {
+            let append = |path: &Path| {
+                fs::OpenOptions::new()
+                    .append(true)
+                    .create(true)
+                    .open(path)
+                    .expect("open a log file of the server for appending")
+            };
+            let child = Command::new(BIN)
+                .arg("run")
+                .arg("-c")
+                .arg(&self.config_path)
+                .current_dir(self.dir.path())
+                .env_remove("LOGHAUL_CONFIG")
+                .env(
+                    "LOGHAUL_LOG",
+                    std::env::var("LOGHAUL_IT_LOG").unwrap_or_else(|_| "info".into()),
+                )
+                .stdin(Stdio::null())
+                .stdout(append(&self.stdout_path))
+                .stderr(append(&self.stderr_path))
+                .spawn()
+                .expect("spawn loghaul");
+            self.child = Some(child);
+            match self.wait_healthy(START_TIMEOUT) {
+                Ok(()) => return,
+                Err(why) => {
+                    let stderr = self.stderr();
+                    let in_use = stderr.contains("in use") || stderr.contains("AddrInUse");
+                    last = format!("{why}\n--- loghaul stderr ---\n{}", tail(&stderr, 8000));
+                    self.kill();
+                    if !in_use {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            }
+        }
+        panic!("loghaul did not become healthy again after a restart: {last}");
+    }
+
+    /// Holds the server's TCP ports (`{TCP}` and `{API}`) while it is down, until the value
+    /// returned is dropped: call it as soon as the server has exited, and drop it after
+    /// [`Server::restart`]. Other test processes on this machine take ports with
+    /// `bind(127.0.0.1:0)`, which would hand out a port the dead server left free, and its
+    /// clients would reconnect to another test's server. A socket bound to the port that does
+    /// not listen keeps `bind(:0)` away from it, while connections to it are refused as with no
+    /// server at all, and loghaul (SO_REUSEADDR) binds it again beside the held socket.
+    pub fn hold_ports(&self) -> PortHold {
+        use socket2::{Domain, Socket, Type};
+        let hold = |port: u16| {
+            let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("create a socket");
+            // Bound beside what the dead server left in TIME_WAIT, and beside its restart.
+            socket.set_reuse_address(true).expect("set SO_REUSEADDR");
+            socket
+                .bind(&SocketAddr::from(([127, 0, 0, 1], port)).into())
+                .unwrap_or_else(|e| panic!("hold port {port} of the stopped server: {e}"));
+            socket
+        };
+        PortHold(vec![hold(self.ports.tcp), hold(self.ports.api)])
+    }
 }
 
 impl Drop for Server {
@@ -455,6 +532,9 @@ impl Drop for Server {
         }
     }
 }
+
+/// Ports held while their server is down (see [`Server::hold_ports`]); dropping it lets them go.
+pub struct PortHold(Vec<socket2::Socket>);
 
 fn proc_status_kib(pid: u32, key: &str) -> u64 {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");

@@ -19,6 +19,8 @@ mod api;
 mod bad_input;
 mod config;
 mod console;
+mod crash;
+mod durability;
 mod file_sink;
 mod file_source;
 mod file_tree;

@@ -29,7 +29,8 @@ pub enum BenchCommand {
         loghaul bench gen --target tcp://127.0.0.1:5514 --count 1000000 --connections 4\n  \
         loghaul bench gen --target udp://127.0.0.1:5514 --rate 10000 --duration 10s --format rfc5424\n  \
         loghaul bench gen --target file:///tmp/app.log --rate 1000 --duration 1m --rotate-lines 10000\n  \
-        loghaul bench gen --target fluent://127.0.0.1:24224 --format raw --count 1000000 --fluent-mode packed --batch 1000 --ack")]
+        loghaul bench gen --target fluent://127.0.0.1:24224 --format raw --count 1000000 --fluent-mode packed --batch 1000 --ack\n  \
+        loghaul bench gen --target fluent://127.0.0.1:24224 --format raw --count 1000000 --connections 1 --ack --reconnect 30s --acked-log /tmp/acked.log")]
     Gen(GenArgs),
     /// Meter what a subject wrote (a file being appended to) or sent (as its TCP destination).
     #[command(after_help = "Examples:\n  \
@@ -114,6 +115,16 @@ pub struct GenArgs {
     pub rotate_lines: u64,
     #[command(flatten)]
     pub fluent: FluentArgs,
+    /// fluent:// with --ack: when the connection fails (refused, reset, closed, no ack in time),
+    /// connect again, trying for up to this long per outage (e.g. 30s), and send every request
+    /// not yet acknowledged again, oldest first. The summary counts reconnections and resent
+    /// requests and events. [default: a failed connection ends the run]
+    #[arg(long, value_parser = parse_duration, requires = "ack", value_name = "DURATION")]
+    pub reconnect: Option<Duration>,
+    /// fluent:// with --ack: append a line `GEN FIRST LAST` (generator id, first and last
+    /// sequence number of its events) to this file for every request the server acknowledged.
+    #[arg(long, requires = "ack", value_name = "PATH")]
+    pub acked_log: Option<PathBuf>,
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
@@ -145,6 +156,8 @@ impl FluentArgs {
             batch: self.batch,
             ack: self.ack,
             tag: fluent::DEFAULT_TAG.to_string(),
+            reconnect: None,
+            acked_log: None,
         })
     }
 }
@@ -422,14 +435,22 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
 
 fn gen_cmd(a: GenArgs) -> Result<()> {
     let target = TargetUrl::parse(&a.target)?;
+    if (a.reconnect.is_some() || a.acked_log.is_some()) && !matches!(target, TargetUrl::Fluent(_)) {
+        bail!("--reconnect and --acked-log apply to a fluent:// target");
+    }
     let connections = a
         .connections
         .unwrap_or(if target.allows_connections() { 4 } else { 1 });
+    let fluent = FluentOptions {
+        reconnect: a.reconnect,
+        acked_log: a.acked_log.clone(),
+        ..a.fluent.options()?
+    };
     let cfg = GenConfig {
         target,
         target_options: TargetOptions {
             rotate_lines: a.rotate_lines,
-            fluent: a.fluent.options()?,
+            fluent,
         },
         payload: PayloadSpec {
             format: a.format,
@@ -453,7 +474,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         );
     } else {
         println!(
-            "gen: sent {} events ({} bytes) in {:.3}s: {} events/s, {:.1} MB/s over {} connection(s) to {}{}",
+            "gen: sent {} events ({} bytes) in {:.3}s: {} events/s, {:.1} MB/s over {} connection(s) to {}{}{}",
             stats.sent,
             stats.bytes,
             stats.elapsed_secs,
@@ -464,6 +485,10 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
             stats.cpu_secs.map_or(String::new(), |c| format!(
                 "; generator CPU {c:.2}s ({:.2} cores)",
                 c / stats.elapsed_secs.max(1e-9)
+            )),
+            stats.recovery.map_or(String::new(), |r| format!(
+                "; {} reconnection(s), {} request(s) ({} events) sent again",
+                r.reconnects, r.resent_requests, r.resent_events
             )),
         );
     }

@@ -30,13 +30,37 @@
 //! for the `{"ack": chunk}` answers, which must come in request order and echo the chunk. `finish`
 //! waits for the last of them, so a run with acks ends only once the server acknowledged every
 //! request.
+//!
+//! Surviving a server that goes away (`--reconnect DURATION`, with acks): a failed connection
+//! (refused, reset, closed, a broken pipe, no ack in time) is replaced by a new one, tried with
+//! pauses of 50ms doubling to 1s for at most DURATION per outage, and every request sent but not
+//! acknowledged is sent again on it, oldest first, with its original chunk id; requests already
+//! acknowledged are never sent again. So every event reaches the server at least once, and the
+//! resent ones possibly twice. This keeps a copy of each owed request's bytes until its ack:
+//! the block it came from is stamped again by later sends. An answer that is no ack, or an ack
+//! of another request, still ends the run: a new connection would not cure it.
+//!
+//! The acked log (`--acked-log PATH`, with acks) says what the server took responsibility for:
+//! a line per acknowledged request, appended as its ack is read and written out after every
+//! read of acks, so it is complete whenever the generator stops.
+//!
+//! ```text
+//! GEN FIRST LAST      generator id, sequence numbers of the request's first and last event
+//! 0 0 499             (its events are consecutive frames of one block, stamped consecutively)
+//! 0 500 999
+//! ```
+//!
+//! Without these options nothing is copied and nothing is parsed per request.
 
 use std::collections::VecDeque;
-use std::io::{IoSlice, Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
+use std::fmt::Write as _;
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, IoSlice, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::ValueEnum;
 use flate2::{Compress, Compression, FlushCompress, Status};
 use loghaul_codec::forward::msgpack::{
@@ -45,8 +69,8 @@ use loghaul_codec::forward::msgpack::{
 use loghaul_codec::forward::{Splitter, read_ack};
 use serde::Serialize;
 
-use crate::payload::{Block, Format, PayloadSpec, build_blocks_with};
-use crate::target::{Target, resolve};
+use crate::payload::{Block, Format, PayloadSpec, SEQ_DIGITS, build_blocks_with};
+use crate::target::{Recovery, Target, resolve};
 
 /// How the generator packs events into forward requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -73,6 +97,11 @@ pub struct FluentOptions {
     pub ack: bool,
     /// The requests' tag.
     pub tag: String,
+    /// With `ack`: when the connection fails, connect again for up to this long per outage and
+    /// send every unacknowledged request again (`None`: a failed connection ends the run).
+    pub reconnect: Option<Duration>,
+    /// With `ack`: append a line `GEN FIRST LAST` to this file for every acknowledged request.
+    pub acked_log: Option<PathBuf>,
 }
 
 impl Default for FluentOptions {
@@ -82,6 +111,8 @@ impl Default for FluentOptions {
             batch: DEFAULT_BATCH,
             ack: false,
             tag: DEFAULT_TAG.to_string(),
+            reconnect: None,
+            acked_log: None,
         }
     }
 }
@@ -100,6 +131,13 @@ const ACK_TIMEOUT: Duration = Duration::from_secs(60);
 const CHUNK_LEN: usize = loghaul_codec::forward::CHUNK_ID_LEN;
 /// Pieces per `writev`, below Linux's IOV_MAX of 1024.
 const MAX_PIECES: usize = 512;
+/// The largest answer read as an ack: acks are tiny, anything larger is no ack.
+const MAX_ANSWER: usize = 64 * 1024;
+/// The first pause between reconnection attempts; it doubles up to [`RECONNECT_MAX_PAUSE`],
+/// which also bounds one connection attempt.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(50);
+/// The longest pause between reconnection attempts.
+const RECONNECT_MAX_PAUSE: Duration = Duration::from_secs(1);
 /// Bytes the blocks of one connection may take: blocks hold whole requests, and eight blocks of a
 /// large `--batch` would otherwise take hundreds of MiB.
 const MAX_BLOCKS_BYTES: usize = 64 << 20;
@@ -203,9 +241,42 @@ enum Piece {
     Block(usize, usize),
 }
 
+/// A request sent and not yet acknowledged.
+struct Owed {
+    chunk: [u8; CHUNK_LEN],
+    /// Events in the request.
+    events: u64,
+    /// Sequence numbers of its first and last event, read only for `--acked-log`. The events of
+    /// a request are consecutive frames of one block, which was stamped with consecutive numbers
+    /// just before the send, so these two say which events the request holds.
+    seqs: Option<(u64, u64)>,
+    /// The request's bytes as sent, kept with `--reconnect` to send them again on a new
+    /// connection (the block they came from is stamped again by a later send); empty otherwise.
+    bytes: Vec<u8>,
+}
+
+/// Why talking to the server stopped.
+enum Failure {
+    /// The connection failed: refused, reset, closed, a broken pipe, no ack in time. A new
+    /// connection may get past it.
+    Connection(anyhow::Error),
+    /// Something a new connection would not cure: an answer that is no ack, or acknowledges
+    /// another request; the acked log cannot be written.
+    Fatal(anyhow::Error),
+}
+
+impl From<Failure> for anyhow::Error {
+    fn from(failure: Failure) -> Self {
+        match failure {
+            Failure::Connection(e) | Failure::Fatal(e) => e,
+        }
+    }
+}
+
 /// One forward connection of the generator.
 pub struct FluentTarget {
     stream: TcpStream,
+    addr: SocketAddr,
     mode: FluentMode,
     batch: usize,
     ack: bool,
@@ -215,31 +286,50 @@ pub struct FluentTarget {
     scratch: Vec<u8>,
     pieces: Vec<Piece>,
     deflate: Option<Compress>,
-    /// Chunk ids of the requests sent and not yet acknowledged, oldest first.
-    unacked: VecDeque<[u8; CHUNK_LEN]>,
+    /// The requests sent and not yet acknowledged, oldest first.
+    unacked: VecDeque<Owed>,
     /// Bytes the server sent that are not yet read as acks.
     answers: Vec<u8>,
     answer_split: Splitter,
     requests: u64,
+    /// `--reconnect`: how long one outage may last.
+    reconnect: Option<Duration>,
+    /// When the current outage began: set by the first failure, cleared by the next ack.
+    outage: Option<Instant>,
+    recovery: Recovery,
+    /// Copy buffers of acknowledged requests, reused for the next requests' copies.
+    spare: Vec<Vec<u8>>,
+    /// `--acked-log`, opened for appending, and its lines not yet written.
+    acked_log: Option<(File, PathBuf)>,
+    log_lines: String,
 }
 
 impl FluentTarget {
-    /// Connects to `addr` for generator `gen_id`.
+    /// Connects to `addr` for generator `gen_id`, and opens `opts.acked_log` for appending.
     ///
     /// # Errors
-    /// The address does not resolve or the connection is refused.
+    /// The address does not resolve, the connection is refused, or the acked log cannot be
+    /// opened.
     pub fn connect(addr: &str, opts: &FluentOptions, gen_id: u32) -> Result<Self> {
         let sa = resolve(addr)?;
-        let stream =
-            TcpStream::connect(sa).with_context(|| format!("connecting to fluent://{sa}"))?;
-        stream.set_nodelay(true).context("setting TCP_NODELAY")?;
-        if opts.ack {
-            stream
-                .set_read_timeout(Some(ACK_TIMEOUT))
-                .context("setting the ack timeout")?;
-        }
+        let stream = TcpStream::connect(sa)
+            .map_err(anyhow::Error::from)
+            .and_then(|s| prepare(s, opts.ack))
+            .with_context(|| format!("connecting to fluent://{sa}"))?;
+        let acked_log = match &opts.acked_log {
+            Some(path) => Some((
+                OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("opening the acked log {}", path.display()))?,
+                path.clone(),
+            )),
+            None => None,
+        };
         Ok(Self {
             stream,
+            addr: sa,
             mode: opts.mode,
             batch: opts.batch.max(1),
             ack: opts.ack,
@@ -251,15 +341,21 @@ impl FluentTarget {
                 .then(|| Compress::new_gzip(Compression::fast(), 15)),
             unacked: VecDeque::new(),
             answers: Vec::new(),
-            // Acks are tiny; anything larger than this is no ack.
-            answer_split: Splitter::new(64 * 1024),
+            answer_split: Splitter::new(MAX_ANSWER),
             requests: 0,
+            // Both need the acks: without them nothing says what to send again or what arrived.
+            reconnect: opts.reconnect.filter(|_| opts.ack),
+            outage: None,
+            recovery: Recovery::default(),
+            spare: Vec::new(),
+            acked_log: acked_log.filter(|_| opts.ack),
+            log_lines: String::new(),
         })
     }
 
     /// Requests that may be sent now: all of them without acks, else what the window has left
     /// after waiting for at least one free place.
-    fn room(&mut self) -> Result<usize> {
+    fn room(&mut self) -> Result<usize, Failure> {
         if !self.ack {
             return Ok(usize::MAX);
         }
@@ -267,16 +363,14 @@ impl FluentTarget {
         Ok(ACK_WINDOW - self.unacked.len())
     }
 
-    /// A new chunk id, remembered as owed.
+    /// A new chunk id.
     fn next_chunk(&mut self) -> [u8; CHUNK_LEN] {
         let mut raw = [0u8; 16];
         raw[..4].copy_from_slice(&self.gen_id.to_be_bytes());
         raw[4..8].copy_from_slice(b"lhbg");
         raw[8..].copy_from_slice(&self.requests.to_be_bytes());
         self.requests += 1;
-        let id = loghaul_codec::forward::chunk_id(&raw);
-        self.unacked.push_back(id);
-        id
+        loghaul_codec::forward::chunk_id(&raw)
     }
 
     /// Appends a piece, merged with the last one when they are adjacent in the same buffer.
@@ -293,8 +387,7 @@ impl FluentTarget {
     }
 
     /// Appends the option map `{"size": n, "chunk": id?, "compressed": "gzip"?}` to the scratch.
-    fn option(&mut self, size: usize, gzip: bool) {
-        let chunk = self.ack.then(|| self.next_chunk());
+    fn option(&mut self, size: usize, chunk: Option<[u8; CHUNK_LEN]>, gzip: bool) {
         let out = &mut self.scratch;
         write_map_len(out, 1 + usize::from(chunk.is_some()) + usize::from(gzip));
         write_str(out, b"size");
@@ -309,7 +402,8 @@ impl FluentTarget {
         }
     }
 
-    /// Queues the request carrying messages `from..from + count` of `block`.
+    /// Queues the request carrying messages `from..from + count` of `block` (and with acks,
+    /// remembers it as owed).
     fn request(&mut self, block: &mut Block, from: usize, count: usize) -> Result<()> {
         let start = match from {
             0 => 0,
@@ -317,16 +411,19 @@ impl FluentTarget {
         };
         let end = block.frame_ends[from + count - 1];
         let header = self.scratch.len();
-        match self.mode {
+        let chunk = self.ack.then(|| self.next_chunk());
+        // The request's bytes are scratch[header..mid], then `body` of the block, then
+        // scratch[mid..]: what a copy for `--reconnect` concatenates.
+        let (mid, body) = match self.mode {
             FluentMode::Message => {
-                if self.ack {
+                if let Some(id) = chunk {
                     // One frame, whose last CHUNK_LEN bytes are its chunk id.
-                    let id = self.next_chunk();
                     if let Some(slot) = block.bytes.get_mut(end - CHUNK_LEN..end) {
                         slot.copy_from_slice(&id);
                     }
                 }
                 self.push(Piece::Block(start, end));
+                (header, Some((start, end)))
             }
             FluentMode::Forward => {
                 write_array_len(&mut self.scratch, if self.ack { 3 } else { 2 });
@@ -334,11 +431,12 @@ impl FluentTarget {
                 write_array_len(&mut self.scratch, count);
                 self.push(Piece::Scratch(header, self.scratch.len()));
                 self.push(Piece::Block(start, end));
+                let option = self.scratch.len();
                 if self.ack {
-                    let option = self.scratch.len();
-                    self.option(count, false);
+                    self.option(count, chunk, false);
                     self.push(Piece::Scratch(option, self.scratch.len()));
                 }
+                (option, Some((start, end)))
             }
             FluentMode::Packed => {
                 write_array_len(&mut self.scratch, 3);
@@ -349,8 +447,9 @@ impl FluentTarget {
                 self.push(Piece::Scratch(header, self.scratch.len()));
                 self.push(Piece::Block(start, end));
                 let option = self.scratch.len();
-                self.option(count, false);
+                self.option(count, chunk, false);
                 self.push(Piece::Scratch(option, self.scratch.len()));
+                (option, Some((start, end)))
             }
             FluentMode::Compressed => {
                 write_array_len(&mut self.scratch, 3);
@@ -365,15 +464,38 @@ impl FluentTarget {
                 let len = u32::try_from(self.scratch.len() - len_at - 4)
                     .context("a compressed request of 4GiB or more")?;
                 self.scratch[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
-                self.option(count, true);
+                self.option(count, chunk, true);
                 self.push(Piece::Scratch(header, self.scratch.len()));
+                (self.scratch.len(), None)
             }
+        };
+        if let Some(chunk) = chunk {
+            let seqs = match self.acked_log {
+                Some(_) => Some((seq_at(block, from)?, seq_at(block, from + count - 1)?)),
+                None => None,
+            };
+            let mut bytes = Vec::new();
+            if self.reconnect.is_some() {
+                bytes = self.spare.pop().unwrap_or_default();
+                bytes.clear();
+                bytes.extend_from_slice(&self.scratch[header..mid]);
+                if let Some((s, e)) = body {
+                    bytes.extend_from_slice(&block.bytes[s..e]);
+                }
+                bytes.extend_from_slice(&self.scratch[mid..]);
+            }
+            self.unacked.push_back(Owed {
+                chunk,
+                events: count as u64,
+                seqs,
+                bytes,
+            });
         }
         Ok(())
     }
 
     /// Writes the queued pieces with as few `writev` calls as the kernel allows; returns the bytes.
-    fn write_pieces(&mut self, block: &Block) -> Result<u64> {
+    fn write_pieces(&mut self, block: &Block) -> Result<u64, Failure> {
         let mut slices: Vec<IoSlice<'_>> = self
             .pieces
             .iter()
@@ -384,81 +506,174 @@ impl FluentTarget {
             .filter(|b| !b.is_empty())
             .map(IoSlice::new)
             .collect();
-        let total: usize = slices.iter().map(|s| s.len()).sum();
-        let mut rest = &mut slices[..];
-        while !rest.is_empty() {
-            match self.stream.write_vectored(rest) {
-                Ok(0) => bail!("the fluent target stopped taking bytes"),
-                Ok(n) => IoSlice::advance_slices(&mut rest, n),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e).context("writing to the fluent target"),
-            }
-        }
-        Ok(total as u64)
+        write_slices(&mut self.stream, &mut slices).map_err(Failure::Connection)
     }
 
     /// Reads acks until at most `owed` requests are unacknowledged. Each must echo the oldest
     /// owed chunk: a server that answers out of order or with another id is reported, since a
     /// real client would resend (fluentd drops the connection on a mismatch).
-    fn read_acks(&mut self, owed: usize) -> Result<()> {
+    fn read_acks(&mut self, owed: usize) -> Result<(), Failure> {
         let mut read = [0u8; 4096];
         while self.unacked.len() > owed {
             let mut used = 0;
+            let mut acked = 0;
             while let Some(len) = self
                 .answer_split
                 .split(&self.answers[used..])
-                .map_err(|e| anyhow::anyhow!("the server's answer is no msgpack: {e}"))?
+                .map_err(|e| Failure::Fatal(anyhow!("the server's answer is no msgpack: {e}")))?
             {
                 let value = &self.answers[used..used + len];
                 used += len;
-                let got = read_ack(value)
-                    .and_then(|s| value.get(s.start as usize..s.end as usize))
-                    .with_context(|| {
-                        format!(
-                            "the server answered with something other than an ack: {:02x?}",
-                            &value[..value.len().min(32)]
-                        )
-                    })?;
-                let Some(want) = self.unacked.pop_front() else {
-                    bail!(
+                let Some(got) =
+                    read_ack(value).and_then(|s| value.get(s.start as usize..s.end as usize))
+                else {
+                    return Err(Failure::Fatal(anyhow!(
+                        "the server answered with something other than an ack: {:02x?}",
+                        &value[..value.len().min(32)]
+                    )));
+                };
+                let Some(want) = self.unacked.front() else {
+                    return Err(Failure::Fatal(anyhow!(
                         "an ack ({}) for no outstanding request",
                         String::from_utf8_lossy(got)
-                    );
+                    )));
                 };
-                if got != want {
-                    bail!(
+                if got != want.chunk {
+                    return Err(Failure::Fatal(anyhow!(
                         "ack {:?} does not match the oldest unacknowledged chunk {:?}",
                         String::from_utf8_lossy(got),
-                        String::from_utf8_lossy(&want)
-                    );
+                        String::from_utf8_lossy(&want.chunk)
+                    )));
                 }
+                if let Some(done) = self.unacked.pop_front() {
+                    self.acknowledged(done);
+                }
+                acked += 1;
             }
             self.answers.drain(..used);
+            if acked > 0 {
+                self.outage = None;
+                self.write_log()?;
+            }
             if self.unacked.len() <= owed {
                 break;
             }
             match self.stream.read(&mut read) {
-                Ok(0) => bail!(
-                    "the server closed the connection with {} request(s) unacknowledged",
-                    self.unacked.len()
-                ),
+                Ok(0) => {
+                    return Err(Failure::Connection(anyhow!(
+                        "the server closed the connection with {} request(s) unacknowledged",
+                        self.unacked.len()
+                    )));
+                }
                 Ok(n) => self.answers.extend_from_slice(&read[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    bail!(
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    return Err(Failure::Connection(anyhow!(
                         "no ack within {ACK_TIMEOUT:?} ({} request(s) unacknowledged)",
                         self.unacked.len()
-                    )
+                    )));
                 }
-                Err(e) => return Err(e).context("reading acks from the fluent target"),
+                Err(e) => {
+                    return Err(Failure::Connection(
+                        anyhow::Error::new(e).context("reading acks from the fluent target"),
+                    ));
+                }
             }
         }
         Ok(())
+    }
+
+    /// Books an acknowledged request: its line for the acked log, its copy back to the spares.
+    fn acknowledged(&mut self, done: Owed) {
+        if let Some((first, last)) = done.seqs {
+            // Writing to a String cannot fail.
+            let _ = writeln!(self.log_lines, "{} {first} {last}", self.gen_id);
+        }
+        if done.bytes.capacity() > 0 {
+            self.spare.push(done.bytes);
+        }
+    }
+
+    /// Appends the acked log's pending lines with one `write`: a file opened for appending takes
+    /// it whole, so the lines of several connections never interleave within a line.
+    fn write_log(&mut self) -> Result<(), Failure> {
+        if let Some((file, path)) = &mut self.acked_log
+            && !self.log_lines.is_empty()
+        {
+            file.write_all(self.log_lines.as_bytes())
+                .with_context(|| format!("appending to the acked log {}", path.display()))
+                .map_err(Failure::Fatal)?;
+            self.log_lines.clear();
+        }
+        Ok(())
+    }
+
+    /// Gets past a failed connection. With `--reconnect`, connects again (pausing 50ms, doubling
+    /// to 1s, between attempts) and sends every unacknowledged request again, oldest first;
+    /// returns the bytes sent. An outage lasts until the next ack, not the next connection, so
+    /// a server that accepts and drops every connection is given up on after the reconnect
+    /// duration too. Without it, or for a failure a new connection cannot cure, the failure is
+    /// the error.
+    fn recover(&mut self, failure: Failure) -> Result<u64> {
+        let Some(limit) = self
+            .reconnect
+            .filter(|_| matches!(failure, Failure::Connection(_)))
+        else {
+            return Err(failure.into());
+        };
+        let error = anyhow::Error::from(failure);
+        let mut last = format!("{error:#}");
+        let since = *self.outage.get_or_insert_with(Instant::now);
+        let mut pause = RECONNECT_PAUSE;
+        loop {
+            let left = limit.saturating_sub(since.elapsed());
+            if left.is_zero() {
+                return Err(error.context(format!(
+                    "gave up on fluent://{} after --reconnect {limit:?} without an ack (last \
+                     attempt: {last})",
+                    self.addr
+                )));
+            }
+            match self.resend(left) {
+                Ok(bytes) => {
+                    eprintln!(
+                        "gen {}: reconnected to fluent://{} after {:.1?} ({error:#}); sent {} unacknowledged request(s) again",
+                        self.gen_id,
+                        self.addr,
+                        since.elapsed(),
+                        self.unacked.len()
+                    );
+                    return Ok(bytes);
+                }
+                Err(e) => last = format!("{e:#}"),
+            }
+            std::thread::sleep(pause.min(limit.saturating_sub(since.elapsed())));
+            pause = (pause * 2).min(RECONNECT_MAX_PAUSE);
+        }
+    }
+
+    /// One reconnection attempt: a new connection (waiting at most `left`, and 1s), and every
+    /// owed request's copy written to it; returns the bytes.
+    fn resend(&mut self, left: Duration) -> Result<u64> {
+        let stream = TcpStream::connect_timeout(&self.addr, left.min(RECONNECT_MAX_PAUSE))
+            .map_err(anyhow::Error::from)
+            .and_then(|s| prepare(s, self.ack))
+            .with_context(|| format!("connecting to fluent://{}", self.addr))?;
+        self.stream = stream;
+        // Half an answer from the old connection is no beginning of one on the new.
+        self.answers.clear();
+        self.answer_split = Splitter::new(MAX_ANSWER);
+        self.recovery.reconnects += 1;
+        // Counted before the write: what goes out of a write that then fails may still arrive,
+        // and every copy the server may have received twice must be counted.
+        self.recovery.resent_requests += self.unacked.len() as u64;
+        self.recovery.resent_events += self.unacked.iter().map(|o| o.events).sum::<u64>();
+        let mut slices: Vec<IoSlice<'_>> = self
+            .unacked
+            .iter()
+            .map(|o| IoSlice::new(&o.bytes))
+            .collect();
+        write_slices(&mut self.stream, &mut slices)
     }
 }
 
@@ -466,7 +681,13 @@ impl Target for FluentTarget {
     fn send(&mut self, block: &mut Block, n: usize) -> Result<u64> {
         let (mut done, mut wire) = (0, 0);
         while done < n {
-            let room = self.room()?;
+            let room = match self.room() {
+                Ok(room) => room,
+                Err(failure) => {
+                    wire += self.recover(failure)?;
+                    continue;
+                }
+            };
             self.scratch.clear();
             self.pieces.clear();
             let mut requests = 0;
@@ -482,18 +703,78 @@ impl Target for FluentTarget {
                 done += count;
                 requests += 1;
             }
-            wire += self.write_pieces(block)?;
+            // A failed write leaves these requests owed, so a reconnection sends them again.
+            wire += match self.write_pieces(block) {
+                Ok(bytes) => bytes,
+                Err(failure) => self.recover(failure)?,
+            };
         }
         Ok(wire)
     }
 
     fn finish(&mut self) -> Result<()> {
-        self.read_acks(0)?;
+        while let Err(failure) = self.read_acks(0) {
+            self.recover(failure)?;
+        }
         self.stream.flush().context("flushing the fluent target")?;
         // Half-close so the server sees a clean end of stream before we drop the socket.
         let _ = self.stream.shutdown(std::net::Shutdown::Write);
         Ok(())
     }
+
+    fn recovery(&self) -> Option<Recovery> {
+        self.reconnect.map(|_| self.recovery)
+    }
+}
+
+/// Sets up a new connection: no Nagle delay, and with acks the ack timeout.
+fn prepare(stream: TcpStream, ack: bool) -> Result<TcpStream> {
+    // Connecting to a port of this machine where nothing listens can connect the socket to
+    // itself (TCP simultaneous open, when the kernel picks that same port as the local one):
+    // it would read its own requests back as answers, and hold the port the server needs.
+    if let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr())
+        && local == peer
+    {
+        bail!("the connection reached itself ({local}): no server listens there");
+    }
+    stream.set_nodelay(true).context("setting TCP_NODELAY")?;
+    if ack {
+        stream
+            .set_read_timeout(Some(ACK_TIMEOUT))
+            .context("setting the ack timeout")?;
+    }
+    Ok(stream)
+}
+
+/// Writes all of `slices` with as few `writev` calls as the kernel allows; returns the bytes.
+fn write_slices(stream: &mut TcpStream, slices: &mut [IoSlice<'_>]) -> Result<u64> {
+    let total: usize = slices.iter().map(|s| s.len()).sum();
+    let mut rest = slices;
+    while !rest.is_empty() {
+        match stream.write_vectored(rest) {
+            Ok(0) => bail!("the fluent target stopped taking bytes"),
+            Ok(n) => IoSlice::advance_slices(&mut rest, n),
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e).context("writing to the fluent target"),
+        }
+    }
+    Ok(total as u64)
+}
+
+/// The sequence number stamped into message `i` of `block`.
+fn seq_at(block: &Block, i: usize) -> Result<u64> {
+    let digits = block
+        .slots
+        .get(i)
+        .and_then(|&slot| block.bytes.get(slot..slot + SEQ_DIGITS))
+        .with_context(|| format!("message {i} of a block has no sequence slot"))?;
+    digits.iter().try_fold(0u64, |n, &d| match d {
+        b'0'..=b'9' => Ok(n * 10 + u64::from(d - b'0')),
+        _ => bail!(
+            "the sequence slot of message {i} holds {:?}",
+            String::from_utf8_lossy(digits)
+        ),
+    })
 }
 
 /// Appends one gzip member holding `input`, compressed with `deflate` (reset first, so its
@@ -518,10 +799,15 @@ fn gzip(deflate: &mut Compress, input: &[u8], out: &mut Vec<u8>) -> Result<()> {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::generator::{self, GenConfig};
     use crate::payload::{SeqCounter, time_digits};
+    use crate::target::{TargetOptions, TargetUrl};
     use bytes::{Bytes, BytesMut};
     use loghaul_codec::forward::{Decoder, Limits};
     use loghaul_core::EventBatch;
+    use std::net::TcpListener;
+    use std::sync::atomic::AtomicBool;
+    use std::thread::JoinHandle;
 
     /// Every format's frames carry their slots where stamping finds them, and decode as entries.
     #[test]
@@ -611,5 +897,190 @@ mod tests {
                 .unwrap();
             assert_eq!(back, input);
         }
+    }
+
+    /// A connection that reached itself is refused like one that found no server.
+    #[test]
+    fn a_connection_to_itself_is_no_connection() {
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
+        socket
+            .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
+            .unwrap();
+        let own = socket.local_addr().unwrap();
+        socket.connect(&own).unwrap();
+        let stream: TcpStream = socket.into();
+        assert_eq!(stream.peer_addr().unwrap(), stream.local_addr().unwrap());
+        let error = prepare(stream, true).err().unwrap();
+        assert!(error.to_string().contains("reached itself"), "{error:#}");
+    }
+
+    /// A forward server that fails on purpose: on its connection `i` it acknowledges `acks[i]`
+    /// requests, reads the complete requests that arrived with the last of them without
+    /// acknowledging them (as a server that wrote events and died before its ack went out), and
+    /// drops the connection; on the connection after the last it acknowledges everything until
+    /// the end of the stream. Returns the sequence numbers of every event it read, repeats
+    /// included.
+    fn flaky_server(listener: TcpListener, acks: Vec<usize>) -> JoinHandle<Vec<u64>> {
+        std::thread::spawn(move || {
+            let mut seqs = Vec::new();
+            let mut decoder = Decoder::new(Limits {
+                max_decompressed_size: 1 << 24,
+            });
+            for limit in acks.into_iter().map(Some).chain([None]) {
+                let (mut conn, _) = listener.accept().unwrap();
+                let (mut buf, mut splitter, mut acked) = (Vec::new(), Splitter::new(1 << 24), 0);
+                let mut read = vec![0u8; 64 * 1024];
+                loop {
+                    let n = conn.read(&mut read).unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&read[..n]);
+                    let mut at = 0;
+                    while let Some(len) = splitter.split(&buf[at..]).unwrap() {
+                        let mut arena = BytesMut::from(&buf[at..at + len]);
+                        let mut batch = EventBatch::new(Bytes::new(), "in".into(), "fluent");
+                        let r = decoder.decode(&mut arena, 0, len, &mut batch, 0).unwrap();
+                        let (s, e) = r.chunk.unwrap();
+                        let chunk = arena[s..e].to_vec();
+                        batch.arena = arena.freeze();
+                        for event in &batch.events {
+                            let text = String::from_utf8_lossy(batch.str(event.message.or_empty()));
+                            let at = text.find("seq=").unwrap() + 4;
+                            seqs.push(text[at..at + SEQ_DIGITS].parse().unwrap());
+                        }
+                        at += len;
+                        if limit.is_none_or(|l| acked < l) {
+                            let mut ack = Vec::new();
+                            loghaul_codec::forward::write_ack(&mut ack, &chunk);
+                            conn.write_all(&ack).unwrap();
+                            acked += 1;
+                        }
+                    }
+                    buf.drain(..at);
+                    if limit.is_some_and(|l| acked >= l) {
+                        break;
+                    }
+                }
+            }
+            seqs
+        })
+    }
+
+    /// With `--reconnect`, a server that drops the connection again and again gets every
+    /// unacknowledged request again on the next one, in every mode; the acked log lists each
+    /// request once and covers every event; what the server read twice is at most what was
+    /// resent. Without it, the first drop ends the run.
+    #[test]
+    fn reconnects_and_resends_what_was_not_acknowledged() {
+        const COUNT: u64 = 3000;
+        let acks = vec![5, 0, 20];
+        for mode in [
+            FluentMode::Packed,
+            FluentMode::Forward,
+            FluentMode::Compressed,
+            FluentMode::Message,
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            let log = dir.path().join("acked.log");
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let server = flaky_server(listener, acks.clone());
+            let cfg = GenConfig {
+                target: TargetUrl::Fluent(addr.to_string()),
+                target_options: TargetOptions {
+                    fluent: FluentOptions {
+                        mode,
+                        batch: 50,
+                        ack: true,
+                        reconnect: Some(Duration::from_secs(20)),
+                        acked_log: Some(log.clone()),
+                        ..FluentOptions::default()
+                    },
+                    ..TargetOptions::default()
+                },
+                payload: PayloadSpec {
+                    format: Format::Raw,
+                    block_bytes: 16 * 1024,
+                    ..PayloadSpec::default()
+                },
+                count: Some(COUNT),
+                duration: None,
+                rate: 0,
+                connections: 1,
+                gen_id_base: 7,
+            };
+            let stats = generator::run(&cfg, None, &AtomicBool::new(false)).unwrap();
+            let received = server.join().unwrap();
+            assert_eq!(stats.sent, COUNT, "{mode:?}");
+            let recovery = stats.recovery.unwrap();
+            assert_eq!(recovery.reconnects, acks.len() as u64, "{mode:?}");
+            assert!(recovery.resent_requests > 0, "{mode:?}: {recovery:?}");
+
+            // Each request is in the log once: its ranges tile 0..COUNT.
+            let mut ranges: Vec<(u64, u64)> = std::fs::read_to_string(&log)
+                .unwrap()
+                .lines()
+                .map(|l| {
+                    let f: Vec<u64> = l.split(' ').map(|w| w.parse().unwrap()).collect();
+                    assert_eq!(f.len(), 3, "{l}");
+                    assert_eq!(f[0], 7, "{l}");
+                    (f[1], f[2])
+                })
+                .collect();
+            ranges.sort_unstable();
+            let mut next = 0;
+            for (first, last) in ranges {
+                assert_eq!(
+                    first, next,
+                    "{mode:?}: the acked ranges have a gap or overlap"
+                );
+                assert!(last >= first);
+                next = last + 1;
+            }
+            assert_eq!(next, COUNT, "{mode:?}");
+
+            // The server read everything, and the repeats were all resent.
+            let mut counts = vec![0u64; COUNT as usize];
+            for s in received {
+                counts[s as usize] += 1;
+            }
+            assert!(
+                counts.iter().all(|&c| c >= 1),
+                "{mode:?}: an event never arrived"
+            );
+            let repeats: u64 = counts.iter().map(|&c| c - 1).sum();
+            assert!(
+                repeats <= recovery.resent_events,
+                "{mode:?}: {repeats} repeats, {} events resent",
+                recovery.resent_events
+            );
+        }
+
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _server = flaky_server(listener, vec![3]);
+        let cfg = GenConfig {
+            target: TargetUrl::Fluent(addr.to_string()),
+            target_options: TargetOptions {
+                fluent: FluentOptions {
+                    batch: 50,
+                    ack: true,
+                    ..FluentOptions::default()
+                },
+                ..TargetOptions::default()
+            },
+            payload: PayloadSpec {
+                format: Format::Raw,
+                ..PayloadSpec::default()
+            },
+            count: Some(COUNT),
+            duration: None,
+            rate: 0,
+            connections: 1,
+            gen_id_base: 0,
+        };
+        assert!(generator::run(&cfg, None, &AtomicBool::new(false)).is_err());
     }
 }

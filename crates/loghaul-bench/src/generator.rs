@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::payload::{PayloadSpec, SeqCounter, now_micros, share, time_digits};
 use crate::progress::Progress;
-use crate::target::{self, TargetOptions, TargetUrl};
+use crate::target::{self, Recovery, TargetOptions, TargetUrl};
 
 /// Everything a generator run needs.
 #[derive(Clone, Debug)]
@@ -63,6 +63,10 @@ pub struct GenStats {
     /// (`None` where the kernel does not report per-thread run time; for loggen, its whole
     /// process's CPU): how much of the machine the load itself took.
     pub cpu_secs: Option<f64>,
+    /// Reconnections and what was sent again, summed over the connections whose target tries to
+    /// get past failed connections (`fluent://` with `--reconnect`); `None` when none does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recovery: Option<Recovery>,
 }
 
 impl GenStats {
@@ -75,6 +79,10 @@ impl GenStats {
         }
     }
 }
+
+/// What one connection's thread returns: messages, bytes, CPU nanoseconds, and its target's
+/// reconnections.
+type LaneTotals = (u64, u64, Option<u64>, Option<Recovery>);
 
 /// Runs the generator to completion. `progress` (if any) is updated as blocks go out; `stop` ends
 /// the run early when set.
@@ -116,7 +124,7 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
             let sent_total = Arc::clone(&sent_total);
             let barrier = Arc::clone(&barrier);
             let duration = cfg.duration;
-            handles.push(scope.spawn(move || -> Result<(u64, u64, Option<u64>)> {
+            handles.push(scope.spawn(move || -> Result<LaneTotals> {
                 barrier.wait();
                 let cpu0 = thread_cpu_ns();
                 let start = Instant::now();
@@ -134,7 +142,7 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
                 let cpu = cpu0.zip(thread_cpu_ns()).map(|(a, b)| b.saturating_sub(a));
                 let (n, b) = r?;
                 fin?;
-                Ok((n, b, cpu))
+                Ok((n, b, cpu, target.recovery()))
             }));
         }
         barrier.wait();
@@ -162,9 +170,13 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
         per_connection: Vec::new(),
         start_unix_us,
         cpu_secs: Some(0.0),
+        recovery: None,
     };
     for r in results {
-        let (n, b, cpu) = r?;
+        let (n, b, cpu, recovery) = r?;
+        if let Some(r) = recovery {
+            stats.recovery = Some(stats.recovery.unwrap_or_default() + r);
+        }
         stats.sent += n;
         stats.bytes += b;
         stats.per_connection.push(n);

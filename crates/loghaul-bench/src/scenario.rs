@@ -919,6 +919,7 @@ impl Running {
                     per_connection: Vec::new(),
                     start_unix_us: l.start_us,
                     cpu_secs: l.cpu_secs,
+                    recovery: None,
                 })
             }
         }

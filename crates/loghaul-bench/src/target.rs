@@ -12,6 +12,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
+use serde::Serialize;
 
 use crate::fluent::{self, FluentOptions, FluentTarget};
 use crate::payload::{self, Block, PayloadSpec};
@@ -36,6 +37,36 @@ pub trait Target: Send {
     /// An I/O error while flushing.
     fn finish(&mut self) -> Result<()> {
         Ok(())
+    }
+
+    /// What the target did to get past failed connections, if it tries to (`fluent://` with
+    /// `--reconnect`); read after `finish`.
+    fn recovery(&self) -> Option<Recovery> {
+        None
+    }
+}
+
+/// What a target did to get past failed connections.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Recovery {
+    /// New connections made after one failed.
+    pub reconnects: u64,
+    /// Requests sent again on a new connection, having gone unacknowledged on the old one.
+    pub resent_requests: u64,
+    /// The events of those requests: each may have reached the server twice.
+    pub resent_events: u64,
+}
+
+impl std::ops::Add for Recovery {
+    type Output = Recovery;
+
+    /// The sum of two connections' figures.
+    fn add(self, other: Recovery) -> Recovery {
+        Recovery {
+            reconnects: self.reconnects + other.reconnects,
+            resent_requests: self.resent_requests + other.resent_requests,
+            resent_events: self.resent_events + other.resent_events,
+        }
     }
 }
 

@@ -240,7 +240,7 @@ impl<F: FileSystem> Writer<F> {
             // The current segment can only be deleted once sealed: without this, a buffer whose
             // records are all acked could stay full for good.
             if self.current.as_ref().is_some_and(|c| c.len > HEADER_LEN) {
-                self.seal(true);
+                self.seal_releasing_handle();
             }
             return Err(AppendError::Full {
                 needed,
@@ -271,7 +271,7 @@ impl<F: FileSystem> Writer<F> {
             // it goes once read and acknowledged, and the retry starts a new one.
             if is_out_of_space(&error) && self.current.as_ref().is_some_and(|c| c.len > HEADER_LEN)
             {
-                self.seal(true);
+                self.seal_releasing_handle();
             }
             return Err(AppendError::Io(error));
         }
@@ -376,6 +376,20 @@ impl<F: FileSystem> Writer<F> {
         }
         // The reader moves past a sealed segment and may release it.
         self.shared.notify_appended();
+    }
+
+    /// Seals the current segment and lets go of its handle at once (a later sync reopens it by
+    /// id): the segment is sealed so that it can be deleted once acknowledged, and a file system
+    /// gives a deleted file's space back only when its last handle is closed.
+    fn seal_releasing_handle(&mut self) {
+        let Some(current) = self.current.as_ref() else {
+            return;
+        };
+        let (id, dirty) = (current.id, current.dirty);
+        self.seal(false);
+        if dirty {
+            self.unsynced_ids.push(id);
+        }
     }
 
     /// Creates the next segment and writes its header.

@@ -1,0 +1,430 @@
+//! Fault tests of the durability promises (see docs/durability.md): a downstream that is gone for
+//! a minute while events keep coming, a disk buffer damaged on disk between two runs, a disk
+//! buffer whose file system fills up, one stalled sink beside a healthy one, and a memory budget
+//! under overload. Every event is numbered, so loss and duplicates are counted exactly.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+/// `count` raw lines `TAG N` for N in `range`.
+fn numbered(tag: &str, range: std::ops::Range<u64>) -> Vec<u8> {
+    let mut out = Vec::with_capacity((range.end - range.start) as usize * 24);
+    for i in range {
+        out.extend_from_slice(format!("{tag} {i}\n").as_bytes());
+    }
+    out
+}
+
+/// The trailing numbers of a text file's lines.
+fn numbers(path: &Path) -> Vec<u64> {
+    fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(trailing_number)
+        .collect()
+}
+
+/// Waits until every number below `n` is in `path` at least once; returns the numbers.
+fn wait_all(path: &Path, n: u64, timeout: Duration) -> Vec<u64> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let got = numbers(path);
+        let (counts, _) = tally(&got, n);
+        let missing = counts.iter().filter(|&&c| c == 0).count();
+        if missing == 0 {
+            return got;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{missing} of {n} numbers still missing from {} after {timeout:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A receiver: `fluent` (forward) or `http_server` source into a text file, on a fixed port when
+/// given (a restart takes the port its sender knows).
+fn receiver(kind: &str, port: Option<u16>, out: &Path) -> String {
+    let address = port.map_or_else(
+        || "127.0.0.1:{TCP}".to_owned(),
+        |p| format!("127.0.0.1:{p}"),
+    );
+    let source = match kind {
+        "fluent" => format!("{{ type: fluent, address: \"{address}\" }}"),
+        _ => format!("{{ type: http_server, address: \"{address}\", paths: [\"/in\"] }}"),
+    };
+    format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+sources:
+  in: {source}
+sinks:
+  out: {{ type: file, inputs: [in], path: "{}", encoding: text, flush_interval: 50ms }}
+"#,
+        out.display()
+    )
+}
+
+/// A sender: raw syslog over TCP into `sink` (its YAML map, without `inputs`), with `extra`
+/// top-level keys.
+fn sender(sink: &str, extra: &str) -> String {
+    format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+shutdown_timeout: 3s
+{extra}
+sources:
+  in: {{ type: syslog, mode: tcp, address: "127.0.0.1:{{TCP}}", format: raw }}
+sinks:
+  up: {{ inputs: [in], {sink} }}
+"#
+    )
+}
+
+fn http_sink(port: u16, buffer: &str) -> String {
+    format!(
+        "type: http, uri: \"http://127.0.0.1:{port}/in\", encoding: ndjson, retry: {{ initial: 50ms, max: 500ms }}, buffer: {{ {buffer} }}"
+    )
+}
+
+/// The events of a numbered send through a text pipeline: `message` ends with the number.
+fn assert_none_lost(got: &[u64], n: u64, what: &str) -> usize {
+    let (counts, out_of_range) = tally(got, n);
+    let missing: Vec<u64> = (0..n).filter(|&i| counts[i as usize] == 0).collect();
+    assert!(
+        missing.is_empty() && out_of_range.is_empty(),
+        "{what}: {} missing (first {:?}), {} out of range",
+        missing.len(),
+        &missing[..missing.len().min(10)],
+        out_of_range.len()
+    );
+    counts.iter().filter(|&&c| c > 1).count()
+}
+
+/// The downstream (a second loghaul's `fluent` source) is stopped for 60 s while 300,000 events
+/// flow into a `fluent` sink with a disk buffer; it comes back and gets every event. The
+/// buffer's backlog rises while it is gone and falls to nothing after.
+#[test]
+fn disk_buffer_rides_out_a_minute_long_outage_losing_nothing() {
+    const N: u64 = 300_000;
+    const OUTAGE: Duration = Duration::from_secs(60);
+    let mut b = Server::start(&receiver("fluent", None, Path::new("{DIR}/out.log")));
+    let out = b.path("out.log");
+    let port = b.ports.tcp;
+    let a = Server::start(&sender(
+        &format!(
+            "type: fluent, servers: [{{ address: \"127.0.0.1:{port}\" }}], reconnect_max_interval: 1s, buffer: {{ type: disk, max_size: 256MiB, sync: every_batch }}"
+        ),
+        "",
+    ));
+    send_tcp(a.ports.tcp, &numbered("outage", 0..N / 3));
+    wait_all(&out, N / 3, Duration::from_secs(60));
+
+    b.stop();
+    let down = Instant::now();
+    send_tcp(a.ports.tcp, &numbered("outage", N / 3..N));
+    // The backlog rises: the events wait on disk, not in memory.
+    a.wait_metric("loghaul_disk_buffer_records", "up", None, 1);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut peak_bytes = 0;
+    while Instant::now() < deadline {
+        peak_bytes = a.metric("loghaul_disk_buffer_bytes", "up", None);
+        if peak_bytes > 5 << 20 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        peak_bytes > 5 << 20,
+        "200,000 events wait on disk: {peak_bytes} bytes"
+    );
+    let backlog = a.metric("loghaul_disk_buffer_records", "up", None);
+    assert!(
+        a.health().0 == 503,
+        "the sink reports the outage: {}",
+        a.health().1
+    );
+    std::thread::sleep(OUTAGE.saturating_sub(down.elapsed()));
+
+    let b2 = Server::start(&receiver("fluent", Some(port), &out));
+    let got = wait_all(&out, N, Duration::from_secs(120));
+    let dups = assert_none_lost(&got, N, "after a 60 s outage");
+    // The backlog falls to nothing once the receiver has acknowledged everything.
+    a.wait_metric_eq("loghaul_disk_buffer_records", "up", None, 0);
+    eprintln!(
+        "outage: backlog peaked at >= {backlog} batches ({peak_bytes} bytes on disk); {dups} events delivered twice"
+    );
+    a.finish();
+    b2.finish();
+}
+
+/// Between two runs, bytes are flipped in the middle of a sealed segment and the open one loses
+/// its tail. On restart the damaged segment is salvaged (its damaged original quarantined), the
+/// torn tail cut, every other batch delivered, what was lost counted, and the pipeline goes on.
+#[test]
+fn damaged_disk_buffer_is_salvaged_and_the_pipeline_keeps_running() {
+    const N: u64 = 30_000;
+    let dead = free_tcp_port();
+    // 4 MiB of buffer: segments of 1 MiB, so 30,000 events (about 2.7 MB) fill a sealed one and more.
+    let mut a = Server::start(&sender(
+        &http_sink(dead, "type: disk, max_size: 4MiB, sync: every_batch"),
+        "",
+    ));
+    // Several sends, so the log holds many batches (each read of a connection is one).
+    for chunk in 0..20 {
+        send_tcp(
+            a.ports.tcp,
+            &numbered("salvage", chunk * N / 20..(chunk + 1) * N / 20),
+        );
+    }
+    a.wait_metric("loghaul_disk_buffer_records", "up", None, 20);
+    a.signal("TERM");
+    assert!(a.wait_exit(Duration::from_secs(20)).is_some(), "stops");
+
+    let buffer = a.dir.path().join("loghaul-data/buffers/up");
+    let mut segments: Vec<PathBuf> = fs::read_dir(&buffer)
+        .expect("the buffer directory")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segments.sort();
+    assert!(
+        segments.len() >= 2,
+        "a sealed segment and the open one: {segments:?}"
+    );
+    // Flip 64 bytes in the middle of the first (sealed) segment.
+    let first = &segments[0];
+    let mut bytes = fs::read(first).expect("read segment");
+    let mid = bytes.len() / 2;
+    for b in &mut bytes[mid..mid + 64] {
+        *b ^= 0xff;
+    }
+    fs::write(first, &bytes).expect("write segment");
+    // Cut the tail of the last (open) one.
+    let last = segments.last().expect("a segment");
+    let len = fs::metadata(last).expect("stat").len();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(last)
+        .and_then(|f| f.set_len(len - 100))
+        .expect("truncate the open segment");
+    let inspect = std::process::Command::new(BIN)
+        .args(["buffer", "inspect"])
+        .arg(&buffer)
+        .output()
+        .expect("run buffer inspect");
+    let report = String::from_utf8_lossy(&inspect.stdout).into_owned();
+    assert!(inspect.status.success(), "{report}");
+    assert!(
+        report.contains("damage"),
+        "inspect shows the damage:\n{report}"
+    );
+
+    // Restart on the same data, now with a receiver that takes everything.
+    let b = Server::start(&receiver("http", None, Path::new("{DIR}/out.log")));
+    let out = b.path("out.log");
+    let data_dir = a.dir.path().join("loghaul-data");
+    let a2 = Server::start(&sender(
+        &http_sink(b.ports.tcp, "type: disk, max_size: 4MiB, sync: every_batch"),
+        &format!("data_dir: \"{}\"", data_dir.display()),
+    ));
+    a2.wait_metric(
+        "loghaul_disk_buffer_quarantined_segments_total",
+        "up",
+        None,
+        1,
+    );
+    a2.wait_metric("loghaul_disk_buffer_torn_bytes_total", "up", None, 1);
+    // The pipeline runs: new events arrive too.
+    send_tcp(a2.ports.tcp, &numbered("salvage", N..N + 1000));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let got = loop {
+        let got = numbers(&out);
+        let (counts, _) = tally(&got, N + 1000);
+        if counts[N as usize..].iter().all(|&c| c > 0) {
+            a2.wait_metric_eq("loghaul_disk_buffer_records", "up", None, 0);
+            break numbers(&out);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "new events after the restart arrive"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // What is missing is whole batches: the damaged record(s) and the torn last one, each a run
+    // of consecutive numbers.
+    let (counts, _) = tally(&got, N);
+    let missing: Vec<u64> = (0..N).filter(|&i| counts[i as usize] == 0).collect();
+    let runs =
+        missing.windows(2).filter(|w| w[1] != w[0] + 1).count() + usize::from(!missing.is_empty());
+    let damaged = a2.metric("loghaul_disk_buffer_damaged_records_total", "up", None);
+    assert!(damaged >= 1, "the damaged records are counted");
+    assert!(
+        !missing.is_empty() && runs as u64 <= damaged + 1,
+        "{} events missing in {runs} runs; {damaged} damaged records counted (+1 torn)",
+        missing.len()
+    );
+    assert!(
+        missing.len() < (N / 2) as usize,
+        "every undamaged record was delivered: {} missing",
+        missing.len()
+    );
+    assert!(
+        fs::read_dir(buffer.join("quarantine"))
+            .expect("quarantine/")
+            .count()
+            >= 1,
+        "the damaged segment is kept in quarantine/"
+    );
+    eprintln!(
+        "salvage: {} of {N} events lost in {runs} runs ({damaged} damaged records)",
+        missing.len()
+    );
+    a2.finish();
+    b.finish();
+}
+
+/// A tmpfs mount that is unmounted (lazily) when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(size: &str) -> Tmpfs {
+        let dir = std::env::temp_dir().join(format!(
+            "loghaul-it-buffer-tmpfs-{}-{size}",
+            std::process::id()
+        ));
+        fs::create_dir_all(&dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(
+            ok,
+            "mounting a tmpfs needs root (CI and the dev machines run as root)"
+        );
+        Tmpfs(dir)
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+        let _ = fs::remove_dir(&self.0);
+    }
+}
+
+/// The disk buffer's own file system fills up while its sink is down: intake blocks (the TCP
+/// sender waits), health says why, nothing crashes; once the sink is back the buffer drains,
+/// space comes back, intake resumes and every event arrives.
+#[test]
+fn disk_buffer_on_a_full_file_system_blocks_intake_and_loses_nothing() {
+    // About 55 MB of buffer records, 7 MB on the wire: far more than the 4 MiB file system and
+    // the memory budget in front of the buffer hold.
+    const N: u64 = 600_000;
+    let tmpfs = Tmpfs::mount("4M");
+    let mut b = Server::start(&receiver("http", None, Path::new("{DIR}/out.log")));
+    let out = b.path("out.log");
+    let port = b.ports.tcp;
+    b.stop();
+    // max_size above what the file system holds: the disk, not the limit, is what fills.
+    // The smallest memory budget, so what waits in front of the buffer is bounded too.
+    let a = Server::start(&sender(
+        &http_sink(port, "type: disk, max_size: 64MiB, sync: every_batch"),
+        &format!(
+            "data_dir: \"{}\"\nlimits: {{ memory: 16MiB }}",
+            tmpfs.0.display()
+        ),
+    ));
+    let port_in = a.ports.tcp;
+    let sender = std::thread::spawn(move || send_tcp(port_in, &numbered("full", 0..N)));
+    a.wait_metric("loghaul_disk_buffer_write_errors_total", "up", None, 1);
+    // Intake stops: the source reads no more (the rest waits in the kernel's socket buffers and
+    // in the sender).
+    let received = |a: &Server| a.metric("loghaul_component_received_events_total", "in", None);
+    std::thread::sleep(Duration::from_secs(1));
+    let stalled_at = received(&a);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        stalled_at < N && received(&a) == stalled_at,
+        "intake blocks while the buffer cannot write: {stalled_at} then {} of {N}",
+        received(&a)
+    );
+    assert_eq!(a.health().0, 503, "degraded: {}", a.health().1);
+    assert!(
+        a.stderr().contains("No space left on device"),
+        "the log says why: {}",
+        tail(&a.stderr(), 2000)
+    );
+
+    let b2 = Server::start(&receiver("http", Some(port), &out));
+    sender
+        .join()
+        .expect("the sender finishes once space comes back");
+    let got = wait_all(&out, N, Duration::from_secs(120));
+    let dups = assert_none_lost(&got, N, "through a full buffer file system");
+    eprintln!("full buffer disk: {dups} events delivered twice");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.health().0 != 200 {
+        assert!(Instant::now() < deadline, "healthy again: {}", a.health().1);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    a.finish();
+    b2.finish();
+}
+
+/// Two sinks of one source: one stalled (its server never answers) with a disk buffer, one
+/// healthy. The healthy one gets every event at once; the stalled one's buffer holds them. Once
+/// the stalled buffer is full, `when_full` decides: `drop_newest` drops for the stalled sink
+/// only (counted), so the healthy sink still gets everything.
+#[test]
+fn a_stalled_sink_with_a_disk_buffer_does_not_hold_back_the_other() {
+    const N: u64 = 200_000;
+    let dead = free_tcp_port();
+    for (buffer, when_full) in [
+        ("max_size: 256MiB", "block"),
+        ("max_size: 1MiB", "drop_newest"),
+    ] {
+        let server = Server::start(&format!(
+            r#"api: {{ address: "127.0.0.1:{{API}}" }}
+shutdown_timeout: 2s
+sources:
+  in: {{ type: syslog, mode: tcp, address: "127.0.0.1:{{TCP}}", format: raw }}
+sinks:
+  healthy: {{ type: file, inputs: [in], path: "{{DIR}}/out.log", encoding: text, flush_interval: 50ms }}
+  stalled: {{ type: http, inputs: [in], uri: "http://127.0.0.1:{dead}/in", retry: {{ initial: 50ms, max: 500ms }}, buffer: {{ type: disk, {buffer}, when_full: {when_full} }} }}
+"#
+        ));
+        send_tcp(server.ports.tcp, &numbered("isolation", 0..N));
+        let got = wait_all(&server.path("out.log"), N, Duration::from_secs(60));
+        assert_none_lost(&got, N, "the healthy sink");
+        assert_eq!(
+            server.metric("loghaul_component_sent_events_total", "stalled", None),
+            0
+        );
+        if when_full == "block" {
+            server.wait_metric("loghaul_disk_buffer_records", "stalled", None, 1);
+        } else {
+            server.wait_metric(
+                "loghaul_component_discarded_events_total",
+                "stalled",
+                Some("reason=\"buffer_full\""),
+                1,
+            );
+            assert!(
+                server.metric("loghaul_disk_buffer_bytes", "stalled", None) <= 1 << 20,
+                "the full buffer stays within max_size"
+            );
+        }
+        // The stalled sink cannot finish: stop without waiting for a clean exit code.
+        let mut server = server;
+        server.signal("TERM");
+        assert!(server.wait_exit(Duration::from_secs(20)).is_some());
+    }
+}
