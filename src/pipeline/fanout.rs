@@ -37,6 +37,12 @@ impl Fanout {
         self
     }
 
+    /// The memory budget batches are charged to, for sources that charge before they allocate
+    /// (a request body is charged before it is read).
+    pub fn budget(&self) -> Option<&Arc<MemoryBudget>> {
+        self.budget.as_ref()
+    }
+
     /// Takes the batch's share of the memory budget, waiting while it is spent. A batch that
     /// already holds a charge (a transform's view of its input) is not charged twice.
     async fn admit(&self, batch: &mut EventBatch) {

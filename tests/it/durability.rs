@@ -428,3 +428,89 @@ sinks:
         assert!(server.wait_exit(Duration::from_secs(20)).is_some());
     }
 }
+
+/// POSTs `body` to `port` `/in` in a loop until `until`; returns (2xx answers, other answers).
+fn post_loop(port: u16, body: &[u8], until: Instant) -> (u64, u64) {
+    use std::io::{Read, Write};
+    let (mut ok, mut refused) = (0, 0);
+    while Instant::now() < until {
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+        let head = format!(
+            "POST /in HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        if s.write_all(head.as_bytes()).and_then(|()| s.write_all(body)).is_err() {
+            refused += 1;
+            continue;
+        }
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        if answer.starts_with(b"HTTP/1.1 2") {
+            ok += 1;
+        } else {
+            refused += 1;
+        }
+    }
+    (ok, refused)
+}
+
+/// Many clients POST large bodies as fast as they can (far more than the sink takes: it is a
+/// server that never answers) into a server with a small memory budget: sources wait once the
+/// budget is spent (and answer 503 after `ack_timeout`), so peak RSS stays within the budget
+/// plus the documented margin (docs/durability.md).
+#[test]
+fn memory_budget_bounds_rss_under_overload() {
+    const BUDGET_MIB: u64 = 32;
+    const MARGIN_MIB: u64 = 64;
+    let dead = free_tcp_port();
+    let server = Server::start(&format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+shutdown_timeout: 2s
+limits: {{ memory: {BUDGET_MIB}MiB }}
+sources:
+  in: {{ type: http_server, address: "127.0.0.1:{{TCP}}", paths: ["/in"], ack_timeout: 1s }}
+sinks:
+  stalled: {{ type: http, inputs: [in], uri: "http://127.0.0.1:{dead}/in", retry: {{ initial: 50ms, max: 200ms }} }}
+"#
+    ));
+    // 2 MiB bodies of 100-byte JSON events.
+    let mut body = Vec::with_capacity(2 << 20);
+    let mut i = 0;
+    while body.len() < (2 << 20) - 128 {
+        body.extend_from_slice(
+            format!("{{\"message\":\"overload {i:>10}\",\"pad\":\"{:>50}\"}}\n", "x").as_bytes(),
+        );
+        i += 1;
+    }
+    let body = std::sync::Arc::new(body);
+    let until = Instant::now() + Duration::from_secs(8);
+    let port = server.ports.tcp;
+    let clients: Vec<_> = (0..16)
+        .map(|_| {
+            let body = body.clone();
+            std::thread::spawn(move || post_loop(port, &body, until))
+        })
+        .collect();
+    let (mut ok, mut refused) = (0, 0);
+    for c in clients {
+        let (o, r) = c.join().expect("client thread");
+        ok += o;
+        refused += r;
+    }
+    let peak_mib = server.peak_rss_kib() / 1024;
+    eprintln!(
+        "memory budget {BUDGET_MIB} MiB: peak RSS {peak_mib} MiB; {ok} bodies accepted, {refused} refused (503) under overload"
+    );
+    assert!(refused > 0, "the overload was real: some requests were refused");
+    assert!(
+        peak_mib <= BUDGET_MIB + MARGIN_MIB,
+        "peak RSS {peak_mib} MiB is over the budget ({BUDGET_MIB} MiB) plus the margin ({MARGIN_MIB} MiB)"
+    );
+    let mut server = server;
+    server.signal("TERM");
+    assert!(server.wait_exit(Duration::from_secs(20)).is_some());
+}

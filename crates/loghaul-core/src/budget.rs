@@ -110,6 +110,17 @@ impl Charge {
         self.budget.used.fetch_add(bytes, Ordering::AcqRel);
     }
 
+    /// Sets the bytes held to `bytes` without waiting (an estimate taken before a body was read,
+    /// made exact once it was decoded): less gives the difference back at once.
+    pub fn resize(&self, bytes: usize) {
+        let old = self.bytes.swap(bytes, Ordering::Relaxed);
+        if bytes >= old {
+            self.budget.used.fetch_add(bytes - old, Ordering::AcqRel);
+        } else {
+            self.budget.release(old - bytes);
+        }
+    }
+
     /// The bytes held.
     pub fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
@@ -153,6 +164,10 @@ mod tests {
             b.grow(30);
         }
         assert_eq!(budget.used(), 70);
+        if let Some(b) = &b {
+            b.resize(10);
+        }
+        assert_eq!(budget.used(), 10);
         drop(b);
         assert_eq!(budget.used(), 0);
         // Alone, an oversized charge moves.

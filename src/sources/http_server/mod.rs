@@ -571,6 +571,22 @@ async fn handle(
             "the body was already read",
         );
     };
+    // The body's share of the memory budget is taken before the body is read: many clients
+    // sending large bodies at once wait here (and get 503 after ack_timeout) instead of each
+    // holding a body and its decoded batch outside the budget. The estimate (the body, the
+    // decoded copy of its strings and the event tables) is made exact after decoding.
+    let charge = match ctx.fanout.budget() {
+        Some(budget) => {
+            let deadline = tokio::time::Instant::now() + ctx.config.ack_timeout;
+            match tokio::time::timeout_at(deadline, budget.charge(body_estimate(&req.headers)))
+                .await
+            {
+                Ok(charge) => Some(charge),
+                Err(_) => return busy(ctx, "the memory budget is spent; try again"),
+            }
+        }
+        None => None,
+    };
     let body = Limited::new(body, max);
     let body = match tokio::time::timeout(ctx.config.request_timeout, body.collect()).await {
         Err(_) => {
@@ -641,6 +657,10 @@ async fn handle(
             );
         }
     };
+    if let Some(charge) = charge {
+        charge.resize(loghaul_core::budget::batch_bytes(&batch));
+        batch.charge = Some(std::sync::Arc::new(charge));
+    }
     let n = batch.len();
     ctx.metrics.received(n, wire_bytes);
     if n == 0 {
@@ -681,6 +701,19 @@ async fn handle(
             "the sinks did not commit the events within ack_timeout; try again",
         ),
     }
+}
+
+/// What a request's body will hold in memory until its batch is written, judged from its
+/// headers: the body, the strings decoding copies and the event tables, about three times the
+/// body (more when compressed). A body of unknown length is charged as 1 MiB.
+fn body_estimate(headers: &hyper::HeaderMap) -> usize {
+    let len = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1 << 20);
+    let factor = if headers.contains_key(header::CONTENT_ENCODING) { 8 } else { 3 };
+    len.saturating_mul(factor)
 }
 
 fn busy(ctx: &Ctx, error: &str) -> Response<Full<Bytes>> {
