@@ -720,3 +720,80 @@ fn missing_file_is_a_clear_error() {
     );
     assert!(text.contains("hint: check the path"), "{text}");
 }
+
+#[test]
+fn buffers_retries_and_the_memory_limit() {
+    use loghaul_config::{BufferKind, SyncMode, WhenFull};
+    let c = ok(r#"
+limits: { memory: 64MiB }
+sources:
+  in: { type: syslog, mode: tcp, address: "127.0.0.1:5514" }
+sinks:
+  a: { type: file, inputs: [in], path: /tmp/a, buffer: { type: disk, max_size: 2GiB, sync: 50ms, when_full: drop_newest } }
+  b: { type: http, inputs: [in], uri: "http://127.0.0.1:1/", buffer: { max_events: 1000 }, retry: { initial: 1s, max: 1m, max_attempts: 5 } }
+  c: { type: file, inputs: [in], path: /tmp/c, buffer: { type: disk, sync: never } }
+"#);
+    assert_eq!(c.limits.memory, 64 << 20);
+    let a = &c.sinks[0];
+    assert_eq!(
+        a.buffer.kind,
+        BufferKind::Disk {
+            max_size: 2 << 30,
+            sync: SyncMode::Interval(std::time::Duration::from_millis(50))
+        }
+    );
+    assert_eq!(a.buffer.when_full, WhenFull::DropNewest);
+    assert_eq!(a.retry, None, "each sink type's own default");
+    let b = &c.sinks[1];
+    assert_eq!(
+        b.buffer.kind,
+        BufferKind::Memory {
+            max_events: Some(1000)
+        }
+    );
+    let retry = b.retry.expect("retry");
+    assert_eq!(retry.max_attempts, Some(5));
+    assert_eq!(retry.max, std::time::Duration::from_secs(60));
+    assert!(matches!(
+        c.sinks[2].buffer.kind,
+        BufferKind::Disk { sync: SyncMode::Never, max_size } if max_size == 1 << 30
+    ));
+    assert_eq!(ok(VALID_YAML).limits.memory, 256 << 20);
+
+    let e = errs(
+        r#"limits: { memory: 1MiB }
+sources:
+  in: { type: syslog, mode: tcp, address: "127.0.0.1:5514" }
+sinks:
+  a: { type: file, inputs: [in], path: /tmp/a, buffer: { type: tape } }
+  b: { type: file, inputs: [in], path: /tmp/b, buffer: { type: disk, sync: sometimes, max_size: 10KiB } }
+  c: { type: file, inputs: [in], path: /tmp/c, buffer: { max_size: 1GiB, when_full: drop_oldest } }
+  d: { type: file, inputs: [in], path: /tmp/d, retry: { initial: 1s, max: 1ms, max_attempts: 0 } }
+  e: { type: file, inputs: [in], path: /tmp/e, buffer: { type: disk, max_events: 5, colour: red } }
+"#,
+    );
+    at(&e, 1, 19, "`limits.memory` must be at least 16MiB");
+    let tape = at(&e, 5, 64, "unknown buffer type `tape`");
+    assert!(
+        tape.hint
+            .as_deref()
+            .is_some_and(|h| h.contains("memory, disk")),
+        "{tape}"
+    );
+    at(&e, 6, 76, "unknown `sync` value `sometimes`");
+    at(&e, 6, 97, "at least 1MiB");
+    at(&e, 7, 58, "`max_size` is for disk buffers");
+    at(&e, 7, 85, "unknown `when_full` value `drop_oldest`");
+    at(&e, 8, 94, "positive count or `forever`");
+    assert!(e.iter().any(|d| d.message.contains("colour")), "{e}");
+    let e = errs(
+        r#"sources:
+  in: { type: syslog, mode: tcp, address: "127.0.0.1:5514" }
+sinks:
+  d: { type: file, inputs: [in], path: /tmp/d, retry: { initial: 1s, max: 1ms } }
+  e: { type: file, inputs: [in], path: /tmp/e, buffer: { type: disk, max_events: 5 } }
+"#,
+    );
+    at(&e, 4, 75, "`retry.max` is shorter than `retry.initial`");
+    at(&e, 5, 70, "`max_events` is for memory buffers");
+}

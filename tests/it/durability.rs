@@ -443,7 +443,10 @@ fn post_loop(port: u16, body: &[u8], until: Instant) -> (u64, u64) {
             "POST /in HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         );
-        if s.write_all(head.as_bytes()).and_then(|()| s.write_all(body)).is_err() {
+        if s.write_all(head.as_bytes())
+            .and_then(|()| s.write_all(body))
+            .is_err()
+        {
             refused += 1;
             continue;
         }
@@ -482,7 +485,11 @@ sinks:
     let mut i = 0;
     while body.len() < (2 << 20) - 128 {
         body.extend_from_slice(
-            format!("{{\"message\":\"overload {i:>10}\",\"pad\":\"{:>50}\"}}\n", "x").as_bytes(),
+            format!(
+                "{{\"message\":\"overload {i:>10}\",\"pad\":\"{:>50}\"}}\n",
+                "x"
+            )
+            .as_bytes(),
         );
         i += 1;
     }
@@ -505,7 +512,10 @@ sinks:
     eprintln!(
         "memory budget {BUDGET_MIB} MiB: peak RSS {peak_mib} MiB; {ok} bodies accepted, {refused} refused (503) under overload"
     );
-    assert!(refused > 0, "the overload was real: some requests were refused");
+    assert!(
+        refused > 0,
+        "the overload was real: some requests were refused"
+    );
     assert!(
         peak_mib <= BUDGET_MIB + MARGIN_MIB,
         "peak RSS {peak_mib} MiB is over the budget ({BUDGET_MIB} MiB) plus the margin ({MARGIN_MIB} MiB)"

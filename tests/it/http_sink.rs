@@ -405,3 +405,34 @@ fn http_sink_adaptive_concurrency_falls_under_503_and_rises_again_losing_nothing
     a.finish();
     b2.finish();
 }
+
+/// With a finite `retry.max_attempts`, a request that still fails after the last attempt goes to
+/// the dead-letter file with its reason and attempt count, and the sink goes on.
+#[test]
+fn http_sink_dead_letters_what_outlives_its_retries() {
+    let dead = free_tcp_port();
+    let a = Server::start(&sender(dead, "/in", ", max_events: 10").replace(
+        "retry: { initial: 50ms, max: 500ms }",
+        "retry: { initial: 20ms, max: 50ms, max_attempts: 3 }",
+    ));
+    send_tcp(a.ports.tcp, &numbered(0..30));
+    a.wait_metric("loghaul_dead_letter_events_total", "up", None, 30);
+    let text = fs::read_to_string(a.path("loghaul-data/dlq/up.jsonl")).expect("dead letters");
+    let letters: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert_eq!(letters.len(), 30);
+    for letter in &letters {
+        assert_eq!(letter["attempts"], 3, "{letter}");
+        assert!(
+            letter["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("cannot connect") && r.contains("after 3 attempts")),
+            "{letter}"
+        );
+    }
+    // Still degraded (its server is still gone); it stops cleanly.
+    let mut a = a;
+    a.stop();
+}

@@ -712,7 +712,11 @@ fn body_estimate(headers: &hyper::HeaderMap) -> usize {
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(1 << 20);
-    let factor = if headers.contains_key(header::CONTENT_ENCODING) { 8 } else { 3 };
+    let factor = if headers.contains_key(header::CONTENT_ENCODING) {
+        8
+    } else {
+        3
+    };
     len.saturating_mul(factor)
 }
 
