@@ -233,7 +233,9 @@ pub fn start(options: DiskOptions) -> anyhow::Result<(InputSender, oneshot::Rece
         downstream: metrics.clone(),
         prepare: Some(Arc::new(Encode)),
         events: None,
-        when_full,
+        // The queue in front of the writer is full for moments (an fsync); only the buffer on
+        // disk being full is `when_full`'s business, and the writer decides that.
+        when_full: WhenFull::Block,
     };
     let (writer_done_tx, writer_done_rx) = oneshot::channel();
     let writer_metrics = metrics.clone();

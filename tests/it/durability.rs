@@ -173,14 +173,15 @@ fn damaged_disk_buffer_is_salvaged_and_the_pipeline_keeps_running() {
         &http_sink(dead, "type: disk, max_size: 4MiB, sync: every_batch"),
         "",
     ));
-    // Several sends, so the log holds many batches (each read of a connection is one).
+    // Several sends, each waited for, so the log holds many batches written one group at a
+    // time (a group may overflow a segment: all at once could make a single segment).
     for chunk in 0..20 {
         send_tcp(
             a.ports.tcp,
             &numbered("salvage", chunk * N / 20..(chunk + 1) * N / 20),
         );
+        a.wait_metric("loghaul_disk_buffer_records", "up", None, chunk + 1);
     }
-    a.wait_metric("loghaul_disk_buffer_records", "up", None, 20);
     a.signal("TERM");
     assert!(a.wait_exit(Duration::from_secs(20)).is_some(), "stops");
 
