@@ -301,6 +301,20 @@ impl Server {
         assert_eq!(v, serde_json::json!({"status": "ok"}), "/health body");
     }
 
+    /// Waits until the API answers at all (healthy or not): for servers that may be degraded
+    /// from their first second.
+    pub fn wait_api(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while http_get(self.ports.api, "/metrics").is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the API did not answer within {timeout:?}\n{}",
+                tail(&self.stderr(), 4000)
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The `/metrics` text.
     pub fn metrics_text(&self) -> String {
         let (code, body) =

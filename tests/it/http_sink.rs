@@ -357,10 +357,13 @@ fn http_sink_adaptive_concurrency_falls_under_503_and_rises_again_losing_nothing
     let feeder = std::thread::spawn(move || send_tcp(a_port, &numbered(phase2)));
     a.wait_metric_eq(LIMIT, "up", None, 1);
     let blocked = BlockedOutput::new();
-    let b2 = Server::start(
+    // Spawned, not started: it is unhealthy (its file will not open) as soon as A's retries
+    // reach it, which may be before a health check would see it up.
+    let b2 = Server::spawn(
         &receiver(&blocked.out.to_string_lossy())
             .replace("127.0.0.1:{TCP}", &format!("127.0.0.1:{port}")),
     );
+    b2.wait_api(START_TIMEOUT);
     b2.wait_metric(
         "loghaul_component_errors_total",
         "web",
