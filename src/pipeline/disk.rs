@@ -357,6 +357,18 @@ async fn write_loop<F: FileSystem>(
     }
 }
 
+/// The buffer reports on its sink's health. A write that works again clears what the buffer
+/// reported, never what the sink itself did (its server being down, say).
+fn clear_own_degradation(metrics: &ComponentMetrics) {
+    let (health, reason) = metrics.health();
+    if health == Health::Degraded && reason.is_some_and(|r| r.starts_with(OWN_REASON)) {
+        metrics.set_health(Health::Running, None);
+    }
+}
+
+/// How the buffer's own health reasons start.
+const OWN_REASON: &str = "disk buffer: ";
+
 /// A batch's record: what the sender's prepare step encoded.
 fn payload(d: &Delivery) -> &[u8] {
     d.prepared.as_ref().map_or(&[][..], |p| p.bytes.as_slice())
@@ -404,9 +416,7 @@ async fn append<F: FileSystem>(
         let payloads: Vec<&[u8]> = group[done..end].iter().map(payload).collect();
         match writer.append(&payloads) {
             Ok(_) => {
-                if metrics.health().0 == Health::Degraded {
-                    metrics.set_health(Health::Running, None);
-                }
+                clear_own_degradation(metrics);
                 done = end;
                 backoff = Duration::from_millis(50);
             }
@@ -428,7 +438,7 @@ async fn append<F: FileSystem>(
                 metrics.error(ErrorKind::Io, 1);
                 metrics.set_health(
                     Health::Degraded,
-                    Some(format!("disk buffer: cannot write: {error}; retrying")),
+                    Some(format!("{OWN_REASON}cannot write: {error}; retrying")),
                 );
                 crate::warn_limited!(metrics, %error, "Cannot write to the disk buffer; the sources wait while it retries.");
                 tokio::time::sleep(backoff).await;
@@ -455,7 +465,7 @@ async fn sync_and_commit<F: FileSystem>(
                 metrics.error(ErrorKind::Io, 1);
                 metrics.set_health(
                     Health::Degraded,
-                    Some(format!("disk buffer: fsync failed: {error}; writing again")),
+                    Some(format!("{OWN_REASON}fsync failed: {error}; writing again")),
                 );
                 crate::warn_limited!(metrics, %error, "fsync of the disk buffer failed; the batches are written again.");
                 tokio::time::sleep(backoff).await;

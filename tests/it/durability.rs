@@ -142,11 +142,15 @@ fn disk_buffer_rides_out_a_minute_long_outage_losing_nothing() {
         "200,000 events wait on disk: {peak_bytes} bytes"
     );
     let backlog = a.metric("loghaul_disk_buffer_records", "up", None);
-    assert!(
-        a.health().0 == 503,
-        "the sink reports the outage: {}",
-        a.health().1
-    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while a.health().0 != 503 {
+        assert!(
+            Instant::now() < deadline,
+            "the sink reports the outage: {}",
+            a.health().1
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     std::thread::sleep(OUTAGE.saturating_sub(down.elapsed()));
 
     let b2 = Server::start(&receiver("fluent", Some(port), &out));
