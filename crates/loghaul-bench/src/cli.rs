@@ -40,6 +40,7 @@ pub enum BenchCommand {
     /// Run an experiment: loghaul and its peers, same load, table + chart + raw runs.
     #[command(after_help = "Examples:\n  \
         loghaul bench run syslog --subjects loghaul,rsyslog,syslog-ng --runs 3\n  \
+        loghaul bench run syslog --subjects loghaul,loghaul-disk-50ms,loghaul-disk-batch,rsyslog,rsyslog-da\n  \
         loghaul bench run basic --subjects loghaul,eventmachine --events 5000000\n  \
         loghaul bench run forward --subjects loghaul,bare,fluentd --runs 3\n  \
         loghaul bench run forward_relay --subjects loghaul --ack\n  \
@@ -571,7 +572,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
                 && (matches!(a.scenario, Scenario::HttpEcho | Scenario::HttpClient)
                     || subjects
                         .iter()
-                        .any(|k| matches!(k, SubjectKind::Loghaul | SubjectKind::Bare)))
+                        .any(|k| matches!(k.base(), SubjectKind::Loghaul | SubjectKind::Bare)))
             {
                 bail!(
                     "this is the standalone lab binary: give --loghaul-bin PATH (or LOGHAUL_BIN)"

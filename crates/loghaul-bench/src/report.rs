@@ -78,6 +78,13 @@ pub struct RunRecord {
     pub latency_p999_ms: Option<f64>,
     /// Events seen per second of the run.
     pub flow_per_sec: Vec<u64>,
+    /// fsyncs of the subject's disk buffer during the run (`None`: it has none, or they could
+    /// not be read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fsyncs: Option<u64>,
+    /// fsyncs / duration.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fsyncs_per_sec: Option<f64>,
 }
 
 impl RunRecord {
@@ -112,6 +119,8 @@ impl RunRecord {
             latency_p99_ms: None,
             latency_p999_ms: None,
             flow_per_sec: Vec::new(),
+            fsyncs: None,
+            fsyncs_per_sec: None,
         }
     }
 
@@ -184,6 +193,9 @@ pub struct Summary {
     pub latency_p99_ms: Option<f64>,
     /// Median p99.9 latency, ms.
     pub latency_p999_ms: Option<f64>,
+    /// fsyncs per second of a disk buffer (`None`: the subject has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fsyncs_per_sec: Option<Spread>,
 }
 
 /// Summarises `records` per subject, in the order of `subjects`.
@@ -234,6 +246,11 @@ pub fn summarize(records: &[RunRecord], subjects: &[String]) -> Vec<Summary> {
                 latency_p50_ms: med(&|r| r.latency_p50_ms),
                 latency_p99_ms: med(&|r| r.latency_p99_ms),
                 latency_p999_ms: med(&|r| r.latency_p999_ms),
+                fsyncs_per_sec: spread(
+                    &ok.iter()
+                        .filter_map(|r| r.fsyncs_per_sec)
+                        .collect::<Vec<_>>(),
+                ),
             }
         })
         .collect()
@@ -275,22 +292,42 @@ pub fn markdown(
         "### `{scenario}`: {events} events per run, {runs} runs per subject{warm}, interleaved; \
          median (min–max)\n"
     );
-    s.push_str(
+    // Only a run with a disk buffer has fsyncs to count: the column is there when one has.
+    let fsyncs = summaries.iter().any(|m| m.fsyncs_per_sec.is_some());
+    let (fsync_head, fsync_rule) = if fsyncs {
+        (" fsyncs/s |", "---|")
+    } else {
+        ("", "")
+    };
+    let _ = writeln!(
+        s,
         "| implementation | platform | duration | rate | CPU-s / 1M events | CPU/wall | peak RSS | \
-         loss | dups | p50 | p99 | p99.9 | generator CPU/wall |\n",
+         loss | dups | p50 | p99 | p99.9 | generator CPU/wall |{fsync_head}"
     );
-    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|{fsync_rule}"
+    );
     for m in summaries {
         if m.runs == 0 {
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | – | – | – | – | – | – | – | – | – | – |",
+                "| {} | {} | {} | – | – | – | – | – | – | – | – | – | – |{}",
                 m.subject,
                 m.platform,
-                m.note.clone().unwrap_or_else(|| "not run".into())
+                m.note.clone().unwrap_or_else(|| "not run".into()),
+                if fsyncs { " – |" } else { "" }
             );
             continue;
         }
+        let fsync_cell = if fsyncs {
+            format!(
+                " {} |",
+                fmt_spread(m.fsyncs_per_sec, &|v| format!("{v:.0}"))
+            )
+        } else {
+            String::new()
+        };
         let ms = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.1}ms"));
         let loss = match &m.note {
             Some(n) => format!("{} ({n})", m.loss),
@@ -298,7 +335,7 @@ pub fn markdown(
         };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |{}",
             m.subject,
             m.platform,
             fmt_spread(m.duration_secs, &|v| format!("{v:.2}s")),
@@ -312,18 +349,26 @@ pub fn markdown(
             ms(m.latency_p99_ms),
             ms(m.latency_p999_ms),
             fmt_spread(m.gen_cores, &|v| format!("{v:.2}")),
+            fsync_cell,
         );
     }
     s
 }
 
-/// Raw runs as CSV (one row per run).
+/// Raw runs as CSV (one row per run), with `fsyncs` and `fsyncs_per_sec` at the end when a run
+/// had a disk buffer.
 pub fn csv(records: &[RunRecord]) -> String {
+    let fsyncs = records.iter().any(|r| r.fsyncs.is_some());
     let mut s = String::from(
         "scenario,subject,platform,run,status,events_sent,events_seen,duration_secs,events_per_sec,\
          gen_secs,gen_cores,cpu_secs,cpu_secs_per_million,cpu_per_wall,peak_rss_bytes,loss,\
-         duplicates,latency_p50_ms,latency_p99_ms,latency_p999_ms,warmup\n",
+         duplicates,latency_p50_ms,latency_p99_ms,latency_p999_ms,warmup",
     );
+    s.push_str(if fsyncs {
+        ",fsyncs,fsyncs_per_sec\n"
+    } else {
+        "\n"
+    });
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
     for r in records {
         let status = match &r.status {
@@ -332,7 +377,7 @@ pub fn csv(records: &[RunRecord]) -> String {
             Status::Unsupported(_) => "unsupported".to_string(),
             Status::Failed(_) => "failed".to_string(),
         };
-        let _ = writeln!(
+        let _ = write!(
             s,
             "{},{},\"{}\",{},{},{},{},{:.4},{:.0},{:.4},{},{:.3},{:.4},{:.3},{},{},{},{},{},{},{}",
             r.scenario,
@@ -357,6 +402,15 @@ pub fn csv(records: &[RunRecord]) -> String {
             opt(r.latency_p999_ms),
             r.warmup,
         );
+        if fsyncs {
+            let _ = write!(
+                s,
+                ",{},{}",
+                r.fsyncs.map_or(String::new(), |n| n.to_string()),
+                opt(r.fsyncs_per_sec)
+            );
+        }
+        s.push('\n');
     }
     s
 }
@@ -1121,6 +1175,51 @@ mod tests {
             .map(|l| l.rsplit(',').next().unwrap())
             .collect();
         assert_eq!(marks, ["true", "false", "false", "false"]);
+    }
+
+    #[test]
+    fn fsyncs_have_a_column_only_when_a_subject_has_a_disk_buffer() {
+        let run = |subject: &str, n: usize, fsyncs: Option<u64>| {
+            let mut r = RunRecord::empty("syslog", subject, "Rust", n, Status::Complete);
+            r.events_seen = 100;
+            r.duration_secs = 0.5;
+            r.fsyncs = fsyncs;
+            r.fsyncs_per_sec = fsyncs.map(|f| f as f64 / 0.5);
+            r
+        };
+        let memory = vec![run("loghaul", 1, None), run("loghaul", 2, None)];
+        let m = summarize(&memory, &["loghaul".into()]);
+        let t = markdown("syslog", 100, 2, 0, &m);
+        assert!(!t.contains("fsyncs"), "{t}");
+        assert!(!csv(&memory).contains("fsyncs"));
+        let json = serde_json::to_string(&(&memory, &m)).unwrap();
+        assert!(!json.contains("fsyncs"), "{json}");
+
+        let mut both = memory.clone();
+        both.extend([run("disk", 1, Some(10)), run("disk", 2, Some(30))]);
+        let m = summarize(&both, &["loghaul".into(), "disk".into(), "gone".into()]);
+        let t = markdown("syslog", 100, 2, 0, &m);
+        let rows: Vec<&str> = t.lines().filter(|l| l.starts_with('|')).collect();
+        assert!(
+            rows[0].ends_with("| generator CPU/wall | fsyncs/s |"),
+            "{t}"
+        );
+        for row in &rows {
+            assert_eq!(
+                row.matches('|').count(),
+                rows[0].matches('|').count(),
+                "{row}"
+            );
+        }
+        assert!(rows[2].ends_with("| – |"), "memory buffer: {t}");
+        assert!(rows[3].ends_with("| 40 (20–60) |"), "{t}");
+        assert!(rows[4].ends_with("| – |"), "not run: {t}");
+        let c = csv(&both);
+        let header: Vec<&str> = c.lines().next().unwrap().split(',').collect();
+        assert_eq!(header[header.len() - 2..], ["fsyncs", "fsyncs_per_sec"]);
+        let rows: Vec<Vec<&str>> = c.lines().skip(1).map(|l| l.split(',').collect()).collect();
+        assert_eq!(rows[0][rows[0].len() - 2..], ["", ""]);
+        assert_eq!(rows[3][rows[3].len() - 2..], ["30", "60.000"]);
     }
 
     fn step(rate: u64, per: [f64; 2], p99: f64, loss: u64) -> StepRecord {

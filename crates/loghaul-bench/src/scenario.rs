@@ -19,6 +19,9 @@
 //! drift of the machine is spread over everyone, after an uncounted warm-up round (`--warmup`):
 //! what the machine did before the lab is then nobody's first measured run.
 //!
+//! A loghaul subject with a disk buffer also has its buffer's fsyncs read from its API, before the
+//! load and after the last event; the record gives them per second of the run's duration.
+//!
 //! `tail` runs through the same rounds with its own run of one subject ([`crate::tail`]): its
 //! load is a file written once before the first round, and its clock starts with the subject.
 
@@ -354,7 +357,7 @@ fn describe(r: &RunRecord) -> String {
         Status::Failed(why) => why.clone(),
         status => format!(
             "{}{} events in {:.2}s = {}/s, CPU {:.2}s ({:.2} s/1M, {:.2} cores), RSS {:.0}MiB, loss {}, \
-             dups {}, p99 {}, generator {} cores",
+             dups {}, p99 {}, generator {} cores{}",
             if *status == Status::Timeout {
                 "TIMEOUT: "
             } else {
@@ -372,6 +375,8 @@ fn describe(r: &RunRecord) -> String {
             r.latency_p99_ms
                 .map_or("n/a".into(), |v| format!("{v:.1}ms")),
             r.gen_cores.map_or("n/a".into(), |v| format!("{v:.2}")),
+            r.fsyncs_per_sec
+                .map_or(String::new(), |v| format!(", {v:.0} fsyncs/s")),
         ),
     }
 }
@@ -635,6 +640,10 @@ fn run_one(
     }
     let sampler = procstat::RssSampler::start(pids.clone());
     let cpu0 = cpu_of(&pids);
+    // A disk buffer's fsyncs are counted from here: what it did at start is not the load's.
+    let fsyncs0 = launch
+        .disk_buffer_api
+        .map(|api| subjects::sink_metric(api, FSYNCS).unwrap_or(0));
 
     let stop_gen = Arc::new(AtomicBool::new(false));
     let mut driver = match plan.driver {
@@ -763,6 +772,15 @@ fn run_one(
     let cpu1 = cpu_of(&pids);
     let hwm: u64 = pids.iter().map(|&p| procstat::sample(p).hwm_bytes).sum();
     let peak = sampler.finish().max(hwm);
+    let fsyncs = match (launch.disk_buffer_api, fsyncs0) {
+        (Some(api), Some(before)) => {
+            // The buffer publishes its counters every 250ms: one more refresh covers every fsync
+            // of the load. It does not fsync while idle, so the wait adds none.
+            std::thread::sleep(Duration::from_millis(300));
+            subjects::sink_metric(api, FSYNCS).map(|after| after.saturating_sub(before))
+        }
+        _ => None,
+    };
     // Front to back: a relay drains what it still holds into its receiver before that stops.
     guard.terminate(Duration::from_secs(20))?;
     for (g, ..) in &mut companions {
@@ -809,6 +827,8 @@ fn run_one(
     rec.cpu_secs = cpu;
     rec.cpu_per_wall = cpu / duration;
     rec.peak_rss_bytes = peak;
+    rec.fsyncs = fsyncs;
+    rec.fsyncs_per_sec = fsyncs.map(|n| n as f64 / duration);
     match &launch.output {
         Output::File(_) => {
             let rep = books
@@ -842,6 +862,9 @@ fn run_one(
     };
     Ok(rec)
 }
+
+/// loghaul's counter of a disk buffer's fsyncs (segments and their folder), on the sink it serves.
+const FSYNCS: &str = "loghaul_disk_buffer_fsyncs_total";
 
 fn failed(plan: &Plan, kind: SubjectKind, status: Status) -> RunRecord {
     let mut r = RunRecord::empty(plan.scenario.name(), kind.name(), "", 0, status);

@@ -13,6 +13,11 @@
 //! writes the file); B is a [`Companion`] started and made ready before A, stopped after it, and
 //! charged with A for CPU and memory.
 //!
+//! A subject may be a variant of another one's server, differing only in its config
+//! ([`SubjectKind::base`]): `loghaul-disk-50ms` and `loghaul-disk-batch` put loghaul's sink behind
+//! a disk buffer, `rsyslog-da` gives rsyslog's action a disk-assisted queue. Each keeps its config
+//! under its own name beside the figures.
+//!
 //! "Equivalent" means: the same input (protocol, framing, format) and the same output shape, a JSON
 //! line per event with the fields loghaul writes (or the raw line for `basic`). Each peer gets the
 //! modest tuning its own documentation recommends for throughput (bigger queues and write buffers),
@@ -30,8 +35,22 @@ use serde::Serialize;
 pub enum SubjectKind {
     /// This project's server.
     Loghaul,
+    /// loghaul with its sink behind a disk buffer fsynced every 50ms (`sync: 50ms`).
+    #[value(name = "loghaul-disk-50ms")]
+    #[serde(rename = "loghaul-disk-50ms")]
+    LoghaulDisk50ms,
+    /// loghaul with its sink behind a disk buffer fsynced for every batch (`sync: every_batch`,
+    /// concurrent batches grouped under one fsync).
+    #[value(name = "loghaul-disk-batch")]
+    #[serde(rename = "loghaul-disk-batch")]
+    LoghaulDiskBatch,
     /// rsyslog (imptcp → omfile).
     Rsyslog,
+    /// rsyslog whose omfile action has a disk-assisted queue, configured as rsyslog's docs
+    /// configure reliable forwarding: `rsyslog`'s peer for loghaul's disk buffer.
+    #[value(name = "rsyslog-da")]
+    #[serde(rename = "rsyslog-da")]
+    RsyslogDa,
     /// syslog-ng (network/syslog source → file).
     #[value(name = "syslog-ng")]
     SyslogNg,
@@ -72,7 +91,10 @@ impl SubjectKind {
     pub fn name(self) -> &'static str {
         match self {
             Self::Loghaul => "loghaul",
+            Self::LoghaulDisk50ms => "loghaul-disk-50ms",
+            Self::LoghaulDiskBatch => "loghaul-disk-batch",
             Self::Rsyslog => "rsyslog",
+            Self::RsyslogDa => "rsyslog-da",
             Self::SyslogNg => "syslog-ng",
             Self::Eventmachine => "eventmachine",
             Self::Bare => "bare",
@@ -87,6 +109,26 @@ impl SubjectKind {
             Self::EmHttp => "em-http",
             Self::Requests => "requests",
             Self::Urllib3 => "urllib3",
+        }
+    }
+
+    /// The server a subject runs: loghaul for its disk-buffered variants, rsyslog for
+    /// `rsyslog-da`, the subject itself otherwise. Variants differ from their server only in
+    /// their config.
+    pub fn base(self) -> SubjectKind {
+        match self {
+            Self::LoghaulDisk50ms | Self::LoghaulDiskBatch => Self::Loghaul,
+            Self::RsyslogDa => Self::Rsyslog,
+            k => k,
+        }
+    }
+
+    /// The `sync` of a loghaul variant's disk buffer (`None`: no disk buffer).
+    pub fn disk_sync(self) -> Option<&'static str> {
+        match self {
+            Self::LoghaulDisk50ms => Some("50ms"),
+            Self::LoghaulDiskBatch => Some("every_batch"),
+            _ => None,
         }
     }
 
@@ -205,13 +247,16 @@ impl Output {
                     .and_then(|s| s.trim().parse().ok())
                     .unwrap_or(0),
             ),
-            Output::Metrics(api) => Some(sink_sent_events(*api).unwrap_or(0)),
+            Output::Metrics(api) => {
+                Some(sink_metric(*api, "loghaul_component_sent_events_total").unwrap_or(0))
+            }
         }
     }
 }
 
-/// `loghaul_component_sent_events_total` of the sink `out`, read from loghaul's /metrics.
-fn sink_sent_events(api: u16) -> Option<u64> {
+/// The series `name` of the sink `out` (a counter), read from loghaul's /metrics on `api`
+/// (`None`: no answer, or no such series).
+pub fn sink_metric(api: u16, name: &str) -> Option<u64> {
     use std::io::{Read, Write};
     let mut conn = std::net::TcpStream::connect(("127.0.0.1", api)).ok()?;
     conn.set_read_timeout(Some(std::time::Duration::from_secs(2)))
@@ -220,8 +265,9 @@ fn sink_sent_events(api: u16) -> Option<u64> {
         .ok()?;
     let mut body = String::new();
     conn.read_to_string(&mut body).ok()?;
+    let series = format!("{name}{{component_id=\"out\",");
     body.lines()
-        .find(|l| l.starts_with("loghaul_component_sent_events_total{component_id=\"out\","))
+        .find(|l| l.starts_with(&series))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.trim().parse().ok())
 }
@@ -244,6 +290,9 @@ pub struct Launch {
     /// Processes of the same subject started (and ready) before this one and stopped after it,
     /// in that order: the receiving end of a relay.
     pub companions: Vec<Companion>,
+    /// loghaul's API port when its sink `out` has a disk buffer: the run reads the buffer's
+    /// `loghaul_disk_buffer_fsyncs_total` there before and after the load.
+    pub disk_buffer_api: Option<u16>,
 }
 
 /// A further process of a subject (see the module doc).
@@ -264,6 +313,21 @@ pub struct Companion {
 /// Why a subject cannot run a scenario, if it cannot.
 pub fn unsupported(kind: SubjectKind, scenario: Scenario) -> Option<&'static str> {
     match (kind, scenario) {
+        // A disk buffer sits in front of the one sink of a one-process config; the relay, the
+        // tree, `tail` and the HTTP experiments configure theirs elsewhere.
+        (
+            SubjectKind::LoghaulDisk50ms | SubjectKind::LoghaulDiskBatch,
+            Scenario::Basic
+            | Scenario::Syslog
+            | Scenario::Raw
+            | Scenario::Rfc5424
+            | Scenario::Forward,
+        ) => None,
+        (SubjectKind::LoghaulDisk50ms | SubjectKind::LoghaulDiskBatch, _) => Some(
+            "n/a: the disk-buffer variants run the one-process scenarios (basic, syslog, raw, \
+             rfc5424, forward)",
+        ),
+        (SubjectKind::RsyslogDa, s) => unsupported(SubjectKind::Rsyslog, s),
         (
             SubjectKind::Loghaul
             | SubjectKind::Node
@@ -366,7 +430,7 @@ impl Peers {
     /// # Errors
     /// The program does not exist.
     pub fn program(&self, kind: SubjectKind, loghaul: &Path) -> Result<PathBuf> {
-        let p = match kind {
+        let p = match kind.base() {
             SubjectKind::Loghaul | SubjectKind::Bare => loghaul.to_path_buf(),
             SubjectKind::Rsyslog => self.rsyslogd.clone(),
             SubjectKind::SyslogNg => self.syslog_ng.clone(),
@@ -399,6 +463,14 @@ impl Peers {
                 + &String::from_utf8_lossy(&out.stderr);
             text.lines().next().map(str::trim).map(str::to_string)
         };
+        if let Some(sync) = kind.disk_sync() {
+            let base = self.platform(kind.base(), loghaul);
+            return format!("{base}, disk buffer, sync: {sync}");
+        }
+        if kind == SubjectKind::RsyslogDa {
+            let base = self.platform(kind.base(), loghaul);
+            return format!("{base}, disk-assisted action queue");
+        }
         match kind {
             SubjectKind::Loghaul => {
                 let v =
@@ -517,6 +589,7 @@ pub fn prepare(
                     port: port_b,
                     ready: Ready::Health(api_b),
                 }],
+                disk_buffer_api: None,
             })
         }
         SubjectKind::Fluentd => {
@@ -533,13 +606,20 @@ pub fn prepare(
                 ready: Ready::Connect,
                 output: Output::File(dir.join(format!("out.{}.log", crate::fluent::DEFAULT_TAG))),
                 companions: vec![],
+                disk_buffer_api: None,
             })
         }
-        SubjectKind::Loghaul => {
+        SubjectKind::Loghaul | SubjectKind::LoghaulDisk50ms | SubjectKind::LoghaulDiskBatch => {
             let api = free_port()?;
+            let data_dir = dir.join("data");
+            let disk = kind.disk_sync().map(|sync| DiskBuffer {
+                sync,
+                data_dir: s(&data_dir),
+            });
+            // Named after the subject: the variants' configs are kept side by side.
             let conf = write(
-                "loghaul.yaml",
-                &loghaul_config(scenario, port, api, &out.display().to_string()),
+                &format!("{}.yaml", kind.name()),
+                &loghaul_config_with_buffer(scenario, port, api, &s(&out), disk.as_ref()),
             )?;
             Ok(Launch {
                 program,
@@ -553,14 +633,21 @@ pub fn prepare(
                     Output::File(out)
                 },
                 companions: vec![],
+                disk_buffer_api: disk.map(|_| api),
             })
         }
-        SubjectKind::Rsyslog => {
+        SubjectKind::Rsyslog | SubjectKind::RsyslogDa => {
+            // Its spool (and the DA queue's files) stay in the run's folder.
             let work = dir.join("rsyslog-work");
             std::fs::create_dir_all(&work).context("creating rsyslog's work folder")?;
+            let queue = if kind == SubjectKind::RsyslogDa {
+                ActionQueue::DiskAssisted
+            } else {
+                ActionQueue::Direct
+            };
             let conf = write(
-                "rsyslog.conf",
-                &rsyslog_config(scenario, port, &s(&work), &s(&out)),
+                &format!("{}.conf", kind.name()),
+                &rsyslog_config(scenario, port, &s(&work), &s(&out), queue),
             )?;
             Ok(Launch {
                 program,
@@ -576,6 +663,7 @@ pub fn prepare(
                 ready: Ready::Connect,
                 output: Output::File(out),
                 companions: vec![],
+                disk_buffer_api: None,
             })
         }
         SubjectKind::SyslogNg => {
@@ -606,6 +694,7 @@ pub fn prepare(
                 ready: Ready::Connect,
                 output: Output::File(out),
                 companions: vec![],
+                disk_buffer_api: None,
             })
         }
         SubjectKind::Eventmachine => {
@@ -619,6 +708,7 @@ pub fn prepare(
                 ready: Ready::Connect,
                 output: Output::CountFile(count),
                 companions: vec![],
+                disk_buffer_api: None,
             })
         }
         SubjectKind::Bare => {
@@ -655,6 +745,7 @@ pub fn prepare(
                     Output::File(target)
                 },
                 companions: vec![],
+                disk_buffer_api: None,
             })
         }
         k => bail!(
@@ -672,15 +763,48 @@ pub fn prepare(
 /// generator that asks for acks gets them once the file sink wrote the events); in
 /// `forward_relay` this is B, the receiving end (A is [`relay_config`]).
 pub fn loghaul_config(scenario: Scenario, port: u16, api: u16, out: &str) -> String {
+    loghaul_config_with_buffer(scenario, port, api, out, None)
+}
+
+/// A disk buffer in front of a loghaul subject's sink (see docs/durability.md).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskBuffer {
+    /// Its `sync`: `every_batch`, an interval such as `50ms`, or `never`.
+    pub sync: &'static str,
+    /// loghaul's `data_dir`, a folder of the run: the buffer is `DATA_DIR/buffers/out/`.
+    pub data_dir: String,
+}
+
+/// [`loghaul_config`], with the sink `out` behind `disk` when given. The buffer takes the
+/// documented defaults but `sync` (1GiB, `when_full: block`), written out so the saved config
+/// shows them; blocking keeps the run lossless, as the memory buffer's backpressure does.
+pub fn loghaul_config_with_buffer(
+    scenario: Scenario,
+    port: u16,
+    api: u16,
+    out: &str,
+    disk: Option<&DiskBuffer>,
+) -> String {
+    let (data_dir, buffer) = match disk {
+        Some(d) => (
+            format!("data_dir: \"{}\"\n", d.data_dir),
+            format!(
+                ", buffer: {{ type: disk, max_size: 1GiB, sync: {}, when_full: block }}",
+                d.sync
+            ),
+        ),
+        None => (String::new(), String::new()),
+    };
     let (format, framing, encoding) = match scenario {
         Scenario::Forward | Scenario::ForwardRelay | Scenario::ForwardDeliver => {
             return format!(
                 "# loghaul bench: scenario {name}{role}\n\
                  api: {{ address: \"127.0.0.1:{api}\" }}\n\
+                 {data_dir}\
                  sources:\n  \
                    in: {{ type: fluent, address: \"127.0.0.1:{port}\" }}\n\
                  sinks:\n  \
-                   out: {{ type: file, inputs: [in], path: \"{out}\", encoding: json }}\n",
+                   out: {{ type: file, inputs: [in], path: \"{out}\", encoding: json{buffer} }}\n",
                 name = scenario.name(),
                 role = match scenario {
                     Scenario::ForwardRelay => {
@@ -706,15 +830,16 @@ pub fn loghaul_config(scenario: Scenario, port: u16, api: u16, out: &str) -> Str
     format!(
         "# loghaul bench: scenario {name}\n\
          api: {{ address: \"127.0.0.1:{api}\" }}\n\
+         {data_dir}\
          sources:\n  \
            in: {{ type: syslog, mode: tcp, address: \"127.0.0.1:{port}\", format: {format}, framing: {framing} }}\n\
          sinks:\n  \
            out: {sink}\n",
         name = scenario.name(),
         sink = if scenario == Scenario::Basic {
-            "{ type: blackhole, inputs: [in] }".to_string()
+            format!("{{ type: blackhole, inputs: [in]{buffer} }}")
         } else {
-            format!("{{ type: file, inputs: [in], path: \"{out}\", encoding: {encoding} }}")
+            format!("{{ type: file, inputs: [in], path: \"{out}\", encoding: {encoding}{buffer} }}")
         }
     )
 }
@@ -1231,12 +1356,33 @@ fn which(program: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(program))
 }
 
-/// rsyslog: imptcp → omfile with a JSON string template carrying loghaul's field names.
+/// The queue of rsyslog's omfile action.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActionQueue {
+    /// rsyslog's default: none, the action runs on the main queue's worker.
+    Direct,
+    /// A LinkedList queue with a file name, which makes it disk-assisted: in memory until its
+    /// high watermark (90% of `queue.size`, 1,000 messages by default for an action), then
+    /// spooled to files in the work directory, and saved there at shutdown. The parameters are
+    /// those rsyslog's docs give for reliable forwarding (infinite retries, a 1g disk limit),
+    /// the rest rsyslog's defaults: among them `queue.syncQueueFiles="off"`, so the spool is
+    /// written but not fsynced.
+    DiskAssisted,
+}
+
+/// rsyslog: imptcp → omfile with a JSON string template carrying loghaul's field names, with the
+/// action's `queue`.
 ///
 /// Tuning, measured on a 2-core machine: one imptcp thread (two input threads only contend with the
 /// main queue worker), a string template with `:::json` escaping (cheaper than a `list` template with
 /// `jsonf`), a 64KiB write buffer; the main queue keeps rsyslog's defaults.
-pub fn rsyslog_config(scenario: Scenario, port: u16, work: &str, out: &str) -> String {
+pub fn rsyslog_config(
+    scenario: Scenario,
+    port: u16,
+    work: &str,
+    out: &str,
+    queue: ActionQueue,
+) -> String {
     let fields = match scenario {
         Scenario::Basic => None,
         // rsyslog has no forward input and no `tail` config (`unsupported`): those scenarios
@@ -1266,13 +1412,22 @@ pub fn rsyslog_config(scenario: Scenario, port: u16, work: &str, out: &str) -> S
         None => "template(name=\"out\" type=\"string\" string=\"%rawmsg%\\n\")".to_string(),
         Some(f) => format!("template(name=\"out\" type=\"string\" string=\"{f}\\n\")"),
     };
+    let queue = match queue {
+        ActionQueue::Direct => String::new(),
+        ActionQueue::DiskAssisted => {
+            "\n           queue.type=\"LinkedList\" queue.filename=\"out\" \
+             queue.maxDiskSpace=\"1g\" queue.saveOnShutdown=\"on\"\n           \
+             action.resumeRetryCount=\"-1\""
+                .to_string()
+        }
+    };
     format!(
         "# loghaul bench: scenario {name}; a private rsyslog, run in the foreground with -n\n\
          global(workDirectory=\"{work}\" maxMessageSize=\"64k\")\n\
          module(load=\"imptcp\" threads=\"1\")\n\
          {template}\n\
          ruleset(name=\"bench\") {{\n  \
-           action(type=\"omfile\" file=\"{out}\" template=\"out\" ioBufferSize=\"64k\")\n\
+           action(type=\"omfile\" file=\"{out}\" template=\"out\" ioBufferSize=\"64k\"{queue})\n\
          }}\n\
          input(type=\"imptcp\" address=\"127.0.0.1\" port=\"{port}\" ruleset=\"bench\")\n",
         name = scenario.name()
@@ -1503,6 +1658,88 @@ mod tests {
             ]
         );
         assert!(matches!(t.receivers[0].ready, Ready::Connect));
+    }
+
+    #[test]
+    fn disk_variants_parse_and_map_to_their_server() {
+        for (name, kind, base, sync) in [
+            (
+                "loghaul-disk-50ms",
+                SubjectKind::LoghaulDisk50ms,
+                SubjectKind::Loghaul,
+                Some("50ms"),
+            ),
+            (
+                "loghaul-disk-batch",
+                SubjectKind::LoghaulDiskBatch,
+                SubjectKind::Loghaul,
+                Some("every_batch"),
+            ),
+            (
+                "rsyslog-da",
+                SubjectKind::RsyslogDa,
+                SubjectKind::Rsyslog,
+                None,
+            ),
+            ("loghaul", SubjectKind::Loghaul, SubjectKind::Loghaul, None),
+        ] {
+            assert_eq!(SubjectKind::from_str(name, false).unwrap(), kind);
+            assert_eq!(kind.name(), name);
+            assert_eq!(serde_json::to_value(kind).unwrap(), name);
+            assert_eq!((kind.base(), kind.disk_sync()), (base, sync));
+        }
+        for s in [Scenario::Basic, Scenario::Syslog, Scenario::Forward] {
+            assert!(unsupported(SubjectKind::LoghaulDiskBatch, s).is_none());
+        }
+        for s in [Scenario::ForwardRelay, Scenario::Tail, Scenario::HttpEcho] {
+            assert!(unsupported(SubjectKind::LoghaulDisk50ms, s).is_some());
+        }
+        // rsyslog-da goes wherever rsyslog goes.
+        assert!(unsupported(SubjectKind::RsyslogDa, Scenario::Syslog).is_none());
+        assert!(unsupported(SubjectKind::RsyslogDa, Scenario::Forward).is_some());
+    }
+
+    #[test]
+    fn disk_buffer_goes_on_the_sink_with_a_data_dir_of_the_run() {
+        let disk = DiskBuffer {
+            sync: "50ms",
+            data_dir: "/run/x/data".into(),
+        };
+        let want = ", buffer: { type: disk, max_size: 1GiB, sync: 50ms, when_full: block } }";
+        for scenario in [Scenario::Syslog, Scenario::Basic, Scenario::Forward] {
+            let conf = loghaul_config_with_buffer(scenario, 1, 2, "/o", Some(&disk));
+            assert!(conf.contains("\ndata_dir: \"/run/x/data\"\n"), "{conf}");
+            let sink = conf.lines().find(|l| l.contains("out: {")).unwrap();
+            assert!(sink.ends_with(want), "{conf}");
+            // Without one, the config is the memory-buffered subject's, unchanged.
+            let plain = loghaul_config_with_buffer(scenario, 1, 2, "/o", None);
+            assert_eq!(plain, loghaul_config(scenario, 1, 2, "/o"));
+            assert!(
+                !plain.contains("buffer") && !plain.contains("data_dir"),
+                "{plain}"
+            );
+        }
+    }
+
+    #[test]
+    fn rsyslog_da_queues_its_action_on_disk() {
+        let direct = rsyslog_config(Scenario::Syslog, 1, "/w", "/o", ActionQueue::Direct);
+        assert!(!direct.contains("queue."), "{direct}");
+        let da = rsyslog_config(Scenario::Syslog, 1, "/w", "/o", ActionQueue::DiskAssisted);
+        let action = &da[da.find("action(").unwrap()..];
+        let action = &action[..action.find(')').unwrap()];
+        for want in [
+            "queue.type=\"LinkedList\"",
+            "queue.filename=\"out\"",
+            "queue.saveOnShutdown=\"on\"",
+            "action.resumeRetryCount=\"-1\"",
+        ] {
+            assert!(action.contains(want), "{want} in {action}");
+        }
+        assert!(
+            da.contains("workDirectory=\"/w\""),
+            "the spool is the run's: {da}"
+        );
     }
 
     #[test]

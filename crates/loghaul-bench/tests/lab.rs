@@ -341,14 +341,20 @@ fn scenario_smoke(scenario: &str) {
 }
 
 /// Runs `scenario` at a small size with `subjects` (and `extra` options), and checks the results
-/// folder: every run complete without loss or duplicates, and the `configs` kept.
-fn scenario_smoke_with(scenario: &str, subjects: &[&str], configs: &[&str], extra: &[&str]) {
+/// folder: every run complete without loss or duplicates, and the `configs` kept. Returns the
+/// Markdown table and the raw results (`None`: skipped, no `LOGHAUL_BIN`).
+fn scenario_smoke_with(
+    scenario: &str,
+    subjects: &[&str],
+    configs: &[&str],
+    extra: &[&str],
+) -> Option<(String, serde_json::Value)> {
     let Some(loghaul) = std::env::var_os("LOGHAUL_BIN") else {
         eprintln!(
             "\n*** SKIPPED scenario `{scenario}`: LOGHAUL_BIN is not set (CI sets it to \
              target/release/loghaul; set it to run the scenario tests) ***\n"
         );
-        return;
+        return None;
     };
     let out = tempfile::tempdir().unwrap();
     let table = ok(bench()
@@ -439,6 +445,7 @@ fn scenario_smoke_with(scenario: &str, subjects: &[&str], configs: &[&str], extr
     for name in configs {
         assert!(kept.join(name).exists(), "{scenario}: {name}");
     }
+    Some((table, json))
 }
 
 /// The cross-check driver: syslog-ng's loggen instead of the lab's generator. The meter reads
@@ -486,6 +493,62 @@ fn scenario_basic_small() {
 #[test]
 fn scenario_syslog_small() {
     scenario_smoke("syslog");
+}
+
+/// loghaul with a disk buffer (both `sync` modes) beside its memory buffer and rsyslog with a
+/// disk-assisted queue, in one `syslog` run: every run complete, no loss, no duplicates, each
+/// variant's config kept under its own name. The disk variants count fsyncs (a run writes its
+/// buffer, and every write is fsynced within 50ms); the others have no such column to fill.
+#[test]
+fn scenario_syslog_disk_buffers_small() {
+    let subjects = [
+        "loghaul",
+        "loghaul-disk-50ms",
+        "loghaul-disk-batch",
+        "rsyslog-da",
+    ];
+    let Some((table, json)) = scenario_smoke_with(
+        "syslog",
+        &subjects,
+        &[
+            "loghaul.yaml",
+            "loghaul-disk-50ms.yaml",
+            "loghaul-disk-batch.yaml",
+            "rsyslog-da.conf",
+        ],
+        &[],
+    ) else {
+        return;
+    };
+    assert!(
+        table.contains("| generator CPU/wall | fsyncs/s |"),
+        "{table}"
+    );
+    for subject in subjects {
+        assert!(
+            table.contains(&format!("\n| {subject} |")),
+            "{subject}: {table}"
+        );
+    }
+    for r in json["records"].as_array().unwrap() {
+        let disk = r["subject"].as_str().unwrap().starts_with("loghaul-disk");
+        if disk {
+            assert!(r["fsyncs"].as_u64().unwrap() >= 1, "{r}");
+            assert!(
+                r["platform"].as_str().unwrap().contains("disk buffer"),
+                "{r}"
+            );
+        } else {
+            assert!(r.get("fsyncs").is_none(), "{r}");
+        }
+    }
+    let summary = json["summary"].as_array().unwrap();
+    assert!(
+        summary[3]["platform"]
+            .as_str()
+            .unwrap()
+            .contains("disk-assisted")
+    );
 }
 
 #[test]

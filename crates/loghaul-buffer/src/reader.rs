@@ -29,8 +29,10 @@ use crate::shared::{Shared, add, sub};
 const PERSIST_INTERVAL: Duration = Duration::from_millis(100);
 /// One warning about damage per this period, with the count of the ones held back.
 const WARN_INTERVAL: Duration = Duration::from_secs(5);
-/// How much a read fetches at least, so small records cost one read per many.
-const READ_AHEAD: usize = 64 * 1024;
+/// How much a read fetches at least, so small records cost one read per many. Larger than a
+/// typical record (a batch of a few hundred KiB): with a window smaller than its records, every
+/// record's header read fetched the start of its payload, which was then read again whole.
+const READ_AHEAD: usize = 1 << 20;
 
 /// One record read from the buffer.
 #[derive(Clone, Debug, PartialEq, Eq)]
