@@ -3,14 +3,19 @@
 //! [`BuildTransform`], [`BuildSink`]).
 //!
 //! Start order: register metrics, build every sink and create its input queue (with the
-//! capacity and [`crate::pipeline::Prepare`] step the sink asks for), create the transforms'
-//! queues, wire each source's and transform's fan-out to the components that name it in
-//! `inputs`, build every source (binding its sockets, so a busy port fails the start before
-//! anything runs), then spawn sinks, transforms and sources.
+//! capacity and [`crate::pipeline::Prepare`] step the sink asks for, bounded as its `buffer`
+//! says; a disk buffer is opened, recovered and put between the sink's inputs and its queue),
+//! create the transforms' queues, wire each source's and transform's fan-out to the components
+//! that name it in `inputs`, build every source (binding its sockets, so a busy port fails the
+//! start before anything runs), then spawn sinks, transforms and sources.
 //!
 //! Stop order is the data's order: sources stop accepting and drain their connections; when a
 //! source ends, its fan-out's senders drop; a transform ends when all its inputs have; a sink
 //! ends when its queue is closed and empty, after a final flush. Nothing is cut off mid-batch.
+//! A disk buffer's writer ends when its queue closes (after a last fsync), and its reader once
+//! the sink has had everything written and settled what it took; what it could not deliver
+//! stays on disk for the next start. Every fan-out charges the global memory budget
+//! (`limits.memory`).
 
 use std::collections::HashMap;
 use std::time::Duration;
