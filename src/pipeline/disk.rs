@@ -536,6 +536,13 @@ async fn read_loop<F: FileSystem>(
                             let _ = tx.send((seq, status.await));
                         });
                         out.send(batch).await;
+                        // A long backlog is handed over in this loop: settle what the sink
+                        // committed meanwhile, so the cursor moves and segments are freed as it
+                        // drains, not only once it is caught up.
+                        while let Ok((seq, status)) = status_rx.try_recv() {
+                            outstanding -= 1;
+                            settle(&mut reader, seq, status, &metrics);
+                        }
                     }
                     Err(error) => {
                         // The record passed its checksum but does not decode: written by a
