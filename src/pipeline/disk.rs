@@ -238,25 +238,13 @@ pub fn start(options: DiskOptions) -> anyhow::Result<(InputSender, oneshot::Rece
         when_full: WhenFull::Block,
     };
     let (writer_done_tx, writer_done_rx) = oneshot::channel();
-    let writer_metrics = metrics.clone();
-    let name = id.clone();
-    std::thread::Builder::new()
-        .name(format!("buffer-{id}"))
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(error) => {
-                    tracing::error!(%error, component = %name, "Failed to start the disk buffer's runtime.");
-                    return;
-                }
-            };
-            rt.block_on(write_loop(writer, rx, sync, when_full, writer_metrics));
-            let _ = writer_done_tx.send(());
-        })
-        .with_context(|| format!("cannot start the disk buffer thread of '{id}'"))?;
+    super::spawn_on_own_thread(
+        format!("buffer-{id}"),
+        id.clone(),
+        write_loop(writer, rx, sync, when_full, metrics.clone()),
+        writer_done_tx,
+    )
+    .with_context(|| format!("cannot start the disk buffer thread of '{id}'"))?;
 
     let (done_tx, done_rx) = oneshot::channel();
     // The reader's own counts are not the sink's: the sink counts what it takes and writes.
@@ -410,7 +398,7 @@ async fn append<F: FileSystem>(
 ) -> usize {
     let mut done = 0;
     let mut whole = true;
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = FIRST_BACKOFF;
     while done < group.len() {
         let end = if whole { group.len() } else { done + 1 };
         let payloads: Vec<&[u8]> = group[done..end].iter().map(payload).collect();
@@ -418,7 +406,7 @@ async fn append<F: FileSystem>(
             Ok(_) => {
                 clear_own_degradation(metrics);
                 done = end;
-                backoff = Duration::from_millis(50);
+                backoff = FIRST_BACKOFF;
             }
             Err(AppendError::Full { .. }) => match when_full {
                 WhenFull::DropNewest => return done,
@@ -435,14 +423,8 @@ async fn append<F: FileSystem>(
             Err(AppendError::TooLarge { .. }) => return done,
             Err(AppendError::Io(error)) => {
                 whole = false;
-                metrics.error(ErrorKind::Io, 1);
-                metrics.set_health(
-                    Health::Degraded,
-                    Some(format!("{OWN_REASON}cannot write: {error}; retrying")),
-                );
-                crate::warn_limited!(metrics, %error, "Cannot write to the disk buffer; the sources wait while it retries.");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                let reason = format!("cannot write: {error}; retrying");
+                fail_and_back_off(metrics, reason, &mut backoff).await;
             }
         }
     }
@@ -457,19 +439,13 @@ async fn sync_and_commit<F: FileSystem>(
     unsynced: &mut Vec<Delivery>,
     metrics: &ComponentMetrics,
 ) {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = FIRST_BACKOFF;
     loop {
         match writer.sync() {
             Ok(()) => break,
             Err(error) => {
-                metrics.error(ErrorKind::Io, 1);
-                metrics.set_health(
-                    Health::Degraded,
-                    Some(format!("{OWN_REASON}fsync failed: {error}; writing again")),
-                );
-                crate::warn_limited!(metrics, %error, "fsync of the disk buffer failed; the batches are written again.");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
+                let reason = format!("fsync failed: {error}; writing again");
+                fail_and_back_off(metrics, reason, &mut backoff).await;
                 // Written again, so a copy that is durable exists; the reader may see both copies
                 // (a duplicate, never a loss).
                 let _ = append(writer, unsynced, WhenFull::Block, metrics).await;
@@ -477,6 +453,20 @@ async fn sync_and_commit<F: FileSystem>(
         }
     }
     commit(std::mem::take(unsynced));
+}
+
+/// The first and the longest wait before a failed write or fsync is tried again.
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Reports a failed write or fsync (counted, the sink degraded with the buffer's `reason`, a
+/// rate-limited warning), then waits `backoff`, which doubles up to [`MAX_BACKOFF`].
+async fn fail_and_back_off(metrics: &ComponentMetrics, reason: String, backoff: &mut Duration) {
+    metrics.error(ErrorKind::Io, 1);
+    crate::warn_limited!(metrics, %reason, "The disk buffer failed; the sources wait while it retries.");
+    metrics.set_health(Health::Degraded, Some(format!("{OWN_REASON}{reason}")));
+    tokio::time::sleep(*backoff).await;
+    *backoff = (*backoff * 2).min(MAX_BACKOFF);
 }
 
 fn commit(group: Vec<Delivery>) {

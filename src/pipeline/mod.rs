@@ -35,3 +35,34 @@ pub fn cpu_heavy<T>(f: impl FnOnce() -> T) -> T {
         _ => f(),
     }
 }
+
+/// Runs `task` to completion on a new OS thread named `thread` with a current-thread runtime of
+/// its own (what blocking writers get: file sinks, a disk buffer's writer), then fires `done`.
+/// `component` names the owner in the error logged if the runtime cannot start (`done` is then
+/// dropped unfired, which tells the waiter the task did not finish).
+///
+/// # Errors
+///
+/// The thread could not be started.
+pub fn spawn_on_own_thread(
+    thread: String,
+    component: String,
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+    done: tokio::sync::oneshot::Sender<()>,
+) -> std::io::Result<()> {
+    std::thread::Builder::new().name(thread).spawn(move || {
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(error) => {
+                tracing::error!(%error, %component, "Failed to start a thread's runtime.");
+                return;
+            }
+        };
+        rt.block_on(task);
+        let _ = done.send(());
+    })?;
+    Ok(())
+}

@@ -225,23 +225,7 @@ fn spawn_sink(
             });
         }
         SinkThread::Own => {
-            let name = id.to_owned();
-            std::thread::Builder::new()
-                .name(format!("sink-{id}"))
-                .spawn(move || {
-                    let rt = match tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                    {
-                        Ok(rt) => rt,
-                        Err(error) => {
-                            tracing::error!(%error, component = %name, "Failed to start the sink's runtime.");
-                            return;
-                        }
-                    };
-                    rt.block_on(run);
-                    let _ = done_tx.send(());
-                })
+            crate::pipeline::spawn_on_own_thread(format!("sink-{id}"), id.to_owned(), run, done_tx)
                 .with_context(|| format!("sink '{id}': cannot start its thread"))?;
         }
     }

@@ -9,15 +9,6 @@ use std::time::{Duration, Instant};
 
 use crate::harness::*;
 
-/// `count` raw lines `TAG N` for N in `range`.
-fn numbered(tag: &str, range: std::ops::Range<u64>) -> Vec<u8> {
-    let mut out = Vec::with_capacity((range.end - range.start) as usize * 24);
-    for i in range {
-        out.extend_from_slice(format!("{tag} {i}\n").as_bytes());
-    }
-    out
-}
-
 /// The trailing numbers of a text file's lines.
 fn numbers(path: &Path) -> Vec<u64> {
     fs::read_to_string(path)
@@ -292,39 +283,6 @@ fn damaged_disk_buffer_is_salvaged_and_the_pipeline_keeps_running() {
     b.finish();
 }
 
-/// A tmpfs mount that is unmounted (lazily) when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    fn mount(size: &str) -> Tmpfs {
-        let dir = std::env::temp_dir().join(format!(
-            "loghaul-it-buffer-tmpfs-{}-{size}",
-            std::process::id()
-        ));
-        fs::create_dir_all(&dir).unwrap();
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(
-            ok,
-            "mounting a tmpfs needs root (CI and the dev machines run as root)"
-        );
-        Tmpfs(dir)
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-        let _ = fs::remove_dir(&self.0);
-    }
-}
-
 /// The disk buffer's own file system fills up while its sink is down: intake blocks (the TCP
 /// sender waits), health says why, nothing crashes; once the sink is back the buffer drains,
 /// space comes back, intake resumes and every event arrives.
@@ -333,7 +291,9 @@ fn disk_buffer_on_a_full_file_system_blocks_intake_and_loses_nothing() {
     // About 55 MB of buffer records, 7 MB on the wire: far more than the 4 MiB file system and
     // the memory budget in front of the buffer hold.
     const N: u64 = 600_000;
-    let tmpfs = Tmpfs::mount("4M");
+    let tmpfs = Tmpfs::mount("4M").unwrap_or_else(|| {
+        panic!("mounting a tmpfs needs root (CI and the dev machines run as root)")
+    });
     let mut b = Server::start(&receiver("http", None, Path::new("{DIR}/out.log")));
     let out = b.path("out.log");
     let port = b.ports.tcp;

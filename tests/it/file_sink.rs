@@ -215,35 +215,6 @@ sinks:
     );
 }
 
-/// A tmpfs mount that is unmounted (lazily) when dropped.
-struct Tmpfs(std::path::PathBuf);
-
-impl Tmpfs {
-    /// Mounts a tmpfs of `size` at a new folder, or `None` where mounting is not allowed.
-    fn mount(size: &str) -> Option<Tmpfs> {
-        let dir =
-            std::env::temp_dir().join(format!("loghaul-it-tmpfs-{}-{size}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(&dir)
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        ok.then_some(Tmpfs(dir))
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-        let _ = std::fs::remove_dir(&self.0);
-    }
-}
-
 /// The file sink's disk fills up mid-stream: it keeps the events, retries, is degraded while
 /// full, and once space is freed writes every event exactly once with no torn line.
 #[test]

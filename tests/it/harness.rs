@@ -1227,6 +1227,46 @@ impl BlockedOutput {
     }
 }
 
+/// Raw lines `TAG N` for every N in `range`, newline-terminated: numbered events whose loss or
+/// repetition [`tally`] counts from the output's trailing numbers.
+pub fn numbered(tag: &str, range: std::ops::Range<u64>) -> Vec<u8> {
+    let mut out = Vec::with_capacity((range.end - range.start) as usize * 24);
+    for i in range {
+        out.extend_from_slice(format!("{tag} {i}\n").as_bytes());
+    }
+    out
+}
+
+/// A tmpfs mount (a small disk that fills up) that is unmounted (lazily) when dropped.
+pub struct Tmpfs(pub PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` at a new folder, or `None` where mounting is not allowed.
+    pub fn mount(size: &str) -> Option<Tmpfs> {
+        static MOUNTS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = MOUNTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!(
+            "loghaul-it-tmpfs-{}-{n}-{size}",
+            std::process::id()
+        ));
+        fs::create_dir_all(&dir).unwrap();
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&dir)
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs(dir))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+        let _ = fs::remove_dir(&self.0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,20 +34,12 @@ sinks:
     )
 }
 
-fn numbered(range: std::ops::Range<u64>) -> Vec<u8> {
-    let mut out = Vec::with_capacity((range.end - range.start) as usize * 24);
-    for i in range {
-        out.extend_from_slice(format!("http chain {i}\n").as_bytes());
-    }
-    out
-}
-
 #[test]
 fn http_sink_to_http_server_delivers_a_million_events() {
     const N: u64 = 1_000_000;
     let b = Server::start(&receiver("{DIR}/out.jsonl"));
     let a = Server::start(&sender(b.ports.tcp, "/in", ", compression: gzip"));
-    send_tcp(a.ports.tcp, &numbered(0..N));
+    send_tcp(a.ports.tcp, &numbered("http chain", 0..N));
     let numbers: Vec<u64> = wait_raw_lines(&b.out(), N as usize, Duration::from_secs(120))
         .iter()
         .map(|l| trailing_number(&String::from_utf8_lossy(l)))
@@ -71,7 +63,7 @@ fn http_sink_retries_while_the_server_cannot_write_and_loses_nothing() {
     let out = blocked.out.clone();
     let b = Server::start(&receiver(&out.to_string_lossy()));
     let a = Server::start(&sender(b.ports.tcp, "/in", ", max_events: 100"));
-    send_tcp(a.ports.tcp, &numbered(0..1000));
+    send_tcp(a.ports.tcp, &numbered("http chain", 0..1000));
     // B answers 503 while its file sink cannot write: A counts and retries.
     a.wait_metric(
         "loghaul_component_errors_total",
@@ -128,7 +120,7 @@ fn http_sink_dead_letters_what_the_server_refuses_and_replay_sends_them_once() {
     let b = Server::start(&receiver("{DIR}/out.jsonl"));
     // `/nowhere` is not one of B's paths: 404, which no retry can fix.
     let a = Server::start(&sender(b.ports.tcp, "/nowhere", ", max_events: 10"));
-    send_tcp(a.ports.tcp, &numbered(0..50));
+    send_tcp(a.ports.tcp, &numbered("http chain", 0..50));
     a.wait_metric("loghaul_dead_letter_events_total", "up", None, 50);
     assert!(
         a.stderr().contains("404"),
@@ -136,7 +128,7 @@ fn http_sink_dead_letters_what_the_server_refuses_and_replay_sends_them_once() {
         tail(&a.stderr(), 2000)
     );
     // The sink keeps going.
-    send_tcp(a.ports.tcp, &numbered(50..60));
+    send_tcp(a.ports.tcp, &numbered("http chain", 50..60));
     a.wait_metric("loghaul_dead_letter_events_total", "up", None, 60);
     let dlq = a.path("loghaul-data/dlq/up.jsonl");
     let letters: Vec<serde_json::Value> = fs::read_to_string(&dlq)
@@ -222,7 +214,7 @@ fn http_sink_basic_auth_and_the_start_up_health_check() {
             ", username: agent, password: \"pa:ss\", healthcheck_uri: \"http://127.0.0.1:{port}/health\""
         ),
     ));
-    send_tcp(a.ports.tcp, &numbered(0..20));
+    send_tcp(a.ports.tcp, &numbered("http chain", 0..20));
     assert_eq!(wait_raw_lines(&b.out(), 20, ARRIVE_TIMEOUT).len(), 20);
     assert!(
         !a.stderr().contains("health check failed"),
@@ -240,7 +232,7 @@ fn http_sink_basic_auth_and_the_start_up_health_check() {
             ", username: agent, password: wrong, healthcheck_uri: \"http://127.0.0.1:{dead}/health\""
         ),
     ));
-    send_tcp(c.ports.tcp, &numbered(100..105));
+    send_tcp(c.ports.tcp, &numbered("http chain", 100..105));
     c.wait_metric("loghaul_dead_letter_events_total", "up", None, 5);
     let deadline = Instant::now() + ARRIVE_TIMEOUT;
     while !c.stderr().contains("health check failed") {
@@ -338,7 +330,7 @@ fn http_sink_adaptive_concurrency_falls_under_503_and_rises_again_losing_nothing
     let mut next = 0;
     let mut peak = 1;
     for _ in 0..40 {
-        send_tcp(a.ports.tcp, &numbered(next..next + 5000));
+        send_tcp(a.ports.tcp, &numbered("http chain", next..next + 5000));
         next += 5000;
         std::thread::sleep(Duration::from_millis(200));
         peak = peak.max(a.metric(LIMIT, "up", None));
@@ -354,7 +346,7 @@ fn http_sink_adaptive_concurrency_falls_under_503_and_rises_again_losing_nothing
     let phase2 = next..next + 20_000;
     next = phase2.end;
     let a_port = a.ports.tcp;
-    let feeder = std::thread::spawn(move || send_tcp(a_port, &numbered(phase2)));
+    let feeder = std::thread::spawn(move || send_tcp(a_port, &numbered("http chain", phase2)));
     a.wait_metric_eq(LIMIT, "up", None, 1);
     let blocked = BlockedOutput::new();
     // Spawned, not started: it is unhealthy (its file will not open) as soon as A's retries
@@ -418,7 +410,7 @@ fn http_sink_dead_letters_what_outlives_its_retries() {
         "retry: { initial: 50ms, max: 500ms }",
         "retry: { initial: 20ms, max: 50ms, max_attempts: 3 }",
     ));
-    send_tcp(a.ports.tcp, &numbered(0..30));
+    send_tcp(a.ports.tcp, &numbered("http chain", 0..30));
     a.wait_metric("loghaul_dead_letter_events_total", "up", None, 30);
     let text = fs::read_to_string(a.path("loghaul-data/dlq/up.jsonl")).expect("dead letters");
     let letters: Vec<serde_json::Value> = text

@@ -158,6 +158,18 @@ impl Rng {
 }
 
 impl MemFs {
+    /// A handle on the existing file at `path`.
+    fn open_existing(&self, path: &Path, writable: bool) -> io::Result<MemFile> {
+        let mut state = self.lock();
+        let id = state.inode(path)?;
+        Ok(MemFile {
+            fs: self.clone(),
+            inode: id,
+            generation: state.generation,
+            writable,
+        })
+    }
+
     /// An empty file system with a root directory `/`.
     pub fn new() -> Self {
         let fs = MemFs::default();
@@ -407,25 +419,11 @@ impl FileSystem for MemFs {
     }
 
     fn open(&self, path: &Path) -> io::Result<MemFile> {
-        let mut state = self.lock();
-        let id = state.inode(path)?;
-        Ok(MemFile {
-            fs: self.clone(),
-            inode: id,
-            generation: state.generation,
-            writable: true,
-        })
+        self.open_existing(path, true)
     }
 
     fn open_read(&self, path: &Path) -> io::Result<MemFile> {
-        let mut state = self.lock();
-        let id = state.inode(path)?;
-        Ok(MemFile {
-            fs: self.clone(),
-            inode: id,
-            generation: state.generation,
-            writable: false,
-        })
+        self.open_existing(path, false)
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {

@@ -152,23 +152,7 @@ pub struct RawAttempts(pub String);
 
 impl<'de> Deserialize<'de> for RawAttempts {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<RawAttempts, D::Error> {
-        struct V;
-        impl serde::de::Visitor<'_> for V {
-            type Value = RawAttempts;
-            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str("a number of attempts or `forever`")
-            }
-            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<RawAttempts, E> {
-                Ok(RawAttempts(v.to_owned()))
-            }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<RawAttempts, E> {
-                Ok(RawAttempts(v.to_string()))
-            }
-            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<RawAttempts, E> {
-                Ok(RawAttempts(v.to_string()))
-            }
-        }
-        d.deserialize_any(V)
+        crate::raw::scalar_text(d, "a number of attempts or `forever`").map(RawAttempts)
     }
 }
 

@@ -40,7 +40,7 @@ pub struct RawDuration(pub String);
 pub struct RawName(pub String);
 
 /// Reads any scalar as its text; the validator decides what the text means.
-fn scalar_text<'de, D: Deserializer<'de>>(
+pub(crate) fn scalar_text<'de, D: Deserializer<'de>>(
     d: D,
     expecting: &'static str,
 ) -> Result<String, D::Error> {

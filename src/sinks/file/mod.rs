@@ -300,9 +300,8 @@ impl FileSink {
             self.lost_since_flush = true;
             return;
         }
-        let reason = std::mem::take(&mut self.open_error);
+        let reason = self.open_error.clone();
         self.dead_letter(bytes, events, &reason, 1);
-        self.open_error = reason;
     }
 
     /// Sends encoded events (lines) to the dead-letter file. Returns whether they are safe there;
