@@ -340,9 +340,16 @@ fn scenario_smoke(scenario: &str) {
     );
 }
 
+/// Peers that, now and then, hold the last events of a run past any idle timeout the lab could
+/// wait: rsyslog's disk-assisted action queue (seen once in CI: 34 of 20,000 events still queued
+/// 20 s after the rest, on a machine running other tests beside it; not seen again in 180 runs
+/// here, idle or under load). Their run may end as a timeout; loghaul's own subjects may not.
+const STALLING_PEERS: &[&str] = &["rsyslog-da"];
+
 /// Runs `scenario` at a small size with `subjects` (and `extra` options), and checks the results
-/// folder: every run complete without loss or duplicates, and the `configs` kept. Returns the
-/// Markdown table and the raw results (`None`: skipped, no `LOGHAUL_BIN`).
+/// folder: every run complete without loss or duplicates (but see [`STALLING_PEERS`]), and the
+/// `configs` kept. Returns the Markdown table and the raw results (`None`: skipped, no
+/// `LOGHAUL_BIN`).
 fn scenario_smoke_with(
     scenario: &str,
     subjects: &[&str],
@@ -412,6 +419,21 @@ fn scenario_smoke_with(
         );
     }
     for r in records {
+        if STALLING_PEERS.contains(&r["subject"].as_str().unwrap_or_default())
+            && r["status"] == "timeout"
+        {
+            // What the lab must still get right about such a run: it says so, and its count of
+            // what arrived and what did not adds up to what was sent.
+            let seen = r["events_seen"].as_u64().unwrap();
+            let loss = r["loss"].as_u64().unwrap();
+            assert!(loss > 0 && seen + loss == 20000, "{scenario}: {r}");
+            assert_eq!(r["duplicates"], 0, "{scenario}: {r}");
+            eprintln!(
+                "{scenario}: {} stalled with {loss} events queued: {r}",
+                r["subject"]
+            );
+            continue;
+        }
         assert_eq!(r["status"], "complete", "{scenario}: {r}");
         assert_eq!(r["events_seen"], 20000, "{scenario}: {r}");
         assert_eq!(r["loss"], 0, "{scenario}: {r}");
