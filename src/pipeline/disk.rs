@@ -19,7 +19,7 @@
 //! and is delivered again after a restart; so is every record that was in flight at a crash,
 //! which bounds the duplicates a crash can cause to what the sink had in hand.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
@@ -178,6 +178,64 @@ impl Gauges {
     }
 }
 
+/// How a sink's log in `dir` is opened.
+pub(super) fn log_config(dir: &Path, max_size: u64, sync: SyncMode) -> loghaul_buffer::Config {
+    loghaul_buffer::Config {
+        dir: dir.to_path_buf(),
+        max_size,
+        segment_size: SEGMENT_SIZE.min(max_size / 4).max(64 << 10),
+        max_record: MAX_RECORD,
+        sync: match sync {
+            SyncMode::EveryBatch => loghaul_buffer::SyncMode::EveryBatch,
+            SyncMode::Interval(d) => loghaul_buffer::SyncMode::Interval(d),
+            SyncMode::Never => loghaul_buffer::SyncMode::Never,
+        },
+    }
+}
+
+/// A sink's log, opened and recovered, with its gauges registered under the sink.
+struct Opened {
+    writer: Writer<RealFs>,
+    reader: Reader<RealFs>,
+    gauges: Gauges,
+    /// Records below this were in the log at start: the sink may have had them before.
+    first_new: u64,
+}
+
+/// Opens (and recovers) the log in `dir`, reports what recovery found, and registers its gauges.
+fn open_log(
+    id: &str,
+    dir: &Path,
+    max_size: u64,
+    sync: SyncMode,
+    metrics: &ComponentMetrics,
+) -> anyhow::Result<Opened> {
+    let config = log_config(dir, max_size, sync);
+    let (writer, reader, recovery) = loghaul_buffer::open(RealFs, config)
+        .with_context(|| format!("cannot open {}", dir.display()))?;
+    let gauges = Gauges::new(metrics);
+    gauges.max_bytes.store(max_size as i64, Ordering::Relaxed);
+    gauges
+        .redelivered
+        .store(recovery.records_pending as i64, Ordering::Relaxed);
+    let damaged = recovery.torn_bytes > 0
+        || recovery.damaged_bytes > 0
+        || recovery.lost_records > 0
+        || !recovery.quarantined.is_empty();
+    if damaged {
+        metrics.error(ErrorKind::Io, 1);
+        tracing::warn!(component = %id, path = %dir.display(), %recovery, "Disk buffer was damaged; salvaged what was valid and goes on.");
+    } else if recovery.records_pending > 0 {
+        tracing::info!(component = %id, path = %dir.display(), %recovery, "Disk buffer resumes; batches after the cursor are delivered again.");
+    }
+    Ok(Opened {
+        writer,
+        reader,
+        gauges,
+        first_new: recovery.next_seq,
+    })
+}
+
 /// Opens (and recovers) the buffer, starts its writer thread and reader task, and returns the
 /// sender the sink's upstreams feed, and a receiver that resolves once the reader has finished
 /// (after the sink took everything it could and the cursor was saved).
@@ -196,36 +254,12 @@ pub fn start(options: DiskOptions) -> anyhow::Result<(InputSender, oneshot::Rece
         metrics,
         sink,
     } = options;
-    let config = loghaul_buffer::Config {
-        dir: dir.clone(),
-        max_size,
-        segment_size: SEGMENT_SIZE.min(max_size / 4).max(64 << 10),
-        max_record: MAX_RECORD,
-        sync: match sync {
-            SyncMode::EveryBatch => loghaul_buffer::SyncMode::EveryBatch,
-            SyncMode::Interval(d) => loghaul_buffer::SyncMode::Interval(d),
-            SyncMode::Never => loghaul_buffer::SyncMode::Never,
-        },
-    };
-    let (writer, reader, recovery) = loghaul_buffer::open(RealFs, config)
-        .with_context(|| format!("cannot open {}", dir.display()))?;
-    let gauges = Gauges::new(&metrics);
-    // Records below this were in the buffer at start: the sink may have had them before.
-    let first_new = recovery.next_seq;
-    gauges.max_bytes.store(max_size as i64, Ordering::Relaxed);
-    gauges
-        .redelivered
-        .store(recovery.records_pending as i64, Ordering::Relaxed);
-    let damaged = recovery.torn_bytes > 0
-        || recovery.damaged_bytes > 0
-        || recovery.lost_records > 0
-        || !recovery.quarantined.is_empty();
-    if damaged {
-        metrics.error(ErrorKind::Io, 1);
-        tracing::warn!(component = %id, path = %dir.display(), %recovery, "Disk buffer was damaged; salvaged what was valid and goes on.");
-    } else if recovery.records_pending > 0 {
-        tracing::info!(component = %id, path = %dir.display(), %recovery, "Disk buffer resumes; batches after the cursor are delivered again.");
-    }
+    let Opened {
+        writer,
+        reader,
+        gauges,
+        first_new,
+    } = open_log(&id, &dir, max_size, sync, &metrics)?;
 
     let (tx, rx) = mpsc::channel::<Delivery>(WRITER_QUEUE);
     let sender = InputSender {
@@ -245,7 +279,74 @@ pub fn start(options: DiskOptions) -> anyhow::Result<(InputSender, oneshot::Rece
         writer_done_tx,
     )
     .with_context(|| format!("cannot start the disk buffer thread of '{id}'"))?;
+    let done = spawn_reader(
+        reader,
+        sink,
+        writer_done_rx,
+        gauges,
+        metrics,
+        id,
+        first_new,
+        None,
+    );
+    Ok((sender, done))
+}
 
+/// A memory-buffered sink's log of what a stop wrote to disk for it (see `pipeline::spill`), if
+/// `dir` holds one: a reader task delivers its records to the sink's queue ahead of the new
+/// events, and the log's writer is returned for the next stop's spill, with a receiver that
+/// resolves once the reader has finished. `None` when there is no such log.
+///
+/// # Errors
+///
+/// The directory exists but cannot be opened.
+pub fn resume(
+    id: &str,
+    dir: &Path,
+    metrics: &Arc<ComponentMetrics>,
+    sink: InputSender,
+) -> anyhow::Result<Option<(Writer<RealFs>, oneshot::Receiver<()>)>> {
+    if !dir.exists() {
+        return Ok(None);
+    }
+    let Opened {
+        writer,
+        reader,
+        gauges,
+        first_new,
+    } = open_log(id, dir, SPILL_MAX_SIZE, SyncMode::EveryBatch, metrics)?;
+    // Nothing more will be written until the next stop: the reader ends once it has delivered
+    // what the log held at start (records a spill appends later are the next start's).
+    let (writer_done_tx, writer_done_rx) = oneshot::channel();
+    let _ = writer_done_tx.send(());
+    let done = spawn_reader(
+        reader,
+        sink,
+        writer_done_rx,
+        gauges,
+        metrics.clone(),
+        id.to_owned(),
+        first_new,
+        Some(first_new),
+    );
+    Ok(Some((writer, done)))
+}
+
+/// The largest log a stop may spill a memory buffer into.
+pub const SPILL_MAX_SIZE: u64 = loghaul_config::delivery::DEFAULT_DISK_MAX_SIZE;
+
+/// Starts the task that feeds `sink` from the log (see [`read_loop`]).
+#[allow(clippy::too_many_arguments)]
+fn spawn_reader(
+    reader: Reader<RealFs>,
+    sink: InputSender,
+    writer_done: oneshot::Receiver<()>,
+    gauges: Gauges,
+    metrics: Arc<ComponentMetrics>,
+    id: String,
+    first_new: u64,
+    until: Option<u64>,
+) -> oneshot::Receiver<()> {
     let (done_tx, done_rx) = oneshot::channel();
     // The reader's own counts are not the sink's: the sink counts what it takes and writes.
     let reader_metrics =
@@ -258,16 +359,17 @@ pub fn start(options: DiskOptions) -> anyhow::Result<(InputSender, oneshot::Rece
         read_loop(
             reader,
             fanout,
-            writer_done_rx,
+            writer_done,
             gauges,
             metrics,
             id,
             first_new,
+            until,
         )
         .await;
         let _ = done_tx.send(());
     });
-    Ok((sender, done_rx))
+    done_rx
 }
 
 /// Appends what the fan-outs send, in groups, and acknowledges each batch once the buffer holds
@@ -368,7 +470,7 @@ fn prepared_len(d: &Delivery) -> usize {
 
 /// Takes out (and rejects, counted) batches that exceed the buffer's record limit: they can never
 /// be written, however long the sink waits.
-fn reject_oversized(group: Vec<Delivery>, metrics: &ComponentMetrics) -> Vec<Delivery> {
+pub(super) fn reject_oversized(group: Vec<Delivery>, metrics: &ComponentMetrics) -> Vec<Delivery> {
     let max = MAX_RECORD as usize;
     let (ok, too_large): (Vec<_>, Vec<_>) = group.into_iter().partition(|d| prepared_len(d) <= max);
     for d in too_large {
@@ -390,7 +492,7 @@ fn reject_oversized(group: Vec<Delivery>, metrics: &ComponentMetrics) -> Vec<Del
 /// The group goes in one write while that works. After a failure it goes one batch at a time:
 /// a file system with less room than the whole group (smaller than `max_size`, or shared) then
 /// still takes it piece by piece as acknowledged segments are deleted.
-async fn append<F: FileSystem>(
+pub(super) async fn append<F: FileSystem>(
     writer: &mut Writer<F>,
     group: &[Delivery],
     when_full: WhenFull,
@@ -434,7 +536,7 @@ async fn append<F: FileSystem>(
 /// fsyncs and, once that succeeded, acknowledges every batch written since the last fsync. A
 /// failed fsync leaves nothing known durable: the writer has sealed that segment, so the batches
 /// are written again to a new one and synced there.
-async fn sync_and_commit<F: FileSystem>(
+pub(super) async fn sync_and_commit<F: FileSystem>(
     writer: &mut Writer<F>,
     unsynced: &mut Vec<Delivery>,
     metrics: &ComponentMetrics,
@@ -475,7 +577,9 @@ fn commit(group: Vec<Delivery>) {
     }
 }
 
-/// Feeds the sink from the log and acknowledges records as the sink commits them.
+/// Feeds the sink from the log and acknowledges records as the sink commits them. With
+/// `until`, only records below it are delivered (the rest stay in the log).
+#[allow(clippy::too_many_arguments)]
 async fn read_loop<F: FileSystem>(
     mut reader: Reader<F>,
     fanout: Fanout,
@@ -484,6 +588,7 @@ async fn read_loop<F: FileSystem>(
     metrics: Arc<ComponentMetrics>,
     id: String,
     first_new: u64,
+    until: Option<u64>,
 ) {
     let shared = reader.shared().clone();
     let (status_tx, mut status_rx) = mpsc::unbounded_channel::<(u64, BatchStatus)>();
@@ -498,6 +603,10 @@ async fn read_loop<F: FileSystem>(
         if let Some(out) = &fanout {
             loop {
                 let record = match reader.next() {
+                    Ok(Some(record)) if until.is_some_and(|u| record.seq >= u) => {
+                        caught_up = true;
+                        break;
+                    }
                     Ok(Some(record)) => record,
                     Ok(None) => {
                         caught_up = true;

@@ -601,4 +601,50 @@ mod tests {
             .unwrap_or_else(|_| panic!("budget came back when the sink dropped the batch"));
         assert!(budget.used() <= one * 2 + one / 2);
     }
+
+    /// A hand-over takes what is queued and lists what the sink holds unsettled (a batch it is
+    /// still retrying, or one it split across requests whose forks are alive), but not what it
+    /// settled; from then on the sink's `recv` says "no more". A hand-over dropped unused
+    /// changes nothing for the sink.
+    #[tokio::test]
+    async fn a_handover_takes_the_queue_and_lists_what_the_sink_holds() {
+        let reg = Registry::default();
+        let (tx, mut input) = sink_queue(&reg, "a");
+        let fan = Fanout::new(vec![tx], reg.register("s", ComponentKind::Source, "test"));
+        let unused = input.handover();
+        drop(unused);
+        fan.send(batch(1)).await;
+        assert!(
+            input.recv().await.is_some(),
+            "a dropped hand-over never fires"
+        );
+
+        let handover = input.handover();
+        for n in [2, 3, 4, 5] {
+            fan.send(batch(n)).await;
+        }
+        let settled = input.recv().await.unwrap_or_else(|| panic!("queued"));
+        settled.ack.commit(BatchStatus::Delivered);
+        let held = input.recv().await.unwrap_or_else(|| panic!("queued"));
+        let split = input.recv().await.unwrap_or_else(|| panic!("queued"));
+        let fork = split.ack.fork();
+        split.ack.commit(BatchStatus::Delivered);
+        drop(split.batch);
+
+        let in_hand: Vec<usize> = handover.start().iter().map(|b| b.len()).collect();
+        assert_eq!(
+            in_hand,
+            [3, 4],
+            "the held batch and the split one, oldest first"
+        );
+        assert!(input.recv().await.is_none(), "the sink gets no more");
+        assert!(input.try_recv().is_none());
+        let rest = handover
+            .recv()
+            .await
+            .unwrap_or_else(|| panic!("still queued"));
+        assert_eq!(rest.len(), 5);
+        drop((held, fork, fan));
+        assert!(handover.recv().await.is_none(), "every upstream gone");
+    }
 }

@@ -14,6 +14,7 @@ pub mod disk;
 pub mod fanout;
 pub mod queue;
 pub mod shutdown;
+pub mod spill;
 
 pub use fanout::{Fanout, Shedding};
 pub use queue::{

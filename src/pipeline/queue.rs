@@ -16,15 +16,21 @@
 //! sender runs it on its own task, so encoding happens on the runtime's worker threads, in
 //! parallel across connections and while the freshly decoded batch is still in that core's cache.
 //! The sink's own thread is left with the writes.
+//!
+//! At a stop, a memory buffer whose sink cannot drain it in time is taken over ([`Handover`]):
+//! the sink's `recv` answers "no more" and the topology writes what is still queued to disk
+//! (see `pipeline::spill`), so the receiving end is shared between the two, behind a lock only
+//! they ever take.
 
+use std::collections::VecDeque;
 use std::ops::Deref;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
 
 use loghaul_config::WhenFull;
 use loghaul_core::EventBatch;
 use loghaul_core::finalizer::Ack;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::metrics::ComponentMetrics;
 
@@ -78,9 +84,55 @@ pub struct InputSender {
 
 /// The receiving end of a component's input queue; keeps its queue gauges honest.
 pub struct Input {
-    rx: mpsc::Receiver<Delivery>,
+    shared: Arc<Receiving>,
+    /// Fires when the queue has been handed over: `recv` then says "no more". `None` until
+    /// [`Input::handover`] makes one.
+    handed_over: Option<watch::Receiver<bool>>,
     pub(super) metrics: Arc<ComponentMetrics>,
+    /// Whether to list the batches in hand (only a queue that may be handed over needs it).
+    track: bool,
+}
+
+/// What the component and, at a stop, a [`Handover`] share of the receiving end.
+struct Receiving {
+    /// Uncontended while the component runs (only it receives); the hand-over takes it once.
+    rx: tokio::sync::Mutex<mpsc::Receiver<Delivery>>,
+    metrics: Arc<ComponentMetrics>,
     events: Option<Arc<EventLimit>>,
+    /// Once a [`Handover`] exists: the batches the component took, oldest first. Each entry
+    /// lives as long as the delivery's ack and its forks (see `Ack::holding`), so one that
+    /// still upgrades is a batch the component has in hand and has not settled.
+    in_hand: std::sync::Mutex<VecDeque<Weak<InHand>>>,
+}
+
+/// A batch in its component's hands (see [`Receiving::in_hand`]).
+struct InHand(Arc<EventBatch>);
+
+/// Past this many entries, settled ones are swept out of the middle too, not only the front (a
+/// batch a sink retries for long would otherwise keep every later one listed).
+const SWEEP_IN_HAND: usize = 64;
+
+impl Receiving {
+    /// Gives back what a queued batch held of the queue: its event permits and its gauges.
+    fn release(&self, batch: &EventBatch) {
+        if let Some(limit) = &self.events {
+            limit
+                .permits
+                .add_permits(events_of(limit, batch.len()) as usize);
+        }
+        self.metrics
+            .buffer_events
+            .fetch_sub(batch.len() as i64, Ordering::Relaxed);
+        self.metrics.buffer_batches.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Takes a queue away from its component at a stop: from [`Handover::start`] on, the
+/// component's `recv` returns `None` (as if its upstreams had gone), and what is queued, or
+/// still sent, comes out of [`Handover::recv`] instead.
+pub struct Handover {
+    shared: Arc<Receiving>,
+    trigger: watch::Sender<bool>,
 }
 
 /// A memory buffer's bound in events, besides the queue's bound in batches.
@@ -153,39 +205,111 @@ pub fn bounded_queue(
             when_full: limits.when_full,
         },
         Input {
-            rx,
+            shared: Arc::new(Receiving {
+                rx: tokio::sync::Mutex::new(rx),
+                metrics: metrics.clone(),
+                events,
+                in_hand: std::sync::Mutex::new(VecDeque::new()),
+            }),
+            handed_over: None,
             metrics,
-            events,
+            track: false,
         },
     )
 }
 
 impl Input {
-    /// The next batch, or `None` once every upstream is gone (shutdown).
+    /// The next batch, or `None` once every upstream is gone (shutdown) or the queue was handed
+    /// over. Cancel-safe.
     pub async fn recv(&mut self) -> Option<Delivery> {
-        let batch = self.rx.recv().await?;
-        self.account(&batch);
-        Some(batch)
+        let mut rx = self.shared.rx.lock().await;
+        let batch = match &mut self.handed_over {
+            None => rx.recv().await?,
+            Some(handed_over) => {
+                if *handed_over.borrow() {
+                    return None;
+                }
+                tokio::select! {
+                    biased;
+                    // A hand-over that was dropped unused never comes.
+                    Ok(_) = handed_over.wait_for(|v| *v) => return None,
+                    batch = rx.recv() => batch?,
+                }
+            }
+        };
+        drop(rx);
+        Some(self.account(batch))
     }
 
     /// A batch if one is queued right now.
     pub fn try_recv(&mut self) -> Option<Delivery> {
-        let batch = self.rx.try_recv().ok()?;
-        self.account(&batch);
+        if self.handed_over.as_ref().is_some_and(|h| *h.borrow()) {
+            return None;
+        }
+        let batch = self.shared.rx.try_lock().ok()?.try_recv().ok()?;
+        Some(self.account(batch))
+    }
+
+    /// A handle that can take this queue away from its component at a stop; from now on the
+    /// queue lists the batches its component holds, so the hand-over can take those too.
+    pub fn handover(&mut self) -> Handover {
+        let (trigger, handed_over) = watch::channel(false);
+        self.handed_over = Some(handed_over);
+        self.track = true;
+        Handover {
+            shared: self.shared.clone(),
+            trigger,
+        }
+    }
+
+    fn account(&self, mut d: Delivery) -> Delivery {
+        self.shared.release(&d.batch);
+        self.metrics.received(d.batch.len(), d.batch.arena.len());
+        if self.track {
+            let entry = Arc::new(InHand(d.batch.clone()));
+            if let Ok(mut in_hand) = self.shared.in_hand.lock() {
+                while in_hand.front().is_some_and(|e| e.strong_count() == 0) {
+                    in_hand.pop_front();
+                }
+                if in_hand.len() >= SWEEP_IN_HAND {
+                    in_hand.retain(|e| e.strong_count() > 0);
+                }
+                in_hand.push_back(Arc::downgrade(&entry));
+            }
+            d.ack = d.ack.holding(entry);
+        }
+        d
+    }
+}
+
+impl Handover {
+    /// Takes the queue: the component's `recv` returns `None` from now on. Returns the batches
+    /// the component holds and has not settled, oldest first: it may still deliver them, or
+    /// never.
+    pub fn start(&self) -> Vec<Arc<EventBatch>> {
+        self.trigger.send_replace(true);
+        match self.shared.in_hand.lock() {
+            Ok(mut in_hand) => in_hand
+                .drain(..)
+                .filter_map(|e| e.upgrade().map(|e| e.0.clone()))
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// The next queued batch, waiting for one while upstreams may still send; `None` once they
+    /// are all gone. Call [`Handover::start`] first, or this competes with the component.
+    pub async fn recv(&self) -> Option<Delivery> {
+        let batch = self.shared.rx.lock().await.recv().await?;
+        self.shared.release(&batch);
         Some(batch)
     }
 
-    fn account(&self, batch: &EventBatch) {
-        if let Some(limit) = &self.events {
-            limit
-                .permits
-                .add_permits(events_of(limit, batch.len()) as usize);
-        }
-        self.metrics
-            .buffer_events
-            .fetch_sub(batch.len() as i64, Ordering::Relaxed);
-        self.metrics.buffer_batches.fetch_sub(1, Ordering::Relaxed);
-        self.metrics.received(batch.len(), batch.arena.len());
+    /// A batch if one is queued right now.
+    pub fn try_recv(&self) -> Option<Delivery> {
+        let batch = self.shared.rx.try_lock().ok()?.try_recv().ok()?;
+        self.shared.release(&batch);
+        Some(batch)
     }
 }
 

@@ -14,8 +14,9 @@
 //! ends when its queue is closed and empty, after a final flush. Nothing is cut off mid-batch.
 //! A disk buffer's writer ends when its queue closes (after a last fsync), and its reader once
 //! the sink has had everything written and settled what it took; what it could not deliver
-//! stays on disk for the next start. Every fan-out charges the global memory budget
-//! (`limits.memory`).
+//! stays on disk for the next start. Memory buffers not drained when the last part of
+//! `shutdown_timeout` begins are written to disk (`pipeline::spill`) and fed to their sinks at
+//! the next start. Every fan-out charges the global memory budget (`limits.memory`).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -27,6 +28,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::metrics::Registry;
+use crate::pipeline::spill::SpillPlan;
 use crate::pipeline::{
     BoxFuture, Fanout, Input, InputSender, QUEUE_BATCHES, QueueLimits, ShutdownSignal,
     ShutdownTrigger, bounded_queue, input_queue, shutdown_pair,
@@ -45,7 +47,13 @@ pub struct Topology {
     sources: Vec<JoinHandle<()>>,
     transforms: Vec<JoinHandle<()>>,
     sinks: Vec<(String, tokio::sync::oneshot::Receiver<()>)>,
+    /// Memory-buffered sinks' queues, to write to disk if a stop runs out of time.
+    spills: Vec<SpillPlan>,
 }
+
+/// The part of `shutdown_timeout` kept for writing undrained memory buffers to disk: a quarter
+/// of it, at most this.
+const SPILL_RESERVE: Duration = Duration::from_secs(5);
 
 /// Starts every component of `config`.
 ///
@@ -61,6 +69,7 @@ pub async fn start(
     let (trigger, signal) = shutdown_pair();
     let budget = MemoryBudget::new(config.limits.memory);
     let mut buffer_tasks: Vec<(String, tokio::sync::oneshot::Receiver<()>)> = Vec::new();
+    let mut spills = Vec::new();
 
     // Input queues for everything that has inputs.
     let mut senders: HashMap<&str, InputSender> = HashMap::new();
@@ -89,7 +98,23 @@ pub async fn start(
                     max_events: *max_events,
                     when_full: sink.buffer.when_full,
                 };
-                let (tx, rx) = bounded_queue(metrics, built.prepare.clone(), limits);
+                let (tx, mut rx) = bounded_queue(metrics.clone(), built.prepare.clone(), limits);
+                // What an earlier stop wrote to disk for this sink goes first.
+                let dir = config.data_dir.join("buffers").join(&sink.id);
+                let resumed =
+                    crate::pipeline::disk::resume(&sink.id, &dir, &metrics, tx.clone())
+                        .with_context(|| format!("sink '{}': memory buffer's log", sink.id))?;
+                let writer = resumed.map(|(writer, done)| {
+                    buffer_tasks.push((format!("{} (spilled buffer)", sink.id), done));
+                    writer
+                });
+                spills.push(SpillPlan {
+                    id: sink.id.clone(),
+                    dir,
+                    writer,
+                    handover: rx.handover(),
+                    metrics,
+                });
                 sinks_built.push((sink.id.clone(), built, rx));
                 tx
             }
@@ -206,6 +231,7 @@ pub async fn start(
         sources,
         transforms,
         sinks,
+        spills,
     })
 }
 
@@ -240,21 +266,63 @@ impl Topology {
 
     /// Stops everything in data order. Returns false if `timeout` passed before every sink
     /// flushed (the caller exits non-zero: some data may not have been written).
-    pub async fn stop(self, timeout: Duration) -> bool {
+    ///
+    /// When the last quarter of `timeout` (at most [`SPILL_RESERVE`]) begins with sinks still
+    /// draining, their memory buffers are taken from them and written to disk
+    /// ([`crate::pipeline::spill`]), to be delivered at the next start.
+    pub async fn stop(mut self, timeout: Duration) -> bool {
         self.trigger.trigger();
-        let drain = async {
-            for task in self.sources {
-                let _ = task.await;
+        let deadline = tokio::time::Instant::now() + timeout;
+        let spill_at = deadline - (timeout / 4).min(SPILL_RESERVE);
+        if tokio::time::timeout_at(spill_at, self.drain())
+            .await
+            .is_ok()
+        {
+            return true;
+        }
+        // Forget the sinks that have finished (a finished receiver must not be awaited again).
+        self.sinks.retain_mut(|(id, done)| match done.try_recv() {
+            Ok(()) => false,
+            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                tracing::error!(component = %id, "Sink stopped abnormally.");
+                false
             }
-            for task in self.transforms {
-                let _ = task.await;
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => true,
+        });
+        let unfinished: Vec<String> = self.sinks.iter().map(|(id, _)| id.clone()).collect();
+        for plan in std::mem::take(&mut self.spills) {
+            if !unfinished.contains(&plan.id) {
+                continue;
             }
-            for (id, done) in self.sinks {
-                if done.await.is_err() {
-                    tracing::error!(component = %id, "Sink stopped abnormally.");
+            let id = format!("{} (spill)", plan.id);
+            match plan.start() {
+                Ok(done) => self.sinks.push((id, done)),
+                Err(error) => {
+                    tracing::error!(%error, component = %id, "Cannot start writing the memory buffer to disk.")
                 }
             }
-        };
-        tokio::time::timeout(timeout, drain).await.is_ok()
+        }
+        tokio::time::timeout_at(deadline, self.drain())
+            .await
+            .is_ok()
+    }
+
+    /// Waits for every task in data order; cancel-safe (what finished is forgotten, so a
+    /// second call waits only for the rest).
+    async fn drain(&mut self) {
+        while let Some(task) = self.sources.last_mut() {
+            let _ = task.await;
+            self.sources.pop();
+        }
+        while let Some(task) = self.transforms.last_mut() {
+            let _ = task.await;
+            self.transforms.pop();
+        }
+        while let Some((id, done)) = self.sinks.last_mut() {
+            if done.await.is_err() {
+                tracing::error!(component = %id, "Sink stopped abnormally.");
+            }
+            self.sinks.pop();
+        }
     }
 }

@@ -156,6 +156,60 @@ fn disk_buffer_rides_out_a_minute_long_outage_losing_nothing() {
     b2.finish();
 }
 
+/// A memory-buffered sink whose receiver is down when loghaul is stopped: the last part of
+/// `shutdown_timeout` writes to disk what the sink holds (retrying) and what waits in its queue,
+/// and the next start delivers all of it once the receiver is up. Syslog cannot resend, so
+/// anything not written would be lost: every event must arrive.
+#[test]
+fn a_stop_writes_an_undrained_memory_buffer_to_disk_and_the_next_start_delivers_it() {
+    const N: u64 = 20_000;
+    let port = free_tcp_port();
+    let mut a = Server::start(&sender(
+        &format!(
+            "type: http, uri: \"http://127.0.0.1:{port}/in\", encoding: ndjson, concurrency: 1, max_events: 100, retry: {{ initial: 50ms, max: 200ms }}, buffer: {{ type: memory, max_events: 100000 }}"
+        ),
+        "",
+    ));
+    send_tcp(a.ports.tcp, &numbered("spill", 0..N));
+    a.wait_metric("loghaul_component_received_events_total", "in", None, N);
+    a.signal("TERM");
+    let status = a
+        .wait_exit(Duration::from_secs(10))
+        .expect("exits within shutdown_timeout");
+    // The sink never finished (its request is still failing), so the exit says so.
+    assert!(!status.success(), "{status}");
+    let hold = a.hold_ports();
+    let log = a.stderr();
+    let spilled: u64 = log
+        .lines()
+        .find(|l| l.contains("wrote it to disk"))
+        .and_then(|l| l.split(" events=").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no spill in the log:\n{}", tail(&log, 4000)));
+    assert!(spilled >= N, "{spilled} of {N} events written to disk");
+    let inspect = output_text(&loghaul(&[
+        "buffer",
+        "inspect",
+        a.path("loghaul-data/buffers/up").to_str().unwrap(),
+    ]));
+    assert!(!inspect.contains("damage"), "{inspect}");
+
+    let b = Server::start(&receiver("http", Some(port), Path::new("{DIR}/out.log")));
+    let out = b.path("out.log");
+    a.restart();
+    drop(hold);
+    let got = wait_all(&out, N, Duration::from_secs(60));
+    a.wait_metric_eq("loghaul_disk_buffer_records", "up", None, 0);
+    let dups = assert_none_lost(&got, N, "after a stop with the sink down");
+    // Duplicates only from what the sink had in hand and partly delivered: none here, since its
+    // receiver was down the whole time.
+    assert_eq!(dups, 0);
+    eprintln!("spill: {spilled} events written to disk at the stop, all delivered after");
+    a.finish();
+    b.finish();
+}
+
 /// Between two runs, bytes are flipped in the middle of a sealed segment and the open one loses
 /// its tail. On restart the damaged segment is salvaged (its damaged original quarantined), the
 /// torn tail cut, every other batch delivered, what was lost counted, and the pipeline goes on.

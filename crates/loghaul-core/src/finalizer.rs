@@ -103,6 +103,7 @@ impl Finalizer {
     pub fn ack(&self) -> Ack {
         Ack {
             inner: self.inner.clone(),
+            hold: None,
         }
     }
 
@@ -118,6 +119,8 @@ impl Finalizer {
 #[must_use = "an Ack dropped without commit reports the batch as Errored"]
 pub struct Ack {
     inner: Option<Arc<Inner>>,
+    /// Kept alive for as long as this ack or a fork of it is (see [`Ack::holding`]).
+    hold: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for Ack {
@@ -133,6 +136,24 @@ impl Ack {
     pub fn commit(mut self, status: BatchStatus) {
         if let Some(inner) = self.inner.take() {
             inner.update(status);
+        }
+    }
+
+    /// This ack, keeping `token` alive until it and every [`Ack::fork`] of it are committed or
+    /// dropped: a queue holds a weak reference to the token to know which batches its
+    /// component still has in hand.
+    pub fn holding(mut self, token: Arc<dyn std::any::Any + Send + Sync>) -> Ack {
+        self.hold = Some(token);
+        self
+    }
+
+    /// Another obligation for the same batch, as the sink's own: a sink that splits a batch
+    /// across several writes (requests) gives each its fork, so the batch counts as in hand
+    /// until the last of them is settled.
+    pub fn fork(&self) -> Ack {
+        Ack {
+            inner: self.inner.clone(),
+            hold: self.hold.clone(),
         }
     }
 }

@@ -246,7 +246,6 @@ impl Sink {
         };
         self.deliveries += 1;
         let delivery_id = self.deliveries;
-        let mut ack = Some(ack);
         let mut start = 0usize;
         for (i, event) in batch.events.iter().enumerate() {
             let end = prepared.ends.get(i).map_or(start, |e| *e as usize);
@@ -271,8 +270,9 @@ impl Sink {
             };
             if open.last_delivery != delivery_id {
                 open.last_delivery = delivery_id;
-                open.acks
-                    .push(ack.take().unwrap_or_else(|| batch.finalizer.ack()));
+                // Forks of the delivery's ack: its queue counts the batch in hand until every
+                // request with its events is settled.
+                open.acks.push(ack.fork());
             }
             open.request.extend_from_slice(entry);
             open.events += 1;
@@ -282,10 +282,8 @@ impl Sink {
                 self.close_request(at);
             }
         }
-        if let Some(ack) = ack {
-            // A batch with no events (or none left to route) is done.
-            ack.commit(BatchStatus::Delivered);
-        }
+        // The requests' forks carry the batch's fate (and a batch with no events is done).
+        ack.commit(BatchStatus::Delivered);
         self.encoder.pool.put(prepared.bytes);
     }
 

@@ -143,7 +143,7 @@ async fn run(
             delivery = input.recv() => {
                 let Some(delivery) = delivery else { break };
                 let batch = delivery.batch.clone();
-                batcher.begin();
+                batcher.begin(Some(&delivery.ack));
                 for event in &batch.events {
                     batcher.add(&batch, event, &mut ready);
                     for full in ready.drain(..) {

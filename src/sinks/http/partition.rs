@@ -40,9 +40,19 @@ pub struct Filling {
 }
 
 impl Filling {
-    fn push(&mut self, config: &HttpSinkConfig, batch: &EventBatch, event: &Event, delivery: u64) {
+    fn push(
+        &mut self,
+        config: &HttpSinkConfig,
+        ack: Option<&Ack>,
+        batch: &EventBatch,
+        event: &Event,
+        delivery: u64,
+    ) {
         if self.ack_of != delivery {
-            self.acks.push(batch.finalizer.ack());
+            // A fork of the delivery's own ack: its queue counts the batch in hand until every
+            // request with its events is settled.
+            self.acks
+                .push(ack.map_or_else(|| batch.finalizer.ack(), Ack::fork));
             self.ack_of = delivery;
         }
         if self.events == 0 {
@@ -117,6 +127,8 @@ pub struct Batcher {
     parts: HashMap<String, Part>,
     scratch: String,
     delivery: u64,
+    /// The current delivery's ack, which every request with its events gets a fork of.
+    ack: Option<Ack>,
     /// Whether this delivery's batch was already reported rejected (for an invalid target).
     rejected: bool,
     stats: Stats,
@@ -146,19 +158,26 @@ impl Batcher {
             parts: HashMap::new(),
             scratch: String::new(),
             delivery: 0,
+            ack: None,
             rejected: false,
             stats: Stats::default(),
         })
     }
 
-    /// Starts a new delivery (its events add one `Ack` of their batch to each request).
-    pub fn begin(&mut self) {
+    /// Starts a new delivery (its events add a fork of `ack` to each request they go to; with
+    /// none, an ack of their batch's finalizer).
+    pub fn begin(&mut self, ack: Option<&Ack>) {
         self.delivery += 1;
+        self.ack = ack.map(Ack::fork);
         self.rejected = false;
     }
 
-    /// The counts of the delivery so far, reset.
+    /// Ends the delivery: the counts of it, reset.
     pub fn take_stats(&mut self) -> Stats {
+        // The requests' forks carry the batch's fate; this one only lent them its hold.
+        if let Some(ack) = self.ack.take() {
+            ack.commit(BatchStatus::Delivered);
+        }
         std::mem::take(&mut self.stats)
     }
 
@@ -188,7 +207,8 @@ impl Batcher {
             }
             return;
         }
-        part.filling.push(&self.config, batch, event, self.delivery);
+        part.filling
+            .push(&self.config, self.ack.as_ref(), batch, event, self.delivery);
         if part.filling.is_full(&self.config) {
             ready.extend(part.take());
         }
@@ -305,7 +325,7 @@ mod tests {
 
     fn run(batcher: &mut Batcher, batch: &EventBatch) -> Vec<Ready> {
         let mut ready = Vec::new();
-        batcher.begin();
+        batcher.begin(None);
         for event in &batch.events {
             batcher.add(batch, event, &mut ready);
         }
@@ -444,7 +464,7 @@ mod tests {
             });
         }
         let mut ready = Vec::new();
-        batcher.begin();
+        batcher.begin(None);
         for event in &b.events {
             batcher.add(&b, event, &mut ready);
             assert!(batcher.parts.len() <= MAX_OPEN);
