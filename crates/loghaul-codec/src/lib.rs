@@ -8,6 +8,8 @@
 //!
 //! - [`framing`]: newline and RFC 6587 octet-counted framing, with per-message auto-detection.
 //! - [`syslog`]: RFC 5424 and RFC 3164 decoders (strict or lenient), zero-copy.
+//! - [`forward`]: the Fluentd forward protocol (all modes, gzip and zstd entries).
+//! - [`http_body`]: HTTP request bodies (JSON, NDJSON, text; gzip or zstd), bounded inflating.
 //! - [`encode`]: hand-written JSON and text encoders.
 //!
 //! Nothing here panics on input, and nothing allocates per event: events are spans into the
@@ -16,6 +18,7 @@
 pub mod encode;
 pub mod forward;
 pub mod framing;
+pub mod http_body;
 mod scan;
 pub use scan::is_ascii;
 mod simd;

@@ -14,11 +14,9 @@
 //! Every refusal has a JSON body saying what was wrong, and is counted.
 
 pub mod config;
-pub mod decode;
 mod idle;
 
 use std::convert::Infallible;
-use std::io::Read as _;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -32,11 +30,11 @@ use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use loghaul_codec::http_body::{self, Encoding, Format, InflateError};
 use loghaul_core::{BatchNotifier, BatchStatus};
 
 pub use config::HttpServerConfig;
 use config::{Auth, ResponseMode};
-use decode::Format;
 
 use super::{BuildSource, RunningSource, SourceContext};
 use crate::metrics::{ComponentMetrics, ErrorKind, Health};
@@ -512,7 +510,7 @@ async fn handle(
         .map(|v| v.trim().to_ascii_lowercase());
     let encoding = match encoding.as_deref() {
         None | Some("identity" | "") => None,
-        Some(e @ ("gzip" | "zstd")) => Some(e.to_owned()),
+        Some(e @ ("gzip" | "zstd")) => Encoding::from_name(e),
         Some(other) => {
             return refuse(
                 ctx,
@@ -609,11 +607,13 @@ async fn handle(
         Ok(Ok(collected)) => collected.to_bytes(),
     };
     let wire_bytes = body.len();
-    let body = match encoding.as_deref() {
+    let body = match encoding {
         None => body,
-        Some(e) => match inflate(e, &body, ctx.config.max_decompressed_size) {
+        Some(e) => match crate::pipeline::cpu_heavy(|| {
+            http_body::inflate(e, &body, ctx.config.max_decompressed_size)
+        }) {
             Ok(b) => b,
-            Err(Inflate::TooLarge) => {
+            Err(InflateError::TooLarge) => {
                 return refuse(
                     ctx,
                     StatusCode::PAYLOAD_TOO_LARGE,
@@ -624,7 +624,7 @@ async fn handle(
                     ),
                 );
             }
-            Err(Inflate::Broken(why)) => {
+            Err(InflateError::Broken(why)) => {
                 return refuse(
                     ctx,
                     StatusCode::BAD_REQUEST,
@@ -639,7 +639,7 @@ async fn handle(
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
     let decoded = crate::pipeline::cpu_heavy(|| {
-        decode::decode(body, format, tag.as_deref(), &extra_refs, ctx.id.clone())
+        http_body::decode(body, format, tag.as_deref(), &extra_refs, ctx.id.clone())
     });
     let mut batch = match decoded {
         Ok(b) => b,
@@ -725,29 +725,4 @@ fn busy(ctx: &Ctx, error: &str) -> Response<Full<Bytes>> {
     resp.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     resp
-}
-
-enum Inflate {
-    TooLarge,
-    Broken(String),
-}
-
-/// Inflates `body` reading at most one byte past `limit`, so a bomb costs `limit` bytes.
-fn inflate(encoding: &str, body: &[u8], limit: usize) -> Result<Bytes, Inflate> {
-    let mut out = Vec::new();
-    let cap = limit as u64 + 1;
-    let read = crate::pipeline::cpu_heavy(|| match encoding {
-        "gzip" => flate2::read::MultiGzDecoder::new(body)
-            .take(cap)
-            .read_to_end(&mut out),
-        _ => match zstd::stream::read::Decoder::with_buffer(body) {
-            Ok(d) => d.take(cap).read_to_end(&mut out),
-            Err(e) => Err(e),
-        },
-    });
-    match read {
-        Err(e) => Err(Inflate::Broken(e.to_string())),
-        Ok(_) if out.len() > limit => Err(Inflate::TooLarge),
-        Ok(_) => Ok(Bytes::from(out)),
-    }
 }

@@ -1,11 +1,23 @@
-//! Request bodies to events: JSON (an object or an array of objects), NDJSON and plain text, with
-//! the request's own fields (a tag, headers, query parameters) added to every event.
+//! HTTP request bodies to events: bounded decompression ([`inflate`], gzip or zstd) and decoding
+//! ([`decode`]) of JSON (an object or an array of objects), NDJSON and plain text, with the
+//! request's own fields (a tag, headers, query parameters) added to every event.
+//!
+//! ```text
+//! body (≤ max_body_size) ─► inflate (≤ limit + 1 bytes read) ─► decode whole ─► EventBatch
+//! ```
+//!
+//! Invariants: nothing here panics on input; inflating never holds more than `limit + 1`
+//! decompressed bytes, so a compression bomb costs its limit and no more; JSON nesting is bounded
+//! by serde_json's recursion limit (128), so a deeply nested body is an error, not a stack
+//! overflow; every span of the batch lies inside its arena.
 //!
 //! A body is decoded whole before anything is sent on, so a body with one bad line yields an
 //! error naming it and no events at all. JSON records land in the batch's `fields` table the way
 //! the forward decoder lays them out (a container's entries next to each other, nested
 //! containers' children after them, the top-level `message` string lifted into the event's
 //! message); strings are copied into the batch's arena. Text lines are spans of the body itself.
+
+use std::io::Read as _;
 
 use bytes::Bytes;
 use loghaul_core::{Event, EventBatch, Field, OptSpan, Span, Value};
@@ -31,6 +43,18 @@ pub struct DecodeError {
     pub offset: usize,
     pub message: String,
 }
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "line {}, offset {}: {}",
+            self.line, self.offset, self.message
+        )
+    }
+}
+
+impl std::error::Error for DecodeError {}
 
 /// Fields every event of the request gets, as `(name, value)`.
 pub type Extra<'a> = &'a [(&'a str, &'a str)];
@@ -269,6 +293,89 @@ pub fn decode(
     Ok(batch)
 }
 
+/// A `Content-Encoding` the decoder inflates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// gzip, possibly several members back to back.
+    Gzip,
+    /// A zstd frame (or several).
+    Zstd,
+}
+
+impl Encoding {
+    /// The encoding a `Content-Encoding` token (already trimmed and lower-cased) names, if it is
+    /// one of these.
+    pub fn from_name(name: &str) -> Option<Encoding> {
+        match name {
+            "gzip" => Some(Encoding::Gzip),
+            "zstd" => Some(Encoding::Zstd),
+            _ => None,
+        }
+    }
+
+    /// The token as written in `Content-Encoding`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Encoding::Gzip => "gzip",
+            Encoding::Zstd => "zstd",
+        }
+    }
+}
+
+impl std::fmt::Display for Encoding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a compressed body was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InflateError {
+    /// It inflates past the limit.
+    TooLarge,
+    /// It is not valid gzip or zstd; the decompressor's reason.
+    Broken(String),
+}
+
+impl std::fmt::Display for InflateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InflateError::TooLarge => f.write_str("the body inflates past its limit"),
+            InflateError::Broken(why) => f.write_str(why),
+        }
+    }
+}
+
+impl std::error::Error for InflateError {}
+
+/// Inflates `body` reading at most one byte past `limit`, so a bomb costs `limit` bytes.
+///
+/// It blocks for as long as decompression takes; a caller on an async runtime runs it where
+/// blocking is allowed.
+///
+/// # Errors
+///
+/// [`InflateError::TooLarge`] when the body inflates past `limit`; [`InflateError::Broken`] when
+/// it does not decompress.
+pub fn inflate(encoding: Encoding, body: &[u8], limit: usize) -> Result<Bytes, InflateError> {
+    let mut out = Vec::new();
+    let cap = (limit as u64).saturating_add(1);
+    let read = match encoding {
+        Encoding::Gzip => flate2::read::MultiGzDecoder::new(body)
+            .take(cap)
+            .read_to_end(&mut out),
+        Encoding::Zstd => match zstd::stream::read::Decoder::with_buffer(body) {
+            Ok(d) => d.take(cap).read_to_end(&mut out),
+            Err(e) => Err(e),
+        },
+    };
+    match read {
+        Err(e) => Err(InflateError::Broken(e.to_string())),
+        Ok(_) if out.len() > limit => Err(InflateError::TooLarge),
+        Ok(_) => Ok(Bytes::from(out)),
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -280,7 +387,7 @@ mod tests {
             .iter()
             .map(|e| {
                 let mut out = Vec::new();
-                loghaul_codec::encode::encode_json(batch, e, &mut out);
+                crate::encode::encode_json(batch, e, &mut out);
                 serde_json::from_slice(&out).unwrap()
             })
             .collect()
@@ -358,5 +465,67 @@ mod tests {
             decode(Bytes::from(deep), Format::Json, None, &[], "s".into()).is_err(),
             "nesting past serde_json's limit is refused, not a stack overflow"
         );
+    }
+
+    fn gzip(data: &[u8]) -> Vec<u8> {
+        use std::io::Write as _;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(data).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn gzip_and_zstd_inflate_within_the_limit() {
+        let body = b"{\"message\":\"hi\"}\n".repeat(10);
+        assert_eq!(
+            inflate(Encoding::Gzip, &gzip(&body), body.len()).unwrap(),
+            body
+        );
+        // Members back to back are one body, as `cat a.gz b.gz` makes them.
+        let two = [gzip(b"one\n"), gzip(b"two\n")].concat();
+        assert_eq!(
+            inflate(Encoding::Gzip, &two, 100).unwrap(),
+            &b"one\ntwo\n"[..]
+        );
+        let z = zstd::bulk::compress(&body, 3).unwrap();
+        assert_eq!(inflate(Encoding::Zstd, &z, body.len()).unwrap(), body);
+        assert_eq!(inflate(Encoding::Gzip, &gzip(b""), 0).unwrap(), &b""[..]);
+    }
+
+    #[test]
+    fn a_bomb_stops_one_byte_past_the_limit() {
+        let zeros = vec![0u8; 4 << 20];
+        assert_eq!(
+            inflate(Encoding::Gzip, &gzip(&zeros), 1024),
+            Err(InflateError::TooLarge)
+        );
+        let z = zstd::bulk::compress(&zeros, 3).unwrap();
+        assert_eq!(
+            inflate(Encoding::Zstd, &z, 1024),
+            Err(InflateError::TooLarge)
+        );
+        assert_eq!(
+            inflate(Encoding::Zstd, &z, usize::MAX).map(|b| b.len()),
+            Ok(zeros.len())
+        );
+    }
+
+    #[test]
+    fn broken_bodies_say_why() {
+        for encoding in [Encoding::Gzip, Encoding::Zstd] {
+            assert!(matches!(
+                inflate(encoding, b"not compressed at all", 100),
+                Err(InflateError::Broken(_))
+            ));
+        }
+        let mut cut = gzip(b"a longer body that is cut short");
+        cut.truncate(cut.len() - 6);
+        assert!(matches!(
+            inflate(Encoding::Gzip, &cut, 100),
+            Err(InflateError::Broken(_))
+        ));
+        assert_eq!(Encoding::from_name("zstd"), Some(Encoding::Zstd));
+        assert_eq!(Encoding::from_name("br"), None);
+        assert_eq!(Encoding::Gzip.to_string(), "gzip");
     }
 }
