@@ -211,9 +211,11 @@ impl Framer {
                 Count::Len { len, msg_start }
                     if self.mode == FramingMode::Auto && len > 0 && !counted_syslog(msg_start) => {}
                 Count::Len { len, msg_start } => {
-                    // decode() left it, so fewer than `len` (<= max_length) bytes follow.
+                    // decode() left it, so fewer than `len` (<= max_length) bytes follow. A count
+                    // with none of its message after it is nothing to decode, like `0 `: a frame
+                    // would be an empty event.
                     let start = pos + msg_start;
-                    if len > 0 {
+                    if len > 0 && start < buf.len() {
                         frames.push(Frame::new(start, buf.len(), true));
                         stats.truncated += 1;
                     } else {
@@ -598,6 +600,21 @@ mod tests {
         let out = whole(FramingMode::OctetCounting, 100, b"16 <1>1");
         assert_eq!(out.0, vec![(b"<1>1".to_vec(), true)]);
         assert_eq!(out.1.truncated, 1);
+    }
+
+    #[test]
+    fn octet_count_at_eof_without_its_message_is_not_an_empty_frame() {
+        // Found by the `framing` fuzz target: `23 ` and then EOF gave an empty frame (truncated),
+        // which the source would have decoded into an empty event.
+        let out = whole(FramingMode::OctetCounting, 0, b"23 ");
+        assert!(out.0.is_empty(), "{:?}", out.0);
+        assert_eq!(out.1.empty_frames, 1);
+        let out = whole(FramingMode::OctetCounting, 100, b"3 abc16 ");
+        assert_eq!(texts(&out), vec![&b"abc"[..]]);
+        assert_eq!((out.1.truncated, out.1.empty_frames), (0, 1));
+        // One byte of it is a (truncated) frame, as before.
+        let out = whole(FramingMode::OctetCounting, 100, b"16 <");
+        assert_eq!(out.0, vec![(b"<".to_vec(), true)]);
     }
 
     #[test]
