@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # Builds (and optionally runs) the cargo-fuzz targets under fuzz/.
-# Usage: scripts/fuzz.sh build | run [SECONDS]
+# Usage: scripts/fuzz.sh build | run [SECONDS] [TARGET...]
+#
+# `run` runs every target (or the ones named) for SECONDS each, starting from its committed corpus
+# (fuzz/corpus/TARGET). libFuzzer writes the inputs it finds into the first corpus directory it is
+# given, so that is a scratch directory and the committed corpus comes second, read only: a run
+# never changes the checkout. FUZZ_WORK=DIR keeps the scratch directories (DIR/TARGET) for a later
+# `cargo fuzz cmin`; by default they are removed. -rss_limit_mb and -timeout turn an unbounded
+# allocation or a hang (10 s for one input) into a failed run, like a crash; its input is left in
+# fuzz/artifacts/TARGET/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 mode=${1:-build}
 secs=${2:-30}
+shift $(($# > 2 ? 2 : $#))
 
 if ! cargo fuzz --version >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
@@ -19,8 +28,27 @@ else
   fuzz=(cargo fuzz)
 fi
 "${fuzz[@]}" build -O
-if [ "$mode" = run ]; then
-  for target in $("${fuzz[@]}" list); do
-    "${fuzz[@]}" run -O "$target" -- -max_total_time="$secs"
-  done
+[ "$mode" = run ] || exit 0
+
+if [ $# -gt 0 ]; then
+  targets=("$@")
+else
+  mapfile -t targets < <("${fuzz[@]}" list)
 fi
+if [ -n "${FUZZ_WORK:-}" ]; then
+  work=$(realpath -m "$FUZZ_WORK")
+  mkdir -p "$work"
+else
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+fi
+for target in "${targets[@]}"; do
+  mkdir -p "$work/$target"
+  corpus=()
+  if [ -d "fuzz/corpus/$target" ]; then
+    corpus=("$PWD/fuzz/corpus/$target")
+  fi
+  echo "==> fuzz $target for ${secs}s"
+  "${fuzz[@]}" run -O "$target" "$work/$target" "${corpus[@]}" -- \
+    -max_total_time="$secs" -rss_limit_mb=2048 -timeout=10
+done

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test loghaul has: formatting, lints, unit/property/integration tests with real peers
-# (rsyslog, util-linux logger, syslog-ng's loggen), the small-size benchmark scenarios, and builds
-# the fuzz targets. Installs what the tests need from Debian first. `.ci/run` calls exactly this.
+# (rsyslog, util-linux logger, syslog-ng's loggen), the small-size benchmark scenarios, and every
+# fuzz target for 30 seconds from its committed corpus. Installs what the tests need from Debian
+# first. `.ci/run` calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
@@ -37,8 +38,8 @@ step "cargo test (release: the integration and bench tests drive the real binary
 export LOGHAUL_BIN="$PWD/target/release/loghaul"
 cargo test --workspace --release --locked
 
-step "fuzz targets build"
-./scripts/fuzz.sh build
+step "fuzz targets: build, then 30 s each from the committed corpus (which the runs leave as is)"
+./scripts/fuzz.sh run 30
 
 echo
 echo "test.sh: all checks passed"

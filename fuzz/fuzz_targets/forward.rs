@@ -9,7 +9,9 @@
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
 use loghaul_codec::encode_json;
-use loghaul_codec::forward::{Decoder, Limits, Splitter, begin_packed, encode_entry, finish_packed};
+use loghaul_codec::forward::{
+    Decoder, Limits, Splitter, begin_packed, encode_entry, finish_packed,
+};
 use loghaul_core::EventBatch;
 
 const MAX_REQUEST: usize = 64 * 1024;
@@ -53,7 +55,10 @@ fuzz_target!(|data: &[u8]| {
     for n in whole.0 {
         let start = arena.len();
         arena.unsplit(buf.split_to(n));
-        if decoder.decode(&mut arena, start, start + n, &mut batch, 0).is_err() {
+        if decoder
+            .decode(&mut arena, start, start + n, &mut batch, 0)
+            .is_err()
+        {
             break;
         }
     }
