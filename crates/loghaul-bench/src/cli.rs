@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 
+use crate::connect::TlsClientOptions;
 use crate::deliver::{DEFAULT_RATES, TreeOptions};
 use crate::fluent::{self, FluentMode, FluentOptions};
 use crate::generator::{self, GenConfig};
@@ -24,9 +25,14 @@ use crate::target::{TargetOptions, TargetUrl};
 /// `loghaul bench ...`
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Generate load: seeded syslog/raw/JSON messages to tcp://, udp://, file:// or fluent://.
+    /// Generate load: seeded syslog/raw/JSON messages to tcp://, tls://, udp://, file://,
+    /// fluent:// or fluent+tls://.
     #[command(after_help = "Examples:\n  \
         loghaul bench gen --target tcp://127.0.0.1:5514 --count 1000000 --connections 4\n  \
+        loghaul bench gen --target tls://127.0.0.1:6514 --tls-ca ca.crt --count 1000000\n  \
+        loghaul bench gen --target tls://127.0.0.1:6514 --tls-ca ca.crt --tls-cert client.crt --tls-key client.key --tls-server-name localhost --count 1000000\n  \
+        loghaul bench gen --target tls://127.0.0.1:6514 --tls-ca ca.crt --connect-per-message --count 2000\n  \
+        loghaul bench gen --target fluent+tls://127.0.0.1:24224 --tls-ca ca.crt --format raw --count 1000000\n  \
         loghaul bench gen --target udp://127.0.0.1:5514 --rate 10000 --duration 10s --format rfc5424\n  \
         loghaul bench gen --target file:///tmp/app.log --rate 1000 --duration 1m --rotate-lines 10000\n  \
         loghaul bench gen --target fluent://127.0.0.1:24224 --format raw --count 1000000 --fluent-mode packed --batch 1000 --ack\n  \
@@ -79,7 +85,9 @@ pub struct HttpdArgs {
 /// Options of `bench gen`.
 #[derive(Debug, Args)]
 pub struct GenArgs {
-    /// tcp://HOST:PORT, udp://HOST:PORT, file://PATH or fluent://HOST:PORT (Fluentd forward).
+    /// tcp://HOST:PORT, tls://HOST:PORT (syslog over TLS, framed as over TCP), udp://HOST:PORT,
+    /// file://PATH, fluent://HOST:PORT (Fluentd forward) or fluent+tls://HOST:PORT (forward over
+    /// TLS).
     #[arg(long, short = 't')]
     pub target: String,
     /// Message format.
@@ -116,6 +124,13 @@ pub struct GenArgs {
     pub rotate_lines: u64,
     #[command(flatten)]
     pub fluent: FluentArgs,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+    /// tcp:// and tls://: a new connection for every message (connect, TLS handshake, the
+    /// message, close, wait for the server to close): counts connections (handshakes) per
+    /// second. No session resumption: every handshake is a full one.
+    #[arg(long)]
+    pub connect_per_message: bool,
     /// fluent:// with --ack: when the connection fails (refused, reset, closed, no ack in time),
     /// connect again, trying for up to this long per outage (e.g. 30s), and send every request
     /// not yet acknowledged again, oldest first. The summary counts reconnections and resent
@@ -129,6 +144,40 @@ pub struct GenArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The client side of TLS, for tls:// and fluent+tls:// targets.
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// tls://, fluent+tls://: the PEM CA certificate(s) the server's certificate must chain to
+    /// [default: the system's trust store].
+    #[arg(long, value_name = "PATH")]
+    pub tls_ca: Option<PathBuf>,
+    /// tls://, fluent+tls://: a PEM client certificate (chain) to present, for mutual TLS.
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// tls://, fluent+tls://: the PEM private key of --tls-cert.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// tls://, fluent+tls://: the name the server's certificate must carry [default: the
+    /// target's host].
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+}
+
+impl TlsArgs {
+    fn options(&self) -> TlsClientOptions {
+        TlsClientOptions {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            server_name: self.tls_server_name.clone(),
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.options() != TlsClientOptions::default()
+    }
 }
 
 /// How the fluent:// target (and the forward scenarios' generator) packs its requests.
@@ -436,8 +485,13 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
 
 fn gen_cmd(a: GenArgs) -> Result<()> {
     let target = TargetUrl::parse(&a.target)?;
-    if (a.reconnect.is_some() || a.acked_log.is_some()) && !matches!(target, TargetUrl::Fluent(_)) {
-        bail!("--reconnect and --acked-log apply to a fluent:// target");
+    if (a.reconnect.is_some() || a.acked_log.is_some())
+        && !matches!(target, TargetUrl::Fluent(_) | TargetUrl::FluentTls(_))
+    {
+        bail!("--reconnect and --acked-log apply to a fluent:// or fluent+tls:// target");
+    }
+    if a.tls.any() && !target.is_tls() {
+        bail!("the --tls-* options apply to tls:// and fluent+tls:// targets");
     }
     let connections = a
         .connections
@@ -452,6 +506,8 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         target_options: TargetOptions {
             rotate_lines: a.rotate_lines,
             fluent,
+            tls: a.tls.options(),
+            connect_per_message: a.connect_per_message,
         },
         payload: PayloadSpec {
             format: a.format,
@@ -475,7 +531,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
         );
     } else {
         println!(
-            "gen: sent {} events ({} bytes) in {:.3}s: {} events/s, {:.1} MB/s over {} connection(s) to {}{}{}",
+            "gen: sent {} events ({} bytes) in {:.3}s: {} events/s, {:.1} MB/s over {} connection(s) to {}{}{}{}",
             stats.sent,
             stats.bytes,
             stats.elapsed_secs,
@@ -491,6 +547,10 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
                 "; {} reconnection(s), {} request(s) ({} events) sent again",
                 r.reconnects, r.resent_requests, r.resent_events
             )),
+            stats
+                .tls
+                .as_ref()
+                .map_or(String::new(), |t| format!("; {t}")),
         );
     }
     Ok(())

@@ -1,5 +1,6 @@
-//! The Fluentd forward-protocol target (`--target fluent://HOST:PORT`): the generator's numbered
-//! messages as forward requests in any of the protocol's four modes, acknowledged on request.
+//! The Fluentd forward-protocol target (`--target fluent://HOST:PORT`, or over TLS
+//! `fluent+tls://HOST:PORT`): the generator's numbered messages as forward requests in any of the
+//! protocol's four modes, acknowledged on request.
 //!
 //! The bodies are the same seeded ones every target sends (see [`crate::payload`]). Before the
 //! clock starts they are wrapped into msgpack frames whose message string keeps the marker's
@@ -17,7 +18,8 @@
 //! ```
 //!
 //! Headers, option maps and the block's entries of consecutive requests go out with one
-//! `writev`, so no entry is copied on the way out.
+//! `writev`, so no entry is copied on the way out (over TLS, one encryption pass over them and one
+//! `writev` of the records: see [`crate::connect`]).
 //!
 //! Compressed mode cannot use pre-compressed blocks: the sequence numbers and send times differ on
 //! every send and lie inside the deflate stream, where patching them would change the codes
@@ -56,7 +58,6 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, IoSlice, Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -69,8 +70,9 @@ use loghaul_codec::forward::msgpack::{
 use loghaul_codec::forward::{Splitter, read_ack};
 use serde::Serialize;
 
+use crate::connect::{Connector, Stream};
 use crate::payload::{Block, Format, PayloadSpec, SEQ_DIGITS, build_blocks_with};
-use crate::target::{Recovery, Target, resolve};
+use crate::target::{Recovery, Target};
 
 /// How the generator packs events into forward requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
@@ -275,8 +277,8 @@ impl From<Failure> for anyhow::Error {
 
 /// One forward connection of the generator.
 pub struct FluentTarget {
-    stream: TcpStream,
-    addr: SocketAddr,
+    stream: Stream,
+    connector: Connector,
     mode: FluentMode,
     batch: usize,
     ack: bool,
@@ -305,17 +307,13 @@ pub struct FluentTarget {
 }
 
 impl FluentTarget {
-    /// Connects to `addr` for generator `gen_id`, and opens `opts.acked_log` for appending.
+    /// Connects through `connector` for generator `gen_id`, and opens `opts.acked_log` for
+    /// appending.
     ///
     /// # Errors
-    /// The address does not resolve, the connection is refused, or the acked log cannot be
-    /// opened.
-    pub fn connect(addr: &str, opts: &FluentOptions, gen_id: u32) -> Result<Self> {
-        let sa = resolve(addr)?;
-        let stream = TcpStream::connect(sa)
-            .map_err(anyhow::Error::from)
-            .and_then(|s| prepare(s, opts.ack))
-            .with_context(|| format!("connecting to fluent://{sa}"))?;
+    /// The connection is refused, its TLS handshake fails, or the acked log cannot be opened.
+    pub fn connect(connector: Connector, opts: &FluentOptions, gen_id: u32) -> Result<Self> {
+        let stream = connector.connect(None).and_then(|s| prepare(s, opts.ack))?;
         let acked_log = match &opts.acked_log {
             Some(path) => Some((
                 OpenOptions::new()
@@ -329,7 +327,7 @@ impl FluentTarget {
         };
         Ok(Self {
             stream,
-            addr: sa,
+            connector,
             mode: opts.mode,
             batch: opts.batch.max(1),
             ack: opts.ack,
@@ -629,17 +627,17 @@ impl FluentTarget {
             let left = limit.saturating_sub(since.elapsed());
             if left.is_zero() {
                 return Err(error.context(format!(
-                    "gave up on fluent://{} after --reconnect {limit:?} without an ack (last \
-                     attempt: {last})",
-                    self.addr
+                    "gave up on {} after --reconnect {limit:?} without an ack (last attempt: \
+                     {last})",
+                    self.connector.url()
                 )));
             }
             match self.resend(left) {
                 Ok(bytes) => {
                     eprintln!(
-                        "gen {}: reconnected to fluent://{} after {:.1?} ({error:#}); sent {} unacknowledged request(s) again",
+                        "gen {}: reconnected to {} after {:.1?} ({error:#}); sent {} unacknowledged request(s) again",
                         self.gen_id,
-                        self.addr,
+                        self.connector.url(),
                         since.elapsed(),
                         self.unacked.len()
                     );
@@ -655,10 +653,10 @@ impl FluentTarget {
     /// One reconnection attempt: a new connection (waiting at most `left`, and 1s), and every
     /// owed request's copy written to it; returns the bytes.
     fn resend(&mut self, left: Duration) -> Result<u64> {
-        let stream = TcpStream::connect_timeout(&self.addr, left.min(RECONNECT_MAX_PAUSE))
-            .map_err(anyhow::Error::from)
-            .and_then(|s| prepare(s, self.ack))
-            .with_context(|| format!("connecting to fluent://{}", self.addr))?;
+        let stream = self
+            .connector
+            .connect(Some(left.min(RECONNECT_MAX_PAUSE)))
+            .and_then(|s| prepare(s, self.ack))?;
         self.stream = stream;
         // Half an answer from the old connection is no beginning of one on the new.
         self.answers.clear();
@@ -716,30 +714,28 @@ impl Target for FluentTarget {
         while let Err(failure) = self.read_acks(0) {
             self.recover(failure)?;
         }
-        self.stream.flush().context("flushing the fluent target")?;
-        // Half-close so the server sees a clean end of stream before we drop the socket.
-        let _ = self.stream.shutdown(std::net::Shutdown::Write);
-        Ok(())
+        // close_notify (over TLS) and a half-close, so the server sees a clean end of stream
+        // before we drop the socket; over TLS, its end too (see `crate::connect`).
+        self.stream
+            .finish()
+            .with_context(|| format!("closing {}", self.connector.url()))
     }
 
     fn recovery(&self) -> Option<Recovery> {
         self.reconnect.map(|_| self.recovery)
     }
+
+    fn tls(&self) -> Option<String> {
+        self.stream.tls_description()
+    }
 }
 
-/// Sets up a new connection: no Nagle delay, and with acks the ack timeout.
-fn prepare(stream: TcpStream, ack: bool) -> Result<TcpStream> {
-    // Connecting to a port of this machine where nothing listens can connect the socket to
-    // itself (TCP simultaneous open, when the kernel picks that same port as the local one):
-    // it would read its own requests back as answers, and hold the port the server needs.
-    if let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr())
-        && local == peer
-    {
-        bail!("the connection reached itself ({local}): no server listens there");
-    }
-    stream.set_nodelay(true).context("setting TCP_NODELAY")?;
+/// Sets up a new connection (connected, not to itself, no Nagle delay, its TLS handshake done):
+/// with acks, the ack timeout.
+fn prepare(stream: Stream, ack: bool) -> Result<Stream> {
     if ack {
         stream
+            .tcp()
             .set_read_timeout(Some(ACK_TIMEOUT))
             .context("setting the ack timeout")?;
     }
@@ -747,7 +743,7 @@ fn prepare(stream: TcpStream, ack: bool) -> Result<TcpStream> {
 }
 
 /// Writes all of `slices` with as few `writev` calls as the kernel allows; returns the bytes.
-fn write_slices(stream: &mut TcpStream, slices: &mut [IoSlice<'_>]) -> Result<u64> {
+fn write_slices(stream: &mut Stream, slices: &mut [IoSlice<'_>]) -> Result<u64> {
     let total: usize = slices.iter().map(|s| s.len()).sum();
     let mut rest = slices;
     while !rest.is_empty() {
@@ -897,22 +893,6 @@ mod tests {
                 .unwrap();
             assert_eq!(back, input);
         }
-    }
-
-    /// A connection that reached itself is refused like one that found no server.
-    #[test]
-    fn a_connection_to_itself_is_no_connection() {
-        use socket2::{Domain, Socket, Type};
-        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).unwrap();
-        socket
-            .bind(&"127.0.0.1:0".parse::<SocketAddr>().unwrap().into())
-            .unwrap();
-        let own = socket.local_addr().unwrap();
-        socket.connect(&own).unwrap();
-        let stream: TcpStream = socket.into();
-        assert_eq!(stream.peer_addr().unwrap(), stream.local_addr().unwrap());
-        let error = prepare(stream, true).err().unwrap();
-        assert!(error.to_string().contains("reached itself"), "{error:#}");
     }
 
     /// A forward server that fails on purpose: on its connection `i` it acknowledges `acks[i]`

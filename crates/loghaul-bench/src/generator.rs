@@ -67,6 +67,9 @@ pub struct GenStats {
     /// get past failed connections (`fluent://` with `--reconnect`); `None` when none does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recovery: Option<Recovery>,
+    /// The TLS protocol version and cipher suite the server agreed to (`None`: no TLS).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<String>,
 }
 
 impl GenStats {
@@ -80,9 +83,15 @@ impl GenStats {
     }
 }
 
-/// What one connection's thread returns: messages, bytes, CPU nanoseconds, and its target's
-/// reconnections.
-type LaneTotals = (u64, u64, Option<u64>, Option<Recovery>);
+/// What one connection's thread returns.
+struct LaneTotals {
+    sent: u64,
+    bytes: u64,
+    /// CPU nanoseconds of the thread (`None`: not measurable).
+    cpu_ns: Option<u64>,
+    recovery: Option<Recovery>,
+    tls: Option<String>,
+}
 
 /// Runs the generator to completion. `progress` (if any) is updated as blocks go out; `stop` ends
 /// the run early when set.
@@ -98,6 +107,9 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
     }
     if cfg.connections > 1 && !cfg.target.allows_connections() {
         bail!("a file target takes one connection");
+    }
+    if cfg.target_options.connect_per_message && !cfg.target.is_syslog_stream() {
+        bail!("--connect-per-message applies to tcp:// and tls:// targets");
     }
     // Everything that costs time happens before the clock: blocks, then connections.
     let mut lanes = Vec::with_capacity(cfg.connections);
@@ -140,9 +152,15 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
                 );
                 let fin = target.finish();
                 let cpu = cpu0.zip(thread_cpu_ns()).map(|(a, b)| b.saturating_sub(a));
-                let (n, b) = r?;
+                let (sent, bytes) = r?;
                 fin?;
-                Ok((n, b, cpu, target.recovery()))
+                Ok(LaneTotals {
+                    sent,
+                    bytes,
+                    cpu_ns: cpu,
+                    recovery: target.recovery(),
+                    tls: target.tls(),
+                })
             }));
         }
         barrier.wait();
@@ -171,19 +189,21 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
         start_unix_us,
         cpu_secs: Some(0.0),
         recovery: None,
+        tls: None,
     };
     for r in results {
-        let (n, b, cpu, recovery) = r?;
-        if let Some(r) = recovery {
+        let lane = r?;
+        if let Some(r) = lane.recovery {
             stats.recovery = Some(stats.recovery.unwrap_or_default() + r);
         }
-        stats.sent += n;
-        stats.bytes += b;
-        stats.per_connection.push(n);
+        stats.sent += lane.sent;
+        stats.bytes += lane.bytes;
+        stats.per_connection.push(lane.sent);
         stats.cpu_secs = stats
             .cpu_secs
-            .zip(cpu)
+            .zip(lane.cpu_ns)
             .map(|(sum, ns)| sum + ns as f64 / 1e9);
+        stats.tls = stats.tls.or(lane.tls);
     }
     Ok(stats)
 }
@@ -216,6 +236,7 @@ fn lane(
     stop: &AtomicBool,
 ) -> Result<(u64, u64)> {
     let quota = quota.unwrap_or(u64::MAX);
+    let per_send = target.max_per_send().max(1) as u64;
     let mut seq = SeqCounter::new(0);
     let mut sent: u64 = 0;
     let mut bytes: u64 = 0;
@@ -229,7 +250,7 @@ fn lane(
             break;
         }
         let block = &mut blocks[which];
-        let mut n = (block.len() as u64).min(quota - sent);
+        let mut n = (block.len() as u64).min(quota - sent).min(per_send);
         if rate > 0.0 {
             let due = (elapsed.as_secs_f64() * rate) as u64;
             if due <= sent {

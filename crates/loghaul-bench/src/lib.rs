@@ -2,7 +2,8 @@
 //! experiments that compare loghaul with its peers (`bench run SCENARIO`).
 //!
 //! Layout: [`payload`] builds seeded message blocks, [`target`] sends them (one small impl per
-//! transport; the forward protocol's is [`fluent`]), [`generator`] drives connections; [`meter`] turns what a subject wrote into exact
+//! transport; the forward protocol's is [`fluent`]; [`connect`] opens the stream connections, plain
+//! or TLS), [`generator`] drives connections; [`meter`] turns what a subject wrote into exact
 //! loss, duplicates, flow and latency, and [`watch`] samples a subject's output cheaply during a
 //! run; [`subjects`] configures loghaul and its peers, [`scenario`] runs them ([`deliver`] climbs
 //! the rate steps of `forward_deliver`'s tree of processes, [`tail`] runs a subject reading a
@@ -16,6 +17,7 @@
 
 pub mod bare;
 pub mod cli;
+pub mod connect;
 pub mod deliver;
 pub mod discard;
 pub mod fluent;

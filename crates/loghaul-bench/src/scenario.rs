@@ -943,6 +943,7 @@ impl Running {
                     start_unix_us: l.start_us,
                     cpu_secs: l.cpu_secs,
                     recovery: None,
+                    tls: None,
                 })
             }
         }

@@ -1,19 +1,25 @@
 //! Where the generator sends: one small [`Target`] implementation per transport.
 //!
-//! Adding a target (HTTP and TLS arrive with their issues) means one `impl Target` and one arm in
-//! [`open`] (and in [`build_blocks`] if its frames are not the stream framings); the generator knows
-//! nothing else about transports. A target is opened once per connection before the clock starts
-//! and then only ever receives whole frames of a [`Block`]. The forward protocol's target lives in
-//! [`crate::fluent`].
+//! Adding a target means one `impl Target` and one arm in [`open`] (and in [`build_blocks`] if its
+//! frames are not the stream framings); the generator knows nothing else about transports. A
+//! target is opened once per connection before the clock starts and then only ever receives
+//! whole frames of a [`Block`]. The forward protocol's target lives in [`crate::fluent`]; the
+//! stream targets' connections, plain or TLS, in [`crate::connect`].
+//!
+//! With `--connect-per-message` a stream target opens a new connection for every message
+//! (connect, TLS handshake, the one message, close, the server's close), and asks the generator
+//! for one message per send, so each message's send time is stamped just before its own
+//! connection: it measures how many connections (handshakes) a server takes per second.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs, UdpSocket};
+use std::net::{SocketAddr, ToSocketAddrs, UdpSocket};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 
+use crate::connect::{Connector, Stream, TlsClientOptions};
 use crate::fluent::{self, FluentOptions, FluentTarget};
 use crate::payload::{self, Block, PayloadSpec};
 
@@ -42,6 +48,18 @@ pub trait Target: Send {
     /// What the target did to get past failed connections, if it tries to (`fluent://` with
     /// `--reconnect`); read after `finish`.
     fn recovery(&self) -> Option<Recovery> {
+        None
+    }
+
+    /// The most messages one `send` may carry (`--connect-per-message`: one, so that each is
+    /// stamped with the time of its own connection).
+    fn max_per_send(&self) -> usize {
+        usize::MAX
+    }
+
+    /// The TLS protocol version and cipher suite the server agreed to, for a TLS target that has
+    /// connected.
+    fn tls(&self) -> Option<String> {
         None
     }
 }
@@ -81,26 +99,43 @@ pub enum TargetUrl {
     File(PathBuf),
     /// `fluent://HOST:PORT`: the Fluentd forward protocol over TCP.
     Fluent(String),
+    /// `tls://HOST:PORT`: syslog over TLS (RFC 5425), framed as over `tcp://`.
+    Tls(String),
+    /// `fluent+tls://HOST:PORT`: the forward protocol over TLS.
+    FluentTls(String),
 }
 
 impl TargetUrl {
-    /// Parses `tcp://HOST:PORT`, `udp://HOST:PORT`, `file://PATH` or `fluent://HOST:PORT`.
+    /// Parses `tcp://HOST:PORT`, `tls://HOST:PORT`, `udp://HOST:PORT`, `file://PATH`,
+    /// `fluent://HOST:PORT` or `fluent+tls://HOST:PORT`.
     ///
     /// # Errors
-    /// An unknown scheme.
+    /// An unknown scheme, or a network target without a port.
     pub fn parse(url: &str) -> Result<Self> {
+        let network = |rest: &str| -> Result<String> {
+            match rest.rsplit_once(':') {
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                    Ok(rest.to_string())
+                }
+                _ => bail!("target {url:?}: expected HOST:PORT after the scheme"),
+            }
+        };
         if let Some(rest) = url.strip_prefix("tcp://") {
-            Ok(Self::Tcp(rest.to_string()))
+            Ok(Self::Tcp(network(rest)?))
+        } else if let Some(rest) = url.strip_prefix("tls://") {
+            Ok(Self::Tls(network(rest)?))
         } else if let Some(rest) = url.strip_prefix("udp://") {
-            Ok(Self::Udp(rest.to_string()))
+            Ok(Self::Udp(network(rest)?))
         } else if let Some(rest) = url.strip_prefix("file://") {
             Ok(Self::File(PathBuf::from(rest)))
         } else if let Some(rest) = url.strip_prefix("fluent://") {
-            Ok(Self::Fluent(rest.to_string()))
+            Ok(Self::Fluent(network(rest)?))
+        } else if let Some(rest) = url.strip_prefix("fluent+tls://") {
+            Ok(Self::FluentTls(network(rest)?))
         } else {
             bail!(
-                "unknown target {url:?}: expected tcp://HOST:PORT, udp://HOST:PORT, file://PATH \
-                 or fluent://HOST:PORT"
+                "unknown target {url:?}: expected tcp://HOST:PORT, tls://HOST:PORT, \
+                 udp://HOST:PORT, file://PATH, fluent://HOST:PORT or fluent+tls://HOST:PORT"
             )
         }
     }
@@ -109,6 +144,17 @@ impl TargetUrl {
     pub fn allows_connections(&self) -> bool {
         !matches!(self, Self::File(_))
     }
+
+    /// Whether the target speaks TLS (and takes the `--tls-*` options).
+    pub fn is_tls(&self) -> bool {
+        matches!(self, Self::Tls(_) | Self::FluentTls(_))
+    }
+
+    /// Whether the target is a stream of syslog frames (`tcp://`, `tls://`): the targets that can
+    /// open a connection per message.
+    pub fn is_syslog_stream(&self) -> bool {
+        matches!(self, Self::Tcp(_) | Self::Tls(_))
+    }
 }
 
 /// Options that apply to some targets only.
@@ -116,20 +162,42 @@ impl TargetUrl {
 pub struct TargetOptions {
     /// For `file://`: rename the file and start a new one every this many lines (0 = never).
     pub rotate_lines: u64,
-    /// For `fluent://`: request mode, events per request, acks, tag.
+    /// For `fluent://` and `fluent+tls://`: request mode, events per request, acks, tag.
     pub fluent: FluentOptions,
+    /// For `tls://` and `fluent+tls://`: the CA, the client certificate, the server name.
+    pub tls: TlsClientOptions,
+    /// For `tcp://` and `tls://`: a new connection for every message (see the module doc).
+    pub connect_per_message: bool,
 }
 
 /// Opens the connection of generator `gen_id` to `url`.
 ///
 /// # Errors
-/// The address does not resolve, the connection is refused, or the file cannot be opened.
+/// The address does not resolve, the connection is refused, the TLS files or handshake fail,
+/// or the file cannot be opened.
 pub fn open(url: &TargetUrl, opts: &TargetOptions, gen_id: u32) -> Result<Box<dyn Target>> {
+    let per_message = opts.connect_per_message;
     match url {
-        TargetUrl::Tcp(addr) => Ok(Box::new(TcpTarget::connect(addr)?)),
+        TargetUrl::Tcp(addr) => Ok(Box::new(StreamTarget::open(
+            Connector::new("tcp", addr, None)?,
+            per_message,
+        )?)),
+        TargetUrl::Tls(addr) => Ok(Box::new(StreamTarget::open(
+            Connector::new("tls", addr, Some(&opts.tls))?,
+            per_message,
+        )?)),
         TargetUrl::Udp(addr) => Ok(Box::new(UdpTarget::connect(addr)?)),
         TargetUrl::File(path) => Ok(Box::new(FileTarget::open(path.clone(), opts.rotate_lines)?)),
-        TargetUrl::Fluent(addr) => Ok(Box::new(FluentTarget::connect(addr, &opts.fluent, gen_id)?)),
+        TargetUrl::Fluent(addr) => Ok(Box::new(FluentTarget::connect(
+            Connector::new("fluent", addr, None)?,
+            &opts.fluent,
+            gen_id,
+        )?)),
+        TargetUrl::FluentTls(addr) => Ok(Box::new(FluentTarget::connect(
+            Connector::new("fluent+tls", addr, Some(&opts.tls))?,
+            &opts.fluent,
+            gen_id,
+        )?)),
     }
 }
 
@@ -145,7 +213,9 @@ pub fn build_blocks(
     gen_id: u32,
 ) -> Result<Vec<Block>> {
     match url {
-        TargetUrl::Fluent(_) => fluent::build_blocks(spec, &opts.fluent, gen_id),
+        TargetUrl::Fluent(_) | TargetUrl::FluentTls(_) => {
+            fluent::build_blocks(spec, &opts.fluent, gen_id)
+        }
         _ => payload::build_blocks(spec, gen_id),
     }
 }
@@ -157,35 +227,78 @@ pub(crate) fn resolve(addr: &str) -> Result<SocketAddr> {
         .with_context(|| format!("{addr} resolves to no address"))
 }
 
-/// A stream connection: one `write_all` per block, so a send costs one system call or a few.
-struct TcpTarget {
-    stream: TcpStream,
+/// A stream of frames, plain or TLS: one `write_all` per block, so a send costs one system call
+/// or a few (TLS: one encryption pass and one `writev`, see [`crate::connect`]). With
+/// `per_message`, a new connection for every message instead, closed once the server closed its
+/// end.
+struct StreamTarget {
+    connector: Connector,
+    /// The connection of a long-lived target (`None` with `per_message`).
+    stream: Option<Stream>,
+    per_message: bool,
+    /// What the first TLS handshake agreed to.
+    tls: Option<String>,
 }
 
-impl TcpTarget {
-    fn connect(addr: &str) -> Result<Self> {
-        let sa = resolve(addr)?;
-        let stream = TcpStream::connect(sa).with_context(|| format!("connecting to tcp://{sa}"))?;
-        // The tail of a rate-limited send is small; without NODELAY it could wait for an ACK.
-        stream.set_nodelay(true).context("setting TCP_NODELAY")?;
-        Ok(Self { stream })
+impl StreamTarget {
+    fn open(connector: Connector, per_message: bool) -> Result<Self> {
+        let stream = if per_message {
+            None
+        } else {
+            Some(connector.connect(None)?)
+        };
+        let tls = stream.as_ref().and_then(Stream::tls_description);
+        Ok(Self {
+            connector,
+            stream,
+            per_message,
+            tls,
+        })
     }
 }
 
-impl Target for TcpTarget {
+impl Target for StreamTarget {
     fn send(&mut self, block: &mut Block, n: usize) -> Result<u64> {
         let bytes = block.prefix(n);
-        self.stream
-            .write_all(bytes)
-            .context("writing to the TCP target")?;
+        match &mut self.stream {
+            Some(stream) => stream
+                .write_all(bytes)
+                .with_context(|| format!("writing to {}", self.connector.url()))?,
+            None => {
+                // `max_per_send` keeps `n` at 1; a larger one still gets a connection each.
+                for i in 0..n {
+                    let start = if i == 0 { 0 } else { block.frame_ends[i - 1] };
+                    let mut stream = self.connector.connect(None)?;
+                    if self.tls.is_none() {
+                        self.tls = stream.tls_description();
+                    }
+                    stream
+                        .write_all(&block.bytes[start..block.frame_ends[i]])
+                        .and_then(|()| stream.flush())
+                        .with_context(|| format!("writing to {}", self.connector.url()))?;
+                    stream.close()?;
+                    stream.wait_closed()?;
+                }
+            }
+        }
         Ok(bytes.len() as u64)
     }
 
     fn finish(&mut self) -> Result<()> {
-        self.stream.flush().context("flushing the TCP target")?;
-        // Half-close so the server sees a clean end of stream before we drop the socket.
-        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        if let Some(stream) = &mut self.stream {
+            stream
+                .finish()
+                .with_context(|| format!("closing {}", self.connector.url()))?;
+        }
         Ok(())
+    }
+
+    fn max_per_send(&self) -> usize {
+        if self.per_message { 1 } else { usize::MAX }
+    }
+
+    fn tls(&self) -> Option<String> {
+        self.tls.clone()
     }
 }
 
@@ -319,7 +432,43 @@ mod tests {
             TargetUrl::parse("fluent://127.0.0.1:24224").unwrap(),
             TargetUrl::Fluent("127.0.0.1:24224".into())
         );
+        assert_eq!(
+            TargetUrl::parse("tls://localhost:6514").unwrap(),
+            TargetUrl::Tls("localhost:6514".into())
+        );
+        assert_eq!(
+            TargetUrl::parse("fluent+tls://127.0.0.1:24224").unwrap(),
+            TargetUrl::FluentTls("127.0.0.1:24224".into())
+        );
+        assert_eq!(
+            TargetUrl::parse("tls://[::1]:6514").unwrap(),
+            TargetUrl::Tls("[::1]:6514".into())
+        );
+        assert!(TargetUrl::parse("tls://[::1]:6514").unwrap().is_tls());
+        assert!(TargetUrl::parse("fluent+tls://h:1").unwrap().is_tls());
+        assert!(!TargetUrl::parse("fluent://h:1").unwrap().is_tls());
+        assert!(!TargetUrl::parse("tcp://h:1").unwrap().is_tls());
+        // Only syslog streams can open a connection per message.
+        assert!(TargetUrl::parse("tls://h:1").unwrap().is_syslog_stream());
+        assert!(
+            !TargetUrl::parse("fluent+tls://h:1")
+                .unwrap()
+                .is_syslog_stream()
+        );
         assert!(TargetUrl::parse("http://x").is_err());
+        // A network target needs a port; the scheme is spelled exactly.
+        for bad in [
+            "tls://localhost",
+            "tls://:6514",
+            "tls://host:port",
+            "fluent+tls://h",
+            "tcp://h:70000",
+            "TLS://h:1",
+            "tls+fluent://h:1",
+            "ssl://h:1",
+        ] {
+            assert!(TargetUrl::parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]
