@@ -82,6 +82,9 @@ fn wire(scenario: Scenario) -> Result<Wire> {
             bail!("the bare loop speaks no HTTP: the HTTP experiments have `ceiling`")
         }
         Scenario::Tail => bail!("`tail` reads a file, not connections: see `bare::tail`"),
+        Scenario::TlsHandshake => {
+            bail!("the bare loop reads long-lived connections: `tls_handshake` has no bare row")
+        }
     })
 }
 

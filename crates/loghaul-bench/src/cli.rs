@@ -19,7 +19,7 @@ use crate::meter::{self, MeterSource, StopRule};
 use crate::payload::{Format, Framing, PayloadSpec};
 use crate::progress::{Progress, human};
 use crate::scenario::{self, Plan};
-use crate::subjects::{Scenario, SubjectKind, TreeShape};
+use crate::subjects::{Scenario, SubjectKind, TlsDriver, TreeShape};
 use crate::target::{TargetOptions, TargetUrl};
 
 /// `loghaul bench ...`
@@ -47,6 +47,8 @@ pub enum BenchCommand {
     #[command(after_help = "Examples:\n  \
         loghaul bench run syslog --subjects loghaul,rsyslog,syslog-ng --runs 3\n  \
         loghaul bench run syslog --subjects loghaul,loghaul-disk-50ms,loghaul-disk-batch,rsyslog,rsyslog-da\n  \
+        loghaul bench run syslog --subjects loghaul,loghaul-tls,rsyslog,rsyslog-tls --runs 5\n  \
+        loghaul bench run tls_handshake --subjects loghaul-tls,rsyslog-tls --runs 5\n  \
         loghaul bench run basic --subjects loghaul,eventmachine --events 5000000\n  \
         loghaul bench run forward --subjects loghaul,bare,fluentd --runs 3\n  \
         loghaul bench run forward_relay --subjects loghaul --ack\n  \
@@ -254,7 +256,8 @@ pub struct RunArgs {
     /// Subjects, comma-separated, run interleaved in this order.
     /// [default: loghaul,rsyslog,syslog-ng,eventmachine; http_echo:
     /// loghaul,node,tornado,eventmachine,finagle,ceiling; http_client:
-    /// loghaul,curl,net-http,curb,em-http,requests,urllib3]
+    /// loghaul,curl,net-http,curb,em-http,requests,urllib3; tls_handshake:
+    /// loghaul-tls,rsyslog-tls]
     #[arg(long, value_enum, value_delimiter = ',')]
     pub subjects: Option<Vec<SubjectKind>>,
     /// Runs per subject [default: 3; http_echo: 5, as the seed; forward_deliver climbs its steps
@@ -267,8 +270,8 @@ pub struct RunArgs {
     /// [default: 1; forward_deliver: none, its first steps are a few lines per second]
     #[arg(long)]
     pub warmup: Option<usize>,
-    /// Events per run; for tail, lines in its file (default: 40M for basic, 2M for rfc5424, 5M
-    /// otherwise).
+    /// Events per run; for tail, lines in its file; for tls_handshake, connections (default: 40M
+    /// for basic, 2M for rfc5424, 2,000 for tls_handshake, 5M otherwise).
     #[arg(long)]
     pub events: Option<u64>,
     /// Generator connections.
@@ -306,6 +309,9 @@ pub struct RunArgs {
     /// The HTTP experiments' load.
     #[command(flatten)]
     pub http: HttpArgs,
+    /// rsyslog-tls: the TLS library rsyslog's imtcp reads with (gtls: GnuTLS; ossl: OpenSSL).
+    #[arg(long, value_enum, default_value = "gtls")]
+    pub rsyslog_tls_driver: TlsDriver,
 }
 
 /// The load of `http_echo` and `http_client` (ignored by the other scenarios).
@@ -607,6 +613,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
                 K::Finagle,
                 K::Ceiling,
             ],
+            Scenario::TlsHandshake => vec![K::LoghaulTls, K::RsyslogTls],
             Scenario::HttpClient => vec![
                 K::Loghaul,
                 K::Curl,
@@ -685,6 +692,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         fluent: a.fluent.options()?,
         tree: a.tree.options(),
         http: a.http.options(),
+        rsyslog_tls_driver: a.rsyslog_tls_driver,
     };
     let table = scenario::run(&plan)?;
     println!("{table}");

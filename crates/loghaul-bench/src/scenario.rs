@@ -85,6 +85,8 @@ pub struct Plan {
     pub tree: TreeOptions,
     /// The HTTP experiments' load.
     pub http: crate::http_echo::HttpOptions,
+    /// The stream driver `rsyslog-tls` reads with.
+    pub rsyslog_tls_driver: subjects::TlsDriver,
 }
 
 /// The load generator of a run.
@@ -123,6 +125,8 @@ pub fn default_events(scenario: Scenario) -> u64 {
         // 5M lines of about 100 bytes: a 506MB file read into 1.1GB of JSON, 0.5–1s of loghaul.
         Scenario::Tail => 5_000_000,
         Scenario::Rfc5424 => 2_000_000,
+        // Connections, not events: each message on its own connection (and TLS handshake).
+        Scenario::TlsHandshake => 2_000,
         // Its load is rate × step duration per agent, not a count (`crate::deliver`); the HTTP
         // experiments count requests and bytes (`--ab-*`, `--upload-*`).
         Scenario::ForwardDeliver | Scenario::HttpEcho | Scenario::HttpClient => 0,
@@ -155,7 +159,7 @@ pub fn payload_for(scenario: Scenario, message_size: usize, seed: u64) -> Payloa
         | Scenario::Tail
         | Scenario::HttpEcho
         | Scenario::HttpClient => (Format::Raw, Framing::Newline),
-        Scenario::Syslog => (Format::Rfc3164, Framing::Newline),
+        Scenario::Syslog | Scenario::TlsHandshake => (Format::Rfc3164, Framing::Newline),
         Scenario::Rfc5424 => (Format::Rfc5424, Framing::OctetCounting),
     };
     PayloadSpec {
@@ -186,7 +190,8 @@ pub fn machine() -> String {
 /// The results cannot be written or the work folder cannot be created. A subject that fails is a
 /// row in the table, not an error.
 pub fn run(plan: &Plan) -> Result<String> {
-    let peers = Peers::locate();
+    let mut peers = Peers::locate();
+    peers.rsyslog_tls_driver = plan.rsyslog_tls_driver;
     // A subject that cannot even start is no row to wait for at the end of a long set: say how
     // to provide it before anything runs.
     let wants_fluentd = plan
@@ -200,6 +205,14 @@ pub fn run(plan: &Plan) -> Result<String> {
         && (plan.scenario.is_forward() || plan.scenario == Scenario::ForwardDeliver)
     {
         bail!("loggen speaks syslog only: the forward scenarios take the built-in generator");
+    }
+    if plan.driver == Driver::Loggen
+        && (plan.scenario == Scenario::TlsHandshake || plan.subjects.iter().any(|k| k.tls()))
+    {
+        bail!(
+            "the TLS subjects and `tls_handshake` take the built-in generator (tls://, a \
+             connection per message)"
+        );
     }
     if plan.driver == Driver::Loggen && plan.scenario == Scenario::Tail {
         bail!("`tail` reads a file the lab writes before the subject starts: no generator runs");
@@ -337,7 +350,7 @@ pub fn run(plan: &Plan) -> Result<String> {
     let machine = machine();
     let notes = match &input {
         Some(input) => tail::notes(plan, input, &records, &names),
-        None => String::new(),
+        None => report::tls_notes(plan.scenario, plan.events, &records, &names),
     };
     let cx = report::Context {
         scenario: plan.scenario.name(),
@@ -649,15 +662,7 @@ fn run_one(
     let mut driver = match plan.driver {
         Driver::Builtin => {
             let input = format!("127.0.0.1:{}", launch.input_port);
-            let (target, target_options) = if plan.scenario.is_forward() {
-                let options = TargetOptions {
-                    fluent: plan.fluent.clone(),
-                    ..TargetOptions::default()
-                };
-                (TargetUrl::Fluent(input), options)
-            } else {
-                (TargetUrl::Tcp(input), TargetOptions::default())
-            };
+            let (target, target_options) = target_for(plan, &launch, input);
             let gen_cfg = GenConfig {
                 target,
                 target_options,
@@ -829,6 +834,7 @@ fn run_one(
     rec.peak_rss_bytes = peak;
     rec.fsyncs = fsyncs;
     rec.fsyncs_per_sec = fsyncs.map(|n| n as f64 / duration);
+    rec.tls = gen_stats.tls.clone();
     match &launch.output {
         Output::File(_) => {
             let rep = books
@@ -861,6 +867,25 @@ fn run_one(
         0.0
     };
     Ok(rec)
+}
+
+/// Where and how the built-in generator sends to a subject listening on `input`: the forward
+/// protocol or syslog frames, over TLS when the subject listens with it (trusting its PKI's CA),
+/// and in `tls_handshake` on a new connection per message.
+fn target_for(plan: &Plan, launch: &Launch, input: String) -> (TargetUrl, TargetOptions) {
+    let target = match (plan.scenario.is_forward(), launch.tls.is_some()) {
+        (true, false) => TargetUrl::Fluent(input),
+        (true, true) => TargetUrl::FluentTls(input),
+        (false, false) => TargetUrl::Tcp(input),
+        (false, true) => TargetUrl::Tls(input),
+    };
+    let options = TargetOptions {
+        fluent: plan.fluent.clone(),
+        tls: launch.tls.clone().unwrap_or_default(),
+        connect_per_message: plan.scenario == Scenario::TlsHandshake,
+        ..TargetOptions::default()
+    };
+    (target, options)
 }
 
 /// loghaul's counter of a disk buffer's fsyncs (segments and their folder), on the sink it serves.

@@ -15,8 +15,14 @@
 //!
 //! A subject may be a variant of another one's server, differing only in its config
 //! ([`SubjectKind::base`]): `loghaul-disk-50ms` and `loghaul-disk-batch` put loghaul's sink behind
-//! a disk buffer, `rsyslog-da` gives rsyslog's action a disk-assisted queue. Each keeps its config
-//! under its own name beside the figures.
+//! a disk buffer, `rsyslog-da` gives rsyslog's action a disk-assisted queue, `loghaul-tls` and
+//! `rsyslog-tls` listen with TLS. Each keeps its config under its own name beside the figures.
+//!
+//! A TLS subject gets a throwaway PKI in its run's folder ([`make_pki`]: a CA and a server
+//! certificate for `localhost` and 127.0.0.1 it issued), and its [`Launch`] tells the generator
+//! to speak TLS and trust that CA. rsyslog has TLS only in `imtcp` (`imptcp` has none), so
+//! `rsyslog-tls` reads with `imtcp` and a stream driver ([`TlsDriver`]: GnuTLS or OpenSSL) where
+//! `rsyslog` reads with `imptcp`.
 //!
 //! "Equivalent" means: the same input (protocol, framing, format) and the same output shape, a JSON
 //! line per event with the fields loghaul writes (or the raw line for `basic`). Each peer gets the
@@ -28,6 +34,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 use serde::Serialize;
+
+use crate::connect::TlsClientOptions;
 
 /// A server under test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ValueEnum, Serialize)]
@@ -44,8 +52,18 @@ pub enum SubjectKind {
     #[value(name = "loghaul-disk-batch")]
     #[serde(rename = "loghaul-disk-batch")]
     LoghaulDiskBatch,
+    /// loghaul with TLS on its listener (`tls: { cert, key }`; the generator speaks tls:// or
+    /// fluent+tls://).
+    #[value(name = "loghaul-tls")]
+    #[serde(rename = "loghaul-tls")]
+    LoghaulTls,
     /// rsyslog (imptcp → omfile).
     Rsyslog,
+    /// rsyslog with TLS: imtcp with a stream driver (gtls or ossl, `--rsyslog-tls-driver`) in
+    /// anonymous mode (the server authenticates itself, clients need no certificate) → omfile.
+    #[value(name = "rsyslog-tls")]
+    #[serde(rename = "rsyslog-tls")]
+    RsyslogTls,
     /// rsyslog whose omfile action has a disk-assisted queue, configured as rsyslog's docs
     /// configure reliable forwarding: `rsyslog`'s peer for loghaul's disk buffer.
     #[value(name = "rsyslog-da")]
@@ -93,7 +111,9 @@ impl SubjectKind {
             Self::Loghaul => "loghaul",
             Self::LoghaulDisk50ms => "loghaul-disk-50ms",
             Self::LoghaulDiskBatch => "loghaul-disk-batch",
+            Self::LoghaulTls => "loghaul-tls",
             Self::Rsyslog => "rsyslog",
+            Self::RsyslogTls => "rsyslog-tls",
             Self::RsyslogDa => "rsyslog-da",
             Self::SyslogNg => "syslog-ng",
             Self::Eventmachine => "eventmachine",
@@ -112,15 +132,20 @@ impl SubjectKind {
         }
     }
 
-    /// The server a subject runs: loghaul for its disk-buffered variants, rsyslog for
-    /// `rsyslog-da`, the subject itself otherwise. Variants differ from their server only in
-    /// their config.
+    /// The server a subject runs: loghaul for its disk-buffered and TLS variants, rsyslog for
+    /// `rsyslog-da` and `rsyslog-tls`, the subject itself otherwise. Variants differ from their
+    /// server only in their config.
     pub fn base(self) -> SubjectKind {
         match self {
-            Self::LoghaulDisk50ms | Self::LoghaulDiskBatch => Self::Loghaul,
-            Self::RsyslogDa => Self::Rsyslog,
+            Self::LoghaulDisk50ms | Self::LoghaulDiskBatch | Self::LoghaulTls => Self::Loghaul,
+            Self::RsyslogDa | Self::RsyslogTls => Self::Rsyslog,
             k => k,
         }
+    }
+
+    /// Whether the subject listens with TLS (and the generator must speak it).
+    pub fn tls(self) -> bool {
+        matches!(self, Self::LoghaulTls | Self::RsyslogTls)
     }
 
     /// The `sync` of a loghaul variant's disk buffer (`None`: no disk buffer).
@@ -188,6 +213,12 @@ pub enum Scenario {
     #[value(name = "http_client", alias = "http-client")]
     #[serde(rename = "http_client")]
     HttpClient,
+    /// New connections per second: every message on a connection of its own (connect, TLS
+    /// handshake for the TLS subjects, one RFC3164 line, close), parsed into a JSON-lines file as
+    /// in `syslog`; the rate is handshakes per second.
+    #[value(name = "tls_handshake", alias = "tls-handshake")]
+    #[serde(rename = "tls_handshake")]
+    TlsHandshake,
 }
 
 impl Scenario {
@@ -204,6 +235,7 @@ impl Scenario {
             Self::Tail => "tail",
             Self::HttpEcho => "http_echo",
             Self::HttpClient => "http_client",
+            Self::TlsHandshake => "tls_handshake",
         }
     }
 
@@ -293,6 +325,8 @@ pub struct Launch {
     /// loghaul's API port when its sink `out` has a disk buffer: the run reads the buffer's
     /// `loghaul_disk_buffer_fsyncs_total` there before and after the load.
     pub disk_buffer_api: Option<u16>,
+    /// How the generator speaks TLS to a TLS subject (`None`: plain TCP).
+    pub tls: Option<TlsClientOptions>,
 }
 
 /// A further process of a subject (see the module doc).
@@ -327,7 +361,25 @@ pub fn unsupported(kind: SubjectKind, scenario: Scenario) -> Option<&'static str
             "n/a: the disk-buffer variants run the one-process scenarios (basic, syslog, raw, \
              rfc5424, forward)",
         ),
-        (SubjectKind::RsyslogDa, s) => unsupported(SubjectKind::Rsyslog, s),
+        (
+            SubjectKind::LoghaulTls,
+            Scenario::Basic
+            | Scenario::Syslog
+            | Scenario::Raw
+            | Scenario::Rfc5424
+            | Scenario::Forward
+            | Scenario::TlsHandshake,
+        ) => None,
+        (SubjectKind::LoghaulTls, _) => Some(
+            "n/a: the TLS variant runs the one-process scenarios (basic, syslog, raw, rfc5424, \
+             forward) and tls_handshake",
+        ),
+        (SubjectKind::RsyslogDa | SubjectKind::RsyslogTls, s) => {
+            unsupported(SubjectKind::Rsyslog, s)
+        }
+        (SubjectKind::Bare, Scenario::TlsHandshake) => {
+            Some("n/a: the bare loop reads long-lived connections; `loghaul` is the plain-TCP row")
+        }
         (
             SubjectKind::Loghaul
             | SubjectKind::Node
@@ -402,6 +454,8 @@ pub struct Peers {
     pub loggen: PathBuf,
     /// The `fluentd` command, split into words (`None`: `LOGHAUL_FLUENTD` is not set).
     pub fluentd: Option<Vec<String>>,
+    /// The stream driver `rsyslog-tls` reads with (`--rsyslog-tls-driver`).
+    pub rsyslog_tls_driver: TlsDriver,
 }
 
 impl Peers {
@@ -422,6 +476,7 @@ impl Peers {
                 .ok()
                 .map(|c| c.split_whitespace().map(str::to_string).collect::<Vec<_>>())
                 .filter(|words| !words.is_empty()),
+            rsyslog_tls_driver: TlsDriver::default(),
         }
     }
 
@@ -470,6 +525,14 @@ impl Peers {
         if kind == SubjectKind::RsyslogDa {
             let base = self.platform(kind.base(), loghaul);
             return format!("{base}, disk-assisted action queue");
+        }
+        if kind == SubjectKind::RsyslogTls {
+            let base = self.platform(kind.base(), loghaul);
+            return format!("{base}, imtcp + {}", self.rsyslog_tls_driver.describe());
+        }
+        if kind == SubjectKind::LoghaulTls {
+            let base = self.platform(kind.base(), loghaul);
+            return format!("{base}, TLS (rustls)");
         }
         match kind {
             SubjectKind::Loghaul => {
@@ -590,6 +653,7 @@ pub fn prepare(
                     ready: Ready::Health(api_b),
                 }],
                 disk_buffer_api: None,
+                tls: None,
             })
         }
         SubjectKind::Fluentd => {
@@ -607,19 +671,28 @@ pub fn prepare(
                 output: Output::File(dir.join(format!("out.{}.log", crate::fluent::DEFAULT_TAG))),
                 companions: vec![],
                 disk_buffer_api: None,
+                tls: None,
             })
         }
-        SubjectKind::Loghaul | SubjectKind::LoghaulDisk50ms | SubjectKind::LoghaulDiskBatch => {
+        SubjectKind::Loghaul
+        | SubjectKind::LoghaulDisk50ms
+        | SubjectKind::LoghaulDiskBatch
+        | SubjectKind::LoghaulTls => {
             let api = free_port()?;
             let data_dir = dir.join("data");
             let disk = kind.disk_sync().map(|sync| DiskBuffer {
                 sync,
                 data_dir: s(&data_dir),
             });
+            let pki = if kind.tls() {
+                Some(make_pki(dir)?)
+            } else {
+                None
+            };
             // Named after the subject: the variants' configs are kept side by side.
             let conf = write(
                 &format!("{}.yaml", kind.name()),
-                &loghaul_config_with_buffer(scenario, port, api, &s(&out), disk.as_ref()),
+                &loghaul_subject_config(scenario, port, api, &s(&out), disk.as_ref(), pki.as_ref()),
             )?;
             Ok(Launch {
                 program,
@@ -634,9 +707,10 @@ pub fn prepare(
                 },
                 companions: vec![],
                 disk_buffer_api: disk.map(|_| api),
+                tls: pki.map(|p| p.client()),
             })
         }
-        SubjectKind::Rsyslog | SubjectKind::RsyslogDa => {
+        SubjectKind::Rsyslog | SubjectKind::RsyslogDa | SubjectKind::RsyslogTls => {
             // Its spool (and the DA queue's files) stay in the run's folder.
             let work = dir.join("rsyslog-work");
             std::fs::create_dir_all(&work).context("creating rsyslog's work folder")?;
@@ -645,9 +719,18 @@ pub fn prepare(
             } else {
                 ActionQueue::Direct
             };
+            let pki = if kind.tls() {
+                Some(make_pki(dir)?)
+            } else {
+                None
+            };
+            let tls = pki.as_ref().map(|p| RsyslogTls {
+                driver: peers.rsyslog_tls_driver,
+                pki: p,
+            });
             let conf = write(
                 &format!("{}.conf", kind.name()),
-                &rsyslog_config(scenario, port, &s(&work), &s(&out), queue),
+                &rsyslog_config_with(scenario, port, &s(&work), &s(&out), queue, tls.as_ref()),
             )?;
             Ok(Launch {
                 program,
@@ -664,6 +747,7 @@ pub fn prepare(
                 output: Output::File(out),
                 companions: vec![],
                 disk_buffer_api: None,
+                tls: pki.as_ref().map(ServerPki::client),
             })
         }
         SubjectKind::SyslogNg => {
@@ -695,6 +779,7 @@ pub fn prepare(
                 output: Output::File(out),
                 companions: vec![],
                 disk_buffer_api: None,
+                tls: None,
             })
         }
         SubjectKind::Eventmachine => {
@@ -709,6 +794,7 @@ pub fn prepare(
                 output: Output::CountFile(count),
                 companions: vec![],
                 disk_buffer_api: None,
+                tls: None,
             })
         }
         SubjectKind::Bare => {
@@ -746,6 +832,7 @@ pub fn prepare(
                 },
                 companions: vec![],
                 disk_buffer_api: None,
+                tls: None,
             })
         }
         k => bail!(
@@ -785,6 +872,27 @@ pub fn loghaul_config_with_buffer(
     out: &str,
     disk: Option<&DiskBuffer>,
 ) -> String {
+    loghaul_subject_config(scenario, port, api, out, disk, None)
+}
+
+/// [`loghaul_config_with_buffer`], with TLS on the source's listener when `tls` is given: its
+/// certificate and key, everything else on the defaults (no client certificates asked for, as
+/// rsyslog's anonymous mode).
+pub fn loghaul_subject_config(
+    scenario: Scenario,
+    port: u16,
+    api: u16,
+    out: &str,
+    disk: Option<&DiskBuffer>,
+    tls: Option<&ServerPki>,
+) -> String {
+    let tls = tls.map_or(String::new(), |p| {
+        format!(
+            ", tls: {{ cert: \"{}\", key: \"{}\" }}",
+            p.cert.display(),
+            p.key.display()
+        )
+    });
     let (data_dir, buffer) = match disk {
         Some(d) => (
             format!("data_dir: \"{}\"\n", d.data_dir),
@@ -802,7 +910,7 @@ pub fn loghaul_config_with_buffer(
                  api: {{ address: \"127.0.0.1:{api}\" }}\n\
                  {data_dir}\
                  sources:\n  \
-                   in: {{ type: fluent, address: \"127.0.0.1:{port}\" }}\n\
+                   in: {{ type: fluent, address: \"127.0.0.1:{port}\"{tls} }}\n\
                  sinks:\n  \
                    out: {{ type: file, inputs: [in], path: \"{out}\", encoding: json{buffer} }}\n",
                 name = scenario.name(),
@@ -818,7 +926,7 @@ pub fn loghaul_config_with_buffer(
             );
         }
         Scenario::Basic => ("raw", "newline", "text"),
-        Scenario::Syslog => ("rfc3164", "newline", "json"),
+        Scenario::Syslog | Scenario::TlsHandshake => ("rfc3164", "newline", "json"),
         // `tail` reads a file, not a port: its config is `tail_config`; it would get `raw`'s
         // if it got here (`prepare` refuses it first).
         // The HTTP experiments configure their own subjects (`crate::http_echo`).
@@ -832,7 +940,7 @@ pub fn loghaul_config_with_buffer(
          api: {{ address: \"127.0.0.1:{api}\" }}\n\
          {data_dir}\
          sources:\n  \
-           in: {{ type: syslog, mode: tcp, address: \"127.0.0.1:{port}\", format: {format}, framing: {framing} }}\n\
+           in: {{ type: syslog, mode: tcp, address: \"127.0.0.1:{port}\", format: {format}, framing: {framing}{tls} }}\n\
          sinks:\n  \
            out: {sink}\n",
         name = scenario.name(),
@@ -1383,6 +1491,107 @@ pub fn rsyslog_config(
     out: &str,
     queue: ActionQueue,
 ) -> String {
+    rsyslog_config_with(scenario, port, work, out, queue, None)
+}
+
+/// The stream driver (TLS library) `rsyslog-tls`'s imtcp reads with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsDriver {
+    /// GnuTLS (`lmnsd_gtls`, Debian's rsyslog-gnutls): the faster of the two on the lab's
+    /// machines (BENCHMARKS.md).
+    #[default]
+    Gtls,
+    /// OpenSSL (`lmnsd_ossl`, Debian's rsyslog-openssl).
+    Ossl,
+}
+
+impl TlsDriver {
+    /// rsyslog's name for the driver (`StreamDriver.Name`).
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsDriver::Gtls => "gtls",
+            TlsDriver::Ossl => "ossl",
+        }
+    }
+
+    /// The driver and its library, for the platform column.
+    pub fn describe(self) -> &'static str {
+        match self {
+            TlsDriver::Gtls => "gtls (GnuTLS)",
+            TlsDriver::Ossl => "ossl (OpenSSL)",
+        }
+    }
+}
+
+/// A throwaway PKI of a TLS subject: the CA's certificate, and the server certificate (for
+/// `localhost` and 127.0.0.1) and key the CA issued, as PEM files.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerPki {
+    /// The CA certificate: what the generator trusts.
+    pub ca: PathBuf,
+    /// The server's certificate.
+    pub cert: PathBuf,
+    /// The server's private key.
+    pub key: PathBuf,
+}
+
+impl ServerPki {
+    /// How the generator connects to a server holding this PKI's certificate: trusting its CA,
+    /// checking the name the generator connects to (127.0.0.1), with no client certificate.
+    pub fn client(&self) -> TlsClientOptions {
+        TlsClientOptions {
+            ca: Some(self.ca.clone()),
+            ..TlsClientOptions::default()
+        }
+    }
+}
+
+/// Makes a new CA in `dir/pki/` and has it issue a server certificate for `localhost` and
+/// 127.0.0.1 (ECDSA P-256 keys, as `loghaul_tls::pki` makes them). A new one per run: nothing
+/// carries over between runs, and no file outside the run's folder is touched.
+///
+/// # Errors
+/// The folder or a file cannot be written.
+pub fn make_pki(dir: &Path) -> Result<ServerPki> {
+    use loghaul_tls::pki::{Ca, Leaf};
+    let pki = dir.join("pki");
+    std::fs::create_dir_all(&pki).with_context(|| format!("creating {}", pki.display()))?;
+    let ca = Ca::new("loghaul bench CA").context("making the lab's CA")?;
+    let ca_path = pki.join("ca.crt");
+    ca.write(&ca_path).context("writing the lab's CA")?;
+    let (cert, key) = ca
+        .issue(&Leaf::new("localhost"))
+        .and_then(|issued| issued.write(&pki, "server"))
+        .context("issuing the server certificate")?;
+    Ok(ServerPki {
+        ca: ca_path,
+        cert,
+        key,
+    })
+}
+
+/// TLS for `rsyslog-tls`: the driver, and the PKI whose server certificate it presents.
+#[derive(Clone, Copy, Debug)]
+pub struct RsyslogTls<'a> {
+    /// GnuTLS or OpenSSL.
+    pub driver: TlsDriver,
+    /// Its CA, certificate and key.
+    pub pki: &'a ServerPki,
+}
+
+/// [`rsyslog_config`], reading with `imtcp` over TLS when `tls` is given: the driver set on the
+/// module in anonymous mode (`StreamDriver.Mode="1"`, `StreamDriver.AuthMode="anon"`: the server
+/// shows its certificate and asks clients for none, as `loghaul-tls` does) and the files given as
+/// the global defaults. imtcp takes rsyslog's defaults otherwise; `imptcp` has no TLS.
+pub fn rsyslog_config_with(
+    scenario: Scenario,
+    port: u16,
+    work: &str,
+    out: &str,
+    queue: ActionQueue,
+    tls: Option<&RsyslogTls<'_>>,
+) -> String {
     let fields = match scenario {
         Scenario::Basic => None,
         // rsyslog has no forward input and no `tail` config (`unsupported`): those scenarios
@@ -1397,7 +1606,7 @@ pub fn rsyslog_config(
             r#"{\"timestamp\":\"%timegenerated:::date-rfc3339%\",\"message\":\"%rawmsg:::json%\",\"source_ip\":\"%fromhost-ip%\",\"source_type\":\"syslog\"}"#
                 .to_string(),
         ),
-        Scenario::Syslog | Scenario::Rfc5424 => {
+        Scenario::Syslog | Scenario::Rfc5424 | Scenario::TlsHandshake => {
             let extra = if scenario == Scenario::Rfc5424 {
                 r#"\"msgid\":\"%msgid:::json%\",\"structured_data\":\"%structured-data:::json%\","#
             } else {
@@ -1421,15 +1630,38 @@ pub fn rsyslog_config(
                 .to_string()
         }
     };
+    let (files, module, input) = match tls {
+        None => (
+            String::new(),
+            "module(load=\"imptcp\" threads=\"1\")".to_string(),
+            "imptcp",
+        ),
+        Some(t) => (
+            format!(
+                "\n       DefaultNetstreamDriverCAFile=\"{}\"\n       \
+                 DefaultNetstreamDriverCertFile=\"{}\"\n       \
+                 DefaultNetstreamDriverKeyFile=\"{}\"",
+                t.pki.ca.display(),
+                t.pki.cert.display(),
+                t.pki.key.display()
+            ),
+            format!(
+                "module(load=\"imtcp\" StreamDriver.Name=\"{}\" StreamDriver.Mode=\"1\" \
+                 StreamDriver.AuthMode=\"anon\")",
+                t.driver.name()
+            ),
+            "imtcp",
+        ),
+    };
     format!(
         "# loghaul bench: scenario {name}; a private rsyslog, run in the foreground with -n\n\
-         global(workDirectory=\"{work}\" maxMessageSize=\"64k\")\n\
-         module(load=\"imptcp\" threads=\"1\")\n\
+         global(workDirectory=\"{work}\" maxMessageSize=\"64k\"{files})\n\
+         {module}\n\
          {template}\n\
          ruleset(name=\"bench\") {{\n  \
            action(type=\"omfile\" file=\"{out}\" template=\"out\" ioBufferSize=\"64k\"{queue})\n\
          }}\n\
-         input(type=\"imptcp\" address=\"127.0.0.1\" port=\"{port}\" ruleset=\"bench\")\n",
+         input(type=\"{input}\" address=\"127.0.0.1\" port=\"{port}\" ruleset=\"bench\")\n",
         name = scenario.name()
     )
 }
@@ -1455,7 +1687,7 @@ pub fn syslog_ng_config(scenario: Scenario, port: u16, out: &str) -> String {
              source_type=syslog)\\n\""
                 .to_string(),
         ),
-        Scenario::Syslog => (
+        Scenario::Syslog | Scenario::TlsHandshake => (
             "network",
             "",
             "\"$(format-json timestamp=${ISODATE} hostname=${HOST} appname=${PROGRAM} procid=${PID} \
@@ -1740,6 +1972,98 @@ mod tests {
             da.contains("workDirectory=\"/w\""),
             "the spool is the run's: {da}"
         );
+    }
+
+    #[test]
+    fn tls_variants_parse_map_to_their_server_and_run_where_they_can() {
+        for (name, kind, base) in [
+            ("loghaul-tls", SubjectKind::LoghaulTls, SubjectKind::Loghaul),
+            ("rsyslog-tls", SubjectKind::RsyslogTls, SubjectKind::Rsyslog),
+        ] {
+            assert_eq!(SubjectKind::from_str(name, false).unwrap(), kind);
+            assert_eq!(kind.name(), name);
+            assert_eq!(serde_json::to_value(kind).unwrap(), name);
+            assert_eq!(kind.base(), base);
+            assert!(kind.tls() && !base.tls());
+            for s in [Scenario::Syslog, Scenario::Rfc5424, Scenario::TlsHandshake] {
+                assert!(unsupported(kind, s).is_none(), "{name} {s:?}");
+            }
+            for s in [Scenario::ForwardRelay, Scenario::Tail, Scenario::HttpEcho] {
+                assert!(unsupported(kind, s).is_some(), "{name} {s:?}");
+            }
+        }
+        // loghaul speaks the forward protocol over TLS too; rsyslog has no forward input.
+        assert!(unsupported(SubjectKind::LoghaulTls, Scenario::Forward).is_none());
+        assert!(unsupported(SubjectKind::RsyslogTls, Scenario::Forward).is_some());
+        assert!(unsupported(SubjectKind::Bare, Scenario::TlsHandshake).is_some());
+        assert_eq!(
+            Scenario::from_str("tls_handshake", false).unwrap(),
+            Scenario::TlsHandshake
+        );
+        assert_eq!(Scenario::TlsHandshake.name(), "tls_handshake");
+    }
+
+    /// The lab's PKI makes a server config loghaul accepts, and the TLS subjects' configs point
+    /// at its files: loghaul's listener (syslog and fluent sources), rsyslog's imtcp with the
+    /// chosen driver in anonymous mode.
+    #[test]
+    fn tls_subjects_listen_with_the_runs_pki() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = make_pki(dir.path()).unwrap();
+        assert!(pki.cert.starts_with(dir.path().join("pki")));
+        let server = loghaul_tls::TlsConfig {
+            cert: Some(pki.cert.clone()),
+            key: Some(pki.key.clone()),
+            ..loghaul_tls::TlsConfig::default()
+        };
+        loghaul_tls::check(&server, loghaul_tls::Role::Server).unwrap();
+        let client = pki.client();
+        assert_eq!(client.ca.as_ref(), Some(&pki.ca));
+        assert!(client.cert.is_none() && client.key.is_none());
+        let tls = format!(
+            ", tls: {{ cert: \"{}\", key: \"{}\" }} }}",
+            pki.cert.display(),
+            pki.key.display()
+        );
+        for scenario in [Scenario::Syslog, Scenario::Forward, Scenario::TlsHandshake] {
+            let conf = loghaul_subject_config(scenario, 1, 2, "/o", None, Some(&pki));
+            let source = conf.lines().find(|l| l.contains("in: {")).unwrap();
+            assert!(source.ends_with(&tls), "{conf}");
+            // Without TLS, the plain subject's config, unchanged.
+            let plain = loghaul_subject_config(scenario, 1, 2, "/o", None, None);
+            assert_eq!(plain, loghaul_config(scenario, 1, 2, "/o"));
+        }
+        let handshake = loghaul_config(Scenario::TlsHandshake, 1, 2, "/o");
+        assert!(handshake.contains("format: rfc3164"), "{handshake}");
+        for driver in [TlsDriver::Gtls, TlsDriver::Ossl] {
+            let conf = rsyslog_config_with(
+                Scenario::Syslog,
+                7,
+                "/w",
+                "/o",
+                ActionQueue::Direct,
+                Some(&RsyslogTls { driver, pki: &pki }),
+            );
+            for want in [
+                format!(
+                    "module(load=\"imtcp\" StreamDriver.Name=\"{}\" StreamDriver.Mode=\"1\" \
+                     StreamDriver.AuthMode=\"anon\")",
+                    driver.name()
+                ),
+                format!("DefaultNetstreamDriverCAFile=\"{}\"", pki.ca.display()),
+                format!("DefaultNetstreamDriverCertFile=\"{}\"", pki.cert.display()),
+                format!("DefaultNetstreamDriverKeyFile=\"{}\"", pki.key.display()),
+                "input(type=\"imtcp\" address=\"127.0.0.1\" port=\"7\"".into(),
+            ] {
+                assert!(conf.contains(&want), "{want} in {conf}");
+            }
+            assert!(!conf.contains("imptcp"), "{conf}");
+            // The same template and action as the plain subject's.
+            let plain = rsyslog_config(Scenario::Syslog, 7, "/w", "/o", ActionQueue::Direct);
+            let tail =
+                |c: &str| c[c.find("template(").unwrap()..c.find("input(").unwrap()].to_string();
+            assert_eq!(tail(&conf), tail(&plain));
+        }
     }
 
     #[test]

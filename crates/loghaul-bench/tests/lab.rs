@@ -356,6 +356,17 @@ fn scenario_smoke_with(
     configs: &[&str],
     extra: &[&str],
 ) -> Option<(String, serde_json::Value)> {
+    scenario_smoke_sized(scenario, subjects, configs, extra, 20_000)
+}
+
+/// [`scenario_smoke_with`] at `events` events per run.
+fn scenario_smoke_sized(
+    scenario: &str,
+    subjects: &[&str],
+    configs: &[&str],
+    extra: &[&str],
+    events: u64,
+) -> Option<(String, serde_json::Value)> {
     let Some(loghaul) = std::env::var_os("LOGHAUL_BIN") else {
         eprintln!(
             "\n*** SKIPPED scenario `{scenario}`: LOGHAUL_BIN is not set (CI sets it to \
@@ -374,7 +385,13 @@ fn scenario_smoke_with(
             "1",
         ])
         .args(extra)
-        .args(["--events", "20000", "--idle-timeout", "20s", "--out"])
+        .args([
+            "--events",
+            &events.to_string(),
+            "--idle-timeout",
+            "20s",
+            "--out",
+        ])
         .arg(out.path())
         .env("LOGHAUL_BIN", &loghaul)
         .output()
@@ -426,7 +443,7 @@ fn scenario_smoke_with(
             // what arrived and what did not adds up to what was sent.
             let seen = r["events_seen"].as_u64().unwrap();
             let loss = r["loss"].as_u64().unwrap();
-            assert!(loss > 0 && seen + loss == 20000, "{scenario}: {r}");
+            assert!(loss > 0 && seen + loss == events, "{scenario}: {r}");
             assert_eq!(r["duplicates"], 0, "{scenario}: {r}");
             eprintln!(
                 "{scenario}: {} stalled with {loss} events queued: {r}",
@@ -435,7 +452,7 @@ fn scenario_smoke_with(
             continue;
         }
         assert_eq!(r["status"], "complete", "{scenario}: {r}");
-        assert_eq!(r["events_seen"], 20000, "{scenario}: {r}");
+        assert_eq!(r["events_seen"], events, "{scenario}: {r}");
         assert_eq!(r["loss"], 0, "{scenario}: {r}");
         // CPU time has a 10ms resolution: a small run of a fast subject may read 0.
         assert!(r["cpu_secs"].as_f64().unwrap() >= 0.0, "{scenario}: {r}");
@@ -460,7 +477,10 @@ fn scenario_smoke_with(
             .iter()
             .map(|v| v.as_u64().unwrap())
             .sum();
-        assert!(flow.abs_diff(20000) <= 200, "{scenario}: flow {flow}: {r}");
+        assert!(
+            flow.abs_diff(events) <= events / 100,
+            "{scenario}: flow {flow}: {r}"
+        );
     }
     // Every subject's config (the bare loop's command line) is kept beside the figures.
     let kept = Path::new(out.path()).join("configs").join(scenario);
@@ -571,6 +591,85 @@ fn scenario_syslog_disk_buffers_small() {
             .unwrap()
             .contains("disk-assisted")
     );
+}
+
+/// loghaul and rsyslog with TLS beside their plaintext selves, in one `syslog` run: every run
+/// complete, no loss, no duplicates; the TLS subjects' configs kept under their own names and
+/// listening with TLS, the generator having spoken TLS to them (and only to them), and the
+/// ratios said under the table.
+#[test]
+fn scenario_syslog_tls_small() {
+    let subjects = ["loghaul", "loghaul-tls", "rsyslog", "rsyslog-tls"];
+    let Some((table, json)) = scenario_smoke_with(
+        "syslog",
+        &subjects,
+        &[
+            "loghaul.yaml",
+            "loghaul-tls.yaml",
+            "rsyslog.conf",
+            "rsyslog-tls.conf",
+        ],
+        &[],
+    ) else {
+        return;
+    };
+    for r in json["records"].as_array().unwrap() {
+        let tls = r["subject"].as_str().unwrap().ends_with("-tls");
+        match r.get("tls").and_then(|t| t.as_str()) {
+            Some(agreed) => assert!(tls && agreed.starts_with("TLSv1_"), "{r}"),
+            None => assert!(!tls, "the generator spoke TLS to a TLS subject: {r}"),
+        }
+    }
+    let summary = json["summary"].as_array().unwrap();
+    assert!(
+        summary[3]["platform"]
+            .as_str()
+            .unwrap()
+            .contains("imtcp + gtls"),
+        "{}",
+        summary[3]
+    );
+    for want in [
+        "loghaul-tls ÷ loghaul: **",
+        "rsyslog-tls ÷ rsyslog: **",
+        "loghaul-tls ÷ rsyslog-tls: **",
+        "TLS agreed: loghaul-tls: TLSv1_3",
+    ] {
+        assert!(table.contains(want), "{want}: {table}");
+    }
+}
+
+/// `tls_handshake`: 2,000 connections per run, each its own full handshake and one line, into
+/// loghaul and rsyslog with TLS and loghaul plain; every line arrives once, and each subject
+/// gets a figure in handshakes per second.
+#[test]
+fn scenario_tls_handshake_small() {
+    let subjects = ["loghaul-tls", "rsyslog-tls", "loghaul"];
+    let Some((table, json)) = scenario_smoke_sized(
+        "tls_handshake",
+        &subjects,
+        &["loghaul-tls.yaml", "rsyslog-tls.conf", "loghaul.yaml"],
+        &[],
+        2_000,
+    ) else {
+        return;
+    };
+    for (m, subject) in json["summary"].as_array().unwrap().iter().zip(subjects) {
+        assert_eq!(m["subject"], subject);
+        assert!(m["events_per_sec"]["median"].as_f64().unwrap() > 0.0, "{m}");
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with(&format!("| {subject} | ")) && l.ends_with(" |")),
+            "{subject}: {table}"
+        );
+    }
+    assert!(table.contains("| subject | handshakes/s |"), "{table}");
+    assert!(
+        table.contains("| loghaul | ") && table.contains(" | plain TCP |"),
+        "{table}"
+    );
+    assert!(table.contains("loghaul-tls ÷ rsyslog-tls: **"), "{table}");
 }
 
 #[test]
@@ -711,8 +810,8 @@ fn bare_loop_writes_what_loghaul_writes() {
 fn scenario_forward_small() {
     scenario_smoke_with(
         "forward",
-        &["loghaul", "bare"],
-        &["loghaul.yaml", "bare.conf"],
+        &["loghaul", "loghaul-tls", "bare"],
+        &["loghaul.yaml", "loghaul-tls.yaml", "bare.conf"],
         &[],
     );
 }
