@@ -2,7 +2,8 @@
 # Installs the peers that `loghaul bench run` compares loghaul with, and the real syslog clients the
 # integration tests use. Idempotent and non-interactive (CI=true, no stdin); run as root on Debian 12.
 #
-#   rsyslog, bsdutils (logger), ruby + ruby-eventmachine   -> installed with apt
+#   rsyslog (+ rsyslog-gnutls, rsyslog-openssl), bsdutils (logger), openssl,
+#   ruby + ruby-eventmachine                                -> installed with apt
 #   syslog-ng-core (syslog-ng, loggen)                      -> extracted privately into $PEERS_DIR/syslog-ng
 #
 # and the peers of the HTTP experiments (programs, command lines, credits: bench/peers/http/README.md):
@@ -82,6 +83,9 @@ cleanup() {
 trap cleanup EXIT
 
 apt_install rsyslog bsdutils ruby ruby-eventmachine
+# rsyslog's TLS network stream drivers (gtls: GnuTLS, ossl: OpenSSL), for syslog over TLS; openssl for
+# s_client, the other real TLS client the tests drive.
+apt_install rsyslog-gnutls rsyslog-openssl openssl
 # The HTTP experiments' load tools and Ruby clients (Net::HTTP comes with ruby itself).
 apt_install apache2-utils wrk curl ruby-curb ruby-em-http-request
 

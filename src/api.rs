@@ -1,4 +1,6 @@
-//! The operations API: `GET /health` and `GET /metrics` (Prometheus text) over HTTP/1.1.
+//! The operations API: `GET /health` and `GET /metrics` (Prometheus text) over HTTP/1.1, behind
+//! a bearer token (`api.token`) and TLS (`api.tls`) when configured; validation refuses an API
+//! reachable from other machines that has neither a token nor client certificates.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -27,24 +29,85 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     listener::bind(addr, None).await
 }
 
+/// What the API checks of every request, and the TLS of its listener.
+pub struct Access {
+    /// The `Authorization` value every request must carry, if any.
+    pub authorization: Option<String>,
+    pub tls: Option<loghaul_config::TlsConfig>,
+}
+
+impl Access {
+    pub fn of(config: &loghaul_config::ApiConfig) -> Access {
+        Access {
+            authorization: config.token.as_ref().map(|t| format!("Bearer {t}")),
+            tls: config.tls.clone(),
+        }
+    }
+}
+
 /// Serves until shutdown; connections in flight then finish their current request.
-pub async fn serve(listener: TcpListener, registry: Arc<Registry>, shutdown: ShutdownSignal) {
-    listener::serve(
+///
+/// # Errors
+///
+/// The TLS files no longer make a server config (they changed since validation).
+pub fn serve(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    access: Access,
+    shutdown: ShutdownSignal,
+) -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    // The API is no pipeline component: its refusals are logged (rate-limited) under `api`.
+    let metrics = crate::metrics::ComponentMetrics::detached(
+        "api",
+        loghaul_config::ComponentKind::Source,
+        "api",
+    );
+    let tls = match &access.tls {
+        Some(config) => Some(crate::net::tls::TlsServer::start(
+            config,
+            &[b"http/1.1"],
+            metrics.clone(),
+            shutdown.clone(),
+        )?),
+        None => None,
+    };
+    let options = listener::ServeOptions {
+        max_connections: MAX_CONNECTIONS,
+        max_per_client: None,
+        tls,
+        // hyper's own timers bound an HTTP connection's idleness.
+        idle_timeout: None,
+    };
+    let authorization = Arc::new(access.authorization);
+    Ok(listener::serve(
         listener,
-        MAX_CONNECTIONS,
-        None,
+        options,
+        Some(metrics.clone()),
         shutdown,
         move |conn: Conn| {
             let registry = registry.clone();
+            let authorization = authorization.clone();
+            let metrics = metrics.clone();
             async move {
                 let Conn {
                     stream,
+                    peer,
                     mut shutdown,
                     ..
                 } = conn;
                 let service = hyper::service::service_fn(move |req| {
                     let registry = registry.clone();
-                    async move { Ok::<_, Infallible>(handle(&req, &registry)) }
+                    let authorization = authorization.clone();
+                    let metrics = metrics.clone();
+                    async move {
+                        if let Some(expected) = authorization.as_deref()
+                            && !authorized(&req, expected)
+                        {
+                            crate::warn_limited!(metrics, %peer, path = req.uri().path(), "Refused an API request without the right token.");
+                            return Ok::<_, Infallible>(unauthorized());
+                        }
+                        Ok::<_, Infallible>(handle(&req, &registry))
+                    }
                 });
                 let connection = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service);
@@ -58,8 +121,29 @@ pub async fn serve(listener: TcpListener, registry: Arc<Registry>, shutdown: Shu
                 }
             }
         },
-    )
-    .await;
+    ))
+}
+
+/// Whether the request carries the expected `Authorization`, compared in constant time.
+fn authorized(req: &Request<Incoming>, expected: &str) -> bool {
+    let given = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .map_or(&b""[..], hyper::header::HeaderValue::as_bytes);
+    crate::net::http::constant_time_eq(given, expected.as_bytes())
+}
+
+fn unauthorized() -> Response<Full<Bytes>> {
+    let mut resp = respond(
+        StatusCode::UNAUTHORIZED,
+        "application/json",
+        r#"{"error":"this API needs `Authorization: Bearer TOKEN` (api.token)"}"#.into(),
+    );
+    resp.headers_mut().insert(
+        hyper::header::WWW_AUTHENTICATE,
+        hyper::header::HeaderValue::from_static("Bearer realm=\"loghaul\""),
+    );
+    resp
 }
 
 fn handle(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {

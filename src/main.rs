@@ -161,12 +161,16 @@ async fn serve(config: Config, path: Option<std::path::PathBuf>) -> anyhow::Resu
         None => None,
     };
     let topology = topology::start(&config, &registry, reopen.clone()).await?;
-    if let Some(listener) = api_listener {
-        tokio::spawn(api::serve(
-            listener,
-            registry.clone(),
-            topology.shutdown_signal(),
-        ));
+    if let (Some(listener), Some(api)) = (api_listener, &config.api) {
+        tokio::spawn(
+            api::serve(
+                listener,
+                registry.clone(),
+                api::Access::of(api),
+                topology.shutdown_signal(),
+            )
+            .context("api")?,
+        );
     }
     tracing::info!(
         config = %path.as_ref().map_or("<embedded default>".to_string(), |p| p.display().to_string()),

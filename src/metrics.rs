@@ -39,10 +39,13 @@ pub enum ErrorKind {
     /// read-only): reading goes on, and a restart would read again what the last written
     /// checkpoint does not cover.
     Checkpoint,
+    /// A TLS handshake that failed (garbage, a refused or missing client certificate) or did
+    /// not finish within `tls.handshake_timeout`; or new TLS files that could not be loaded.
+    Tls,
 }
 
 impl ErrorKind {
-    const ALL: [ErrorKind; 11] = [
+    const ALL: [ErrorKind; 12] = [
         ErrorKind::Parse,
         ErrorKind::InvalidUtf8,
         ErrorKind::Oversized,
@@ -54,6 +57,7 @@ impl ErrorKind {
         ErrorKind::Auth,
         ErrorKind::Ack,
         ErrorKind::Checkpoint,
+        ErrorKind::Tls,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -69,6 +73,7 @@ impl ErrorKind {
             ErrorKind::Auth => "auth",
             ErrorKind::Ack => "ack",
             ErrorKind::Checkpoint => "checkpoint",
+            ErrorKind::Tls => "tls",
         }
     }
 }

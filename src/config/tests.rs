@@ -150,7 +150,9 @@ fn valid_yaml_becomes_runtime_types() {
     assert_eq!(
         c.api,
         Some(ApiConfig {
-            address: "127.0.0.1:9000".parse().unwrap()
+            address: "127.0.0.1:9000".parse().unwrap(),
+            token: None,
+            tls: None,
         })
     );
     assert_eq!(c.shutdown_timeout, std::time::Duration::from_secs(90));
@@ -249,7 +251,9 @@ fn default_config_parses() {
     assert_eq!(
         parsed.api,
         Some(ApiConfig {
-            address: "127.0.0.1:8686".parse().unwrap()
+            address: "127.0.0.1:8686".parse().unwrap(),
+            token: None,
+            tls: None,
         })
     );
     assert!(

@@ -1,4 +1,9 @@
-//! What the HTTP source and sink share: the `Authorization` header value they send or expect.
+//! What the HTTP source, sink and API share: the `Authorization` header value they send or
+//! expect, and how it is compared.
+
+/// Compares without stopping at the first difference, so the time taken says nothing about how
+/// much of a secret was right.
+pub use loghaul_codec::forward::handshake::constant_time_eq;
 
 /// The `Authorization` value for a bearer token or a user and password: `Some(None)` when none
 /// of them is given, `None` when what is given is not one of the two (mixed, or empty).

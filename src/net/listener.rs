@@ -1,20 +1,24 @@
-//! The one TCP listener every stream protocol shares: bind, accept, the connection limit, one
-//! task per connection, and the drain on shutdown. Syslog over TCP, the forward protocol and the
-//! API each give it a handler for one connection; TLS will be added here, once, for all of them.
+//! The one TCP listener every stream protocol shares: bind, accept, the connection limits (in
+//! all, and per client address), one task per connection, TLS, and the drain on shutdown. Syslog
+//! over TCP, the forward protocol, HTTP and the API each give it a handler for one connection.
 //!
 //! ```text
-//! bind (before anything runs) ─► accept ─► limit? ─► spawn handler(conn) ─┐
-//!          shutdown ─► stop accepting ─► accept what the kernel already    │
-//!                      queued (served in drain mode) ─► wait for every ◄───┘
-//!                      connection task
+//! bind (before anything runs) ─► accept ─► limits? ─► spawn: TLS handshake? ─► handler(conn) ─┐
+//!          shutdown ─► stop accepting ─► accept what the kernel already                        │
+//!                      queued (served in drain mode) ─► wait for every connection task ◄───────┘
 //! ```
+//!
+//! A refused connection (over a limit) or a failed handshake costs one accept and a counter; the
+//! handshake runs on the connection's own task, bounded by `tls.handshake_timeout`, so a client
+//! that stalls or sends garbage holds nothing but its own socket, briefly.
 //!
 //! Shutdown is cooperative: handlers see the signal through [`Conn::read`], which, once shutdown
 //! has started, keeps reading until the client closes or has been quiet for [`DRAIN_IDLE`], so a
 //! sender that finished just before SIGTERM loses nothing.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -25,6 +29,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
+use super::tls::{Stream, TlsServer};
 use crate::metrics::{ComponentMetrics, ErrorKind};
 use crate::pipeline::ShutdownSignal;
 
@@ -58,11 +63,15 @@ pub async fn bind(addr: SocketAddr, receive_buffer: Option<usize>) -> std::io::R
 
 /// One accepted connection, as a handler gets it.
 pub struct Conn {
-    pub stream: TcpStream,
+    pub stream: Stream,
     pub peer: SocketAddr,
+    /// The subject of the client's TLS certificate, when it presented one.
+    pub tls_subject: Option<Arc<str>>,
     pub shutdown: ShutdownSignal,
     /// When the drain of this connection ends, once shutdown has started.
     drain_until: Option<tokio::time::Instant>,
+    /// How long a read may wait for the client while running (`None`: for ever).
+    idle_timeout: Option<Duration>,
 }
 
 /// What [`Conn::read`] saw.
@@ -74,6 +83,8 @@ pub enum Read {
     Eof,
     /// Shutdown has started and the client has been quiet for [`DRAIN_IDLE`]: stop.
     Drained,
+    /// The client sent nothing for the listener's `idle_timeout`: stop.
+    Idle,
     /// The socket failed.
     Error(std::io::Error),
 }
@@ -85,10 +96,18 @@ impl Conn {
         if self.shutdown.is_triggered() {
             return self.drain_read(buf).await;
         }
+        let idle = async {
+            match self.idle_timeout {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            // read_buf is cancel-safe: if shutdown wins, no bytes were taken.
+            // read_buf is cancel-safe: if shutdown (or the idle timeout) wins, no bytes were
+            // taken.
             r = self.stream.read_buf(buf) => Self::outcome(r),
             _ = self.shutdown.wait() => self.drain_read(buf).await,
+            () = idle => Read::Idle,
         }
     }
 
@@ -116,14 +135,39 @@ impl Conn {
     }
 }
 
-/// Accepts until shutdown, runs `handler` on its own task for every connection (at most
-/// `max_connections` at once; more are refused and counted), then serves what the kernel had
-/// already queued and waits for every connection to end.
+/// What a listening source's configuration says of its connections' limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// `max_connections`.
+    pub max_connections: usize,
+    /// `max_connections_per_client`.
+    pub max_per_client: Option<usize>,
+    /// `idle_timeout`.
+    pub idle_timeout: Option<Duration>,
+}
+
+/// How a listener limits and secures its connections.
+#[derive(Clone)]
+pub struct ServeOptions {
+    /// The most connections open at once; more are refused and counted.
+    pub max_connections: usize,
+    /// The most connections open at once from one client address (`None`: no limit of its own).
+    pub max_per_client: Option<usize>,
+    /// TLS on every connection.
+    pub tls: Option<Arc<TlsServer>>,
+    /// A connection whose client sends nothing this long is closed (`None`: never).
+    pub idle_timeout: Option<Duration>,
+}
+
+/// Accepts until shutdown, runs `handler` on its own task for every connection (within the
+/// limits of `options`; more are refused and counted), then serves what the kernel had already
+/// queued and waits for every connection to end.
 ///
-/// `metrics`, when given, counts open connections, refusals and accept errors.
+/// `metrics`, when given, counts open connections, refusals, failed handshakes and accept
+/// errors.
 pub async fn serve<H, F>(
     listener: TcpListener,
-    max_connections: usize,
+    options: ServeOptions,
     metrics: Option<Arc<ComponentMetrics>>,
     mut shutdown: ShutdownSignal,
     handler: H,
@@ -131,27 +175,50 @@ pub async fn serve<H, F>(
     H: Fn(Conn) -> F + Send + Sync + 'static,
     F: Future<Output = ()> + Send + 'static,
 {
+    let ServeOptions {
+        max_connections,
+        max_per_client,
+        tls,
+        idle_timeout,
+    } = options;
     let limit = Arc::new(Semaphore::new(max_connections.max(1)));
+    let per_client = Arc::new(PerClient::default());
     let handler = Arc::new(handler);
     let mut connections = JoinSet::new();
     let conn_shutdown = shutdown.clone();
     let spawn = |connections: &mut JoinSet<()>,
                  stream: TcpStream,
                  peer: SocketAddr,
-                 permit: Option<tokio::sync::OwnedSemaphorePermit>| {
+                 permit: Option<(tokio::sync::OwnedSemaphorePermit, ClientSlot)>| {
         let handler = handler.clone();
         let metrics = metrics.clone();
         let shutdown = conn_shutdown.clone();
+        let tls = tls.clone();
         connections.spawn(async move {
             let _ = stream.set_nodelay(true);
             // Counted by a guard, so a handler that panics (or a task aborted at exit) still
             // leaves the gauge right.
-            let _open = metrics.map(OpenConnection::new);
+            let _open = metrics.clone().map(OpenConnection::new);
+            let (stream, tls_subject) = match tls {
+                None => (Stream::Plain(stream), None),
+                Some(tls) => match tls.accept(stream).await {
+                    Ok(accepted) => (accepted.stream, accepted.subject),
+                    Err(reason) => {
+                        if let Some(m) = &metrics {
+                            m.error(ErrorKind::Tls, 1);
+                            crate::warn_limited!(m, %peer, %reason, "Refused a TLS connection.");
+                        }
+                        return;
+                    }
+                },
+            };
             handler(Conn {
                 stream,
                 peer,
+                tls_subject,
                 shutdown,
                 drain_until: None,
+                idle_timeout,
             })
             .await;
             drop(permit);
@@ -169,7 +236,14 @@ pub async fn serve<H, F>(
                         }
                         continue;
                     };
-                    spawn(&mut connections, stream, peer, Some(permit));
+                    let Some(slot) = per_client.take(peer.ip(), max_per_client) else {
+                        if let Some(m) = &metrics {
+                            m.error(ErrorKind::ConnectionLimit, 1);
+                            crate::warn_limited!(m, %peer, max_connections_per_client = max_per_client.unwrap_or_default(), "Refused a connection over max_connections_per_client.");
+                        }
+                        continue;
+                    };
+                    spawn(&mut connections, stream, peer, Some((permit, slot)));
                 }
                 Err(error) => {
                     // EMFILE and friends: back off briefly instead of spinning on the error.
@@ -192,6 +266,43 @@ pub async fn serve<H, F>(
         spawn(&mut connections, stream, peer, None);
     }
     while connections.join_next().await.is_some() {}
+}
+
+/// Open connections per client address.
+#[derive(Default)]
+struct PerClient(std::sync::Mutex<HashMap<IpAddr, usize>>);
+
+/// One connection's place in its client's count, given back when dropped.
+struct ClientSlot(Option<(Arc<PerClient>, IpAddr)>);
+
+impl PerClient {
+    /// A slot for one more connection from `ip`, unless it has `max` already.
+    fn take(self: &Arc<Self>, ip: IpAddr, max: Option<usize>) -> Option<ClientSlot> {
+        let Some(max) = max else {
+            return Some(ClientSlot(None));
+        };
+        let mut open = self.0.lock().ok()?;
+        let n = open.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot(Some((self.clone(), ip))))
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        if let Some((clients, ip)) = self.0.take()
+            && let Ok(mut open) = clients.0.lock()
+            && let Some(n) = open.get_mut(&ip)
+        {
+            *n -= 1;
+            if *n == 0 {
+                open.remove(&ip);
+            }
+        }
+    }
 }
 
 /// One open connection in a source's `open_connections` gauge, for as long as it lives.

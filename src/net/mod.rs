@@ -1,8 +1,10 @@
-//! Sockets shared by every component that listens: the one TCP listener ([`listener`]) and
-//! UDP socket set-up ([`udp`]); and what HTTP components share ([`http`]).
+//! Sockets shared by every component that listens: the one TCP listener ([`listener`]), TLS on
+//! both ends of a connection ([`tls`]) and UDP socket set-up ([`udp`]); and what HTTP components
+//! share ([`http`]).
 
 pub mod http;
 pub mod listener;
+pub mod tls;
 pub mod udp;
 
 /// The machine's host name (what the forward handshake calls `self_hostname` by default).

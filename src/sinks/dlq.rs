@@ -329,6 +329,7 @@ pub fn replay_command(config: &crate::config::Config, id: &str) -> anyhow::Resul
         reopen: Default::default(),
         retry: sink.retry,
         data_dir: data_dir.clone(),
+        tls: sink.tls.clone(),
     };
     // Asked with nothing to send: whether this sink type can replay at all, before any file moves.
     if sink.config.component().replay(cx(), Vec::new()).is_none() {

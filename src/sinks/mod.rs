@@ -49,6 +49,34 @@ pub struct SinkContext {
     pub retry: Option<loghaul_config::RetryConfig>,
     /// The top-level `data_dir` (dead-letter files live under `<data_dir>/dlq/`).
     pub data_dir: std::path::PathBuf,
+    /// `tls`, for sinks that connect (validated: the type said it takes it, the files load).
+    pub tls: Option<loghaul_config::TlsConfig>,
+}
+
+impl SinkContext {
+    /// The client end of TLS from `tls` (or, with `default` and no `tls`, from the system's
+    /// trust store), its files watched for as long as the sink holds it (or read once, when
+    /// `watch` is false: a one-shot job); `None` for plain connections.
+    ///
+    /// # Errors
+    ///
+    /// The TLS files no longer make a client config, or no CA is to be found.
+    pub fn tls_client(
+        &self,
+        default: bool,
+        watch: bool,
+    ) -> anyhow::Result<Option<Arc<crate::net::tls::TlsClient>>> {
+        let config = match (&self.tls, default) {
+            (Some(config), _) => config.clone(),
+            (None, true) => loghaul_config::TlsConfig::default(),
+            (None, false) => return Ok(None),
+        };
+        if watch {
+            crate::net::tls::TlsClient::start(&config, self.metrics.clone()).map(Some)
+        } else {
+            crate::net::tls::TlsClient::load(&config).map(Some)
+        }
+    }
 }
 
 /// Where a sink runs.

@@ -40,6 +40,38 @@ pub struct SourceContext {
     pub shutdown_timeout: std::time::Duration,
     /// The top-level `data_dir`: sources that keep state use `<data_dir>/<id>`.
     pub data_dir: std::path::PathBuf,
+    /// `tls`, for sources that listen (validated: the type said it takes it, the files load).
+    pub tls: Option<loghaul_config::TlsConfig>,
+}
+
+impl SourceContext {
+    /// How the source's listener limits and secures its connections: `tls` started (and its
+    /// files watched), offering `alpn`.
+    ///
+    /// # Errors
+    ///
+    /// The TLS files no longer make a server config (they changed since validation).
+    pub fn serve_options(
+        &self,
+        limits: crate::net::listener::Limits,
+        alpn: &'static [&'static [u8]],
+    ) -> anyhow::Result<crate::net::listener::ServeOptions> {
+        let tls = match &self.tls {
+            Some(config) => Some(crate::net::tls::TlsServer::start(
+                config,
+                alpn,
+                self.metrics.clone(),
+                self.shutdown.clone(),
+            )?),
+            None => None,
+        };
+        Ok(crate::net::listener::ServeOptions {
+            max_connections: limits.max_connections,
+            max_per_client: limits.max_per_client,
+            tls,
+            idle_timeout: limits.idle_timeout,
+        })
+    }
 }
 
 /// A built source: runs until shutdown and its drain are over.

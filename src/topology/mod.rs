@@ -85,6 +85,7 @@ pub async fn start(
                 reopen: reopen.clone(),
                 retry: sink.retry,
                 data_dir: config.data_dir.clone(),
+                tls: sink.tls.clone(),
             })
             .with_context(|| format!("sink '{}'", sink.id))?;
         let tx = match &sink.buffer.kind {
@@ -190,6 +191,7 @@ pub async fn start(
                 acknowledgements: source.acknowledgements,
                 data_dir: config.data_dir.clone(),
                 shutdown_timeout: config.shutdown_timeout,
+                tls: source.tls.clone(),
             })
             .await
             .with_context(|| format!("source '{}'", source.id))?;

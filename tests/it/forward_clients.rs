@@ -1073,7 +1073,7 @@ fn python_sender() -> Command {
     cmd
 }
 
-fn node_script(script: &str) -> Command {
+pub(crate) fn node_script(script: &str) -> Command {
     let dir = clients_dir().join("node");
     installed(
         dir.join("node_modules/@fluent-org/logger/package.json"),

@@ -2108,6 +2108,44 @@ fn bad_forward_ping_wrong_digest() {
     server.finish();
 }
 
+/// With `shared_key`, a PING that was valid once, replayed on a new connection: each HELO
+/// carries a fresh nonce and the digest covers it, so the copy is refused (`shared_key
+/// mismatch`), closed and counted; and a PING cut off halfway, then the connection closed, or
+/// left hanging: refused, counted, nothing read.
+#[test]
+fn bad_forward_replayed_or_truncated_ping() {
+    let server = Server::start(&shared_key_config());
+    let (host, salt) = ("replayer", "0f1e2d3c4b5a69788796a5b4c3d2e1f0");
+    let mut first = Client::connect(&server);
+    let nonce = read_helo(&mut first);
+    let digest = sha512_hex(&[salt.as_bytes(), host.as_bytes(), &nonce, KEY.as_bytes()]);
+    let recorded = ping(host, salt, &digest);
+    first.send(&recorded);
+    let pong = first.read_value("PONG");
+    assert!(
+        matches!(&pong, Mp::Arr(v) if v.get(1) == Some(&Mp::Bool(true))),
+        "the original PING is accepted: {pong:?}"
+    );
+    drop(first);
+
+    let mut replay = Client::connect(&server);
+    let fresh = read_helo(&mut replay);
+    assert_ne!(fresh, nonce, "every HELO has a nonce of its own");
+    replay.send(&recorded);
+    replay.send_lossy(&simple_request("after a replayed PING", Some("replayed")));
+    replay.expect_closed_after(&pong_refused("shared_key mismatch"), "a replayed PING");
+    expect_errors(&server, &[("auth", 1)], "a replayed PING");
+
+    let mut half = Client::connect(&server);
+    read_helo(&mut half);
+    half.send(&recorded[..recorded.len() / 2]);
+    drop(half);
+    expect_errors(&server, &[("auth", 2)], "half a PING, then gone");
+    let lines = good_client_is_served_after_handshake(&server, "after a replayed PING");
+    assert_eq!(lines.len(), 1, "nothing of the replaying client: {lines:?}");
+    server.finish();
+}
+
 /// A client that sends a whole request and half of the next, then goes away: the whole one is
 /// written and acked before the close, the half is dropped and counted (`protocol`); meanwhile
 /// other clients are served.

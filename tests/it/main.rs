@@ -34,5 +34,6 @@ mod listener;
 mod logger;
 mod rsyslog;
 mod shutdown;
+mod tls;
 mod transforms;
 mod validate;

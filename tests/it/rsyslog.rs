@@ -23,7 +23,7 @@ const RSYSLOGD: &str = "/usr/sbin/rsyslogd";
 const MESSAGES: u64 = 100_000;
 
 /// A private rsyslogd child process.
-struct Rsyslog {
+pub struct Rsyslog {
     child: Option<Child>,
     log: PathBuf,
     _dir: tempfile::TempDir,
@@ -34,6 +34,12 @@ impl Rsyslog {
     /// 127.0.0.1:`target` with omfwd over TCP, behind a queue big enough for the whole test and
     /// retrying forever, so nothing is lost inside rsyslog itself.
     fn start(port: u16, target: u16) -> Rsyslog {
+        Rsyslog::relay(port, target, "", "")
+    }
+
+    /// As [`Rsyslog::start`], with `global` added to its `global()` statement and `action` to
+    /// its omfwd action (the stream driver settings of a relay over TLS).
+    pub fn relay(port: u16, target: u16, global: &str, action: &str) -> Rsyslog {
         assert!(
             std::path::Path::new(RSYSLOGD).exists(),
             "{RSYSLOGD} is missing: run scripts/install-peers.sh (as root) to install rsyslog from Debian"
@@ -48,14 +54,14 @@ impl Rsyslog {
         fs::write(
             &conf,
             format!(
-                r#"global(workDirectory="{work}" maxMessageSize="64k")
+                r#"global(workDirectory="{work}" maxMessageSize="64k"{global})
 module(load="imptcp")
 main_queue(queue.type="LinkedList" queue.size="300000")
 input(type="imptcp" address="127.0.0.1" port="{port}" ruleset="relay")
 ruleset(name="relay") {{
   action(type="omfwd" target="127.0.0.1" port="{target}" protocol="tcp"
          queue.type="LinkedList" queue.size="300000" queue.dequeueBatchSize="1024"
-         action.resumeRetryCount="-1" action.resumeInterval="1")
+         action.resumeRetryCount="-1" action.resumeInterval="1"{action})
 }}
 "#,
                 work = work.display()
@@ -83,7 +89,7 @@ ruleset(name="relay") {{
         r
     }
 
-    fn output(&self) -> String {
+    pub fn output(&self) -> String {
         let mut s = fs::read_to_string(&self.log).unwrap_or_default();
         if let Some(dir) = self.log.parent() {
             s.push_str(&fs::read_to_string(dir.join("rsyslogd.stderr")).unwrap_or_default());

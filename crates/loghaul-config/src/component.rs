@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! sources:                       the loader reads what every component has (type, inputs,
-//!   in:                          acknowledgements) itself, then hands the rest to the type's
+//!   in:                          acknowledgements, buffer, retry, tls) itself, then hands the rest to the type's
 //!     type: fluent      ──────►  ComponentConfig::Raw (serde, deny_unknown_fields, positioned
 //!     address: ...               errors) and ComponentConfig::validate (semantic checks, with
 //!     shared_key: ...            positions), giving Component { id, inputs, .., config }
@@ -116,6 +116,16 @@ pub trait ComponentConfig: Sized {
     fn resources(&self) -> Vec<Resource> {
         Vec::new()
     }
+
+    /// At which end of its connections this component would use `tls` (a listener is the
+    /// server, a sink the client), or why it cannot (a UDP socket, a file).
+    ///
+    /// # Errors
+    ///
+    /// The component takes no `tls`; the message says why, for the error at the key.
+    fn tls_role(&self) -> Result<loghaul_tls::Role, String> {
+        Err(format!("`type: {}` does not use TLS", Self::TYPE))
+    }
 }
 
 /// A closed set of component types of one kind: the enum [`component_set!`] generates.
@@ -129,6 +139,12 @@ pub trait ComponentSet: Sized + Clone + std::fmt::Debug + PartialEq {
     fn type_name(&self) -> &'static str;
     /// What the config claims (see [`ComponentConfig::resources`]).
     fn resources(&self) -> Vec<Resource>;
+    /// See [`ComponentConfig::tls_role`].
+    ///
+    /// # Errors
+    ///
+    /// The component takes no `tls`.
+    fn tls_role(&self) -> Result<loghaul_tls::Role, String>;
 }
 
 /// The component sets a server has.
@@ -153,6 +169,9 @@ pub struct Component<C> {
     /// Sinks: how failures that may pass are retried; `None` when not configured (each sink
     /// type has its own default).
     pub retry: Option<crate::delivery::RetryConfig>,
+    /// TLS on its connections (listeners: the server end; sinks: the client end), its files
+    /// checked; `None` for plain connections.
+    pub tls: Option<loghaul_tls::TlsConfig>,
     pub config: C,
 }
 
@@ -226,6 +245,12 @@ macro_rules! component_set {
             fn resources(&self) -> Vec<$crate::Resource> {
                 match self {
                     $( $name::$variant(c) => $crate::ComponentConfig::resources(c) ),+
+                }
+            }
+
+            fn tls_role(&self) -> Result<$crate::TlsRole, String> {
+                match self {
+                    $( $name::$variant(c) => $crate::ComponentConfig::tls_role(c) ),+
                 }
             }
         }

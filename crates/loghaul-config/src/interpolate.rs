@@ -1,4 +1,5 @@
-//! `${VAR}` / `${VAR:-default}` substitution in the raw config text, before any parsing.
+//! `${VAR}` / `${VAR:-default}` / `${file:PATH}` substitution in the raw config text, before any
+//! parsing.
 //!
 //! Substituting text (not values) lets a variable fill any part of any format, as Vector and
 //! docker-compose do. `$$` is a literal `$`; a `$` followed by anything else is left alone.
@@ -12,9 +13,32 @@ use crate::diagnostic::Pos;
 /// An interpolation problem: position, message, hint.
 pub type InterpolationError = (Pos, String, String);
 
-const HINT: &str = "write ${VAR} or ${VAR:-default}; use $$ for a literal $";
+const HINT: &str =
+    "write ${VAR}, ${VAR:-default} or ${file:/path/to/secret}; use $$ for a literal $";
 
-/// Substitutes variables in `text`, looking each name up with `lookup`.
+/// The largest file `${file:PATH}` reads: a secret, not a document.
+pub const MAX_SECRET_FILE: u64 = 64 * 1024;
+
+/// What the process-wide lookup gives for `file:PATH`: the file's text without the final
+/// newline such files usually end with; `None` when it cannot be read, is not UTF-8 or is over
+/// [`MAX_SECRET_FILE`].
+pub fn file_var(path: &str) -> Option<String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .ok()?
+        .take(MAX_SECRET_FILE + 1)
+        .read_to_string(&mut text)
+        .ok()?;
+    if text.len() as u64 > MAX_SECRET_FILE {
+        return None;
+    }
+    let text = text.strip_suffix('\n').unwrap_or(&text);
+    Some(text.strip_suffix('\r').unwrap_or(text).to_owned())
+}
+
+/// Substitutes variables in `text`, looking each name up with `lookup` (a secret file's
+/// reference `${file:PATH}` as the name `file:PATH`).
 ///
 /// # Errors
 ///
@@ -57,6 +81,23 @@ pub fn interpolate(
                         break;
                     };
                     let inner: String = chars[i + 2..i + 2 + close].iter().collect();
+                    if let Some(path) = inner.strip_prefix("file:") {
+                        // A secret mounted as a file (Docker and Kubernetes secrets), read by
+                        // the same lookup as variables (see `file_var`).
+                        match lookup(&inner) {
+                            Some(text) => out.push_str(&text),
+                            None => errors.push((
+                                pos,
+                                format!("cannot read the secret file `{path}`"),
+                                format!(
+                                    "the file must exist, be readable by loghaul and hold at most {} KiB of text",
+                                    MAX_SECRET_FILE / 1024
+                                ),
+                            )),
+                        }
+                        i += close + 3;
+                        continue;
+                    }
                     let (name, default) = match inner.split_once(":-") {
                         Some((n, d)) => (n, Some(d)),
                         None => (inner.as_str(), None),
@@ -132,6 +173,30 @@ mod tests {
             "  # ${UNSET} in a comment\nb: 1\n"
         );
         assert_eq!(ok("é: ${HOST}\n"), "é: 10.0.0.1\n");
+    }
+
+    #[test]
+    fn secret_files_are_read_through_the_lookup() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("token");
+        std::fs::write(&path, "s3cr3t\n").unwrap();
+        let lookup = |name: &str| name.strip_prefix("file:").and_then(file_var);
+        let text = format!("token: ${{file:{}}}\n", path.display());
+        assert_eq!(
+            interpolate(&text, true, &lookup).unwrap(),
+            "token: s3cr3t\n"
+        );
+        let e = interpolate("t: ${file:/nonexistent/x}\n", true, &lookup).unwrap_err();
+        assert_eq!(e[0].0, Pos::new(1, 4));
+        assert!(
+            e[0].1
+                .contains("cannot read the secret file `/nonexistent/x`"),
+            "{e:?}"
+        );
+        std::fs::write(&path, vec![b'x'; MAX_SECRET_FILE as usize + 1]).unwrap();
+        assert!(interpolate(&text, true, &lookup).is_err(), "too large");
+        // A lookup that reads no files (tests, fuzzing) refuses every file reference.
+        assert!(interpolate(&text, true, &env).is_err());
     }
 
     #[test]

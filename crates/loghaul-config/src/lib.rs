@@ -27,6 +27,7 @@ pub mod node;
 pub mod raw;
 mod runtime;
 mod template;
+pub mod tls;
 mod toml_doc;
 mod units;
 mod validate;
@@ -42,6 +43,7 @@ pub use delivery::{BufferConfig, BufferKind, RetryConfig, SyncMode, WhenFull};
 pub use diagnostic::{ConfigErrors, Diagnostic, Pos, Severity};
 pub use interpolate::interpolate;
 pub use load::ConfigFormat;
+pub use loghaul_tls::{Role as TlsRole, TlsConfig};
 pub use runtime::{ApiConfig, Config, Limits, TimeZoneSetting};
 pub use template::{KNOWN_FIELDS, PathTemplate, TemplateError, TemplatePart, push_path_component};
 pub use units::{DURATION_HINT, SIZE_HINT, parse_duration, parse_size};
@@ -50,8 +52,13 @@ pub use validate::{
     addresses_overlap, facility_hint, parse_address, parse_timezone, severity_hint,
 };
 
+/// The process's lookup: `file:PATH` reads a secret file, anything else is an environment
+/// variable.
 fn env_var(name: &str) -> Option<String> {
-    std::env::var(name).ok()
+    match name.strip_prefix("file:") {
+        Some(path) => interpolate::file_var(path),
+        None => std::env::var(name).ok(),
+    }
 }
 
 impl<R: Registry> Config<R> {

@@ -71,7 +71,14 @@ pub(crate) struct Loaded<R: Registry> {
 }
 
 /// The keys every component may have, read by the loader itself rather than by the type.
-const OUTER_KEYS: [&str; 5] = ["type", "inputs", "acknowledgements", "buffer", "retry"];
+const OUTER_KEYS: [&str; 6] = [
+    "type",
+    "inputs",
+    "acknowledgements",
+    "buffer",
+    "retry",
+    "tls",
+];
 
 /// Reads a file and loads it.
 pub(crate) fn load_path<R: Registry>(
@@ -441,6 +448,13 @@ fn read_component<R: Registry, S: ComponentSet>(
                 .map(Some);
         }
     }
+    let mut raw_tls = None;
+    if kind != ComponentKind::Transform
+        && let Some(e) = entry.value.entry("tls")
+    {
+        skip.push("tls");
+        raw_tls = Some(read::<crate::tls::RawTls>(e, cx));
+    }
     debug_assert!(skip.iter().all(|k| OUTER_KEYS.contains(k)));
     let loader = ComponentLoader {
         entry,
@@ -448,14 +462,36 @@ fn read_component<R: Registry, S: ComponentSet>(
         validator: Validator { cx, kind, id },
     };
     match S::load(&ty, loader) {
-        Some(config) => Some(Component {
-            id: id.clone(),
-            inputs,
-            acknowledgements,
-            buffer: buffer?,
-            retry: retry?,
-            config: config?,
-        }),
+        Some(config) => {
+            let config = config?;
+            // Whether `tls` fits is the type's to say, once its own keys are known.
+            let tls = match raw_tls {
+                None => None,
+                Some(raw) => {
+                    let mut v = Validator { cx, kind, id };
+                    match config.tls_role() {
+                        Ok(role) => crate::tls::validate_tls(
+                            raw?,
+                            role,
+                            &mut crate::tls::At::component(&mut v),
+                        )?,
+                        Err(why) => {
+                            v.error_at_key(&["tls"], why, None);
+                            return None;
+                        }
+                    }
+                }
+            };
+            Some(Component {
+                id: id.clone(),
+                inputs,
+                acknowledgements,
+                buffer: buffer?,
+                retry: retry?,
+                tls,
+                config,
+            })
+        }
         None => {
             let hint = match kind_of_type::<R>(&ty) {
                 Some(other) => format!("`{ty}` is a {other} type; {kind} types: {types}"),

@@ -25,6 +25,13 @@ pub struct RawApi {
     /// Whether to serve the API at all. Default `true`.
     #[serde(default)]
     pub enabled: Option<bool>,
+    /// A bearer token every request must carry (`Authorization: Bearer TOKEN`). Required when
+    /// the API listens beyond loopback, unless `tls.verify_client` is set.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// TLS on the API's listener.
+    #[serde(default)]
+    pub tls: Option<crate::tls::RawTls>,
 }
 
 /// A size as written: an integer (bytes) or a string such as `64KiB`.

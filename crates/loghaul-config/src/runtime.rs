@@ -38,10 +38,25 @@ pub struct Limits {
 }
 
 /// The HTTP API.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct ApiConfig {
     /// Where it listens.
     pub address: SocketAddr,
+    /// The bearer token requests must carry, if any.
+    pub token: Option<String>,
+    /// TLS on its listener.
+    pub tls: Option<loghaul_tls::TlsConfig>,
+}
+
+impl std::fmt::Debug for ApiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token never reaches logs or output.
+        f.debug_struct("ApiConfig")
+            .field("address", &self.address)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 /// The zone assumed for timestamps that carry none (RFC 3164 has no zone).

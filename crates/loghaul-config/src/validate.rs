@@ -110,7 +110,7 @@ impl Ctx<'_> {
         }
     }
 
-    fn duration(
+    pub(crate) fn duration(
         &mut self,
         raw: Option<&RawDuration>,
         path: &[&str],
@@ -478,6 +478,45 @@ pub(crate) fn validate<R: Registry>(
         None => Some(DEFAULT_API_ADDRESS),
     };
     let api_enabled = api_raw.enabled.unwrap_or(true);
+    let api_tls = match api_raw.tls.clone() {
+        None => Some(None),
+        Some(raw) => crate::tls::validate_tls(
+            raw,
+            loghaul_tls::Role::Server,
+            &mut crate::tls::At {
+                cx: &mut cx,
+                base: vec!["api"],
+            },
+        ),
+    };
+    let api_token = match api_raw.token.clone() {
+        Some(t) if t.trim().is_empty() => {
+            cx.error(
+                cx.val_pos(&["api", "token"]),
+                "`api.token` is empty",
+                Some("give a long random string, e.g. from a secret file: ${file:/run/secrets/api-token}".to_owned()),
+            );
+            None
+        }
+        t => Some(t),
+    };
+    // An API reachable from other machines shows and (later) changes the server's state: it
+    // needs a credential, and the default is to not serve it that way at all.
+    if api_enabled
+        && let (Some(address), Some(token), Some(tls)) = (api, &api_token, &api_tls)
+        && !address.ip().is_loopback()
+        && token.is_none()
+        && !tls.as_ref().is_some_and(|t| t.verify_client)
+    {
+        cx.error(
+            cx.val_pos(&["api", "address"]),
+            format!("the API listens on {address}, beyond this machine, with no access control"),
+            Some(
+                "set `api.token` (clients send `Authorization: Bearer TOKEN`), or `api.tls` with                  `ca` and `verify_client: true`; or listen on 127.0.0.1"
+                    .to_owned(),
+            ),
+        );
+    }
 
     let shutdown_timeout = cx.duration(
         loaded.shutdown_timeout.as_ref(),
@@ -648,7 +687,11 @@ pub(crate) fn validate<R: Registry>(
     }
     Some(Config {
         api: if api_enabled {
-            api.map(|address| ApiConfig { address })
+            api.map(|address| ApiConfig {
+                address,
+                token: api_token.flatten(),
+                tls: api_tls.flatten(),
+            })
         } else {
             None
         },

@@ -246,6 +246,47 @@ impl EventBatch {
         found
     }
 
+    /// Gives every event the string field `name: value` (a record that already has `name` keeps
+    /// its own, as encoders write the first of a repeated key). What a connection knows of its
+    /// sender (the subject of its TLS certificate) becomes a field that templates route by and
+    /// every encoder writes.
+    ///
+    /// Costs one copy of the arena (the strings are appended to it) and, for events that
+    /// already have a record, a copy of its top-level entries: it is for batches of connections
+    /// that have such a thing to say, not for the common path.
+    pub fn add_field(&mut self, name: &str, value: &str) {
+        let mut arena = Vec::with_capacity(self.arena.len() + name.len() + value.len());
+        arena.extend_from_slice(&self.arena);
+        let span = |arena: &mut Vec<u8>, s: &str| {
+            let start = arena.len();
+            arena.extend_from_slice(s.as_bytes());
+            Span::new(start, arena.len())
+        };
+        let name = span(&mut arena, name);
+        let value = span(&mut arena, value);
+        self.arena = Bytes::from(arena);
+        let added = Field {
+            name,
+            value: Value::Str(value),
+        };
+        // Events without a record all share one entry.
+        let shared = self.fields.len() as u32;
+        self.fields.push(added);
+        for i in 0..self.events.len() {
+            let (start, end) = self.events[i].fields;
+            if start == end {
+                self.events[i].fields = (shared, shared + 1);
+                continue;
+            }
+            // A record's top-level entries are contiguous: copy them, then the new one, to the
+            // end of the table (nested maps and arrays keep pointing where they were).
+            let at = self.fields.len() as u32;
+            self.fields.extend_from_within(start as usize..end as usize);
+            self.fields.push(added);
+            self.events[i].fields = (at, self.fields.len() as u32);
+        }
+    }
+
     /// A batch holding only the events `keep` accepts, sharing this batch's arena, side tables
     /// and finalizer (filters use it; no event data is copied).
     pub fn retain_view(&self, mut keep: impl FnMut(&EventBatch, &Event) -> bool) -> EventBatch {
@@ -291,6 +332,48 @@ mod tests {
         let only_none = b.retain_view(|_, _| false);
         assert!(only_none.is_empty());
         assert_eq!(only_none.arena, b.arena);
+    }
+
+    #[test]
+    fn an_added_field_reaches_every_event_and_keeps_records_whole() {
+        let mut b = EventBatch::new(Bytes::from_static(b"msgkv"), "src".into(), "test");
+        b.fields = vec![
+            Field {
+                name: Span::new(3, 4),
+                value: Value::Map(1, 2),
+            },
+            Field {
+                name: Span::new(3, 4),
+                value: Value::Str(Span::new(4, 5)),
+            },
+        ];
+        let plain = Event {
+            message: Span::new(0, 3).into(),
+            ..Event::default()
+        };
+        let record = Event {
+            fields: (0, 1),
+            ..plain
+        };
+        b.events = vec![plain, record, plain];
+        b.add_field("tls_subject", "CN=agent-7");
+        assert_eq!(
+            b.events[0].message.get().map(|m| b.str(m)),
+            Some(&b"msg"[..])
+        );
+        for e in &b.events {
+            match b.lookup(e, "tls_subject") {
+                Some(Value::Str(s)) => assert_eq!(b.str(s), b"CN=agent-7"),
+                other => panic!("{other:?}"),
+            }
+        }
+        // The record keeps its entry, nested value and all.
+        match b.lookup(&b.events[1], "k.k") {
+            Some(Value::Str(s)) => assert_eq!(b.str(s), b"v"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(b.fields_of(&b.events[1]).len(), 2);
+        assert_eq!(b.events[0].fields, b.events[2].fields, "shared");
     }
 
     #[test]

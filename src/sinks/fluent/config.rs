@@ -326,4 +326,8 @@ impl ComponentConfig for FluentSinkConfig {
         };
         ok.then_some(config)
     }
+
+    fn tls_role(&self) -> Result<loghaul_config::TlsRole, String> {
+        Ok(loghaul_config::TlsRole::Client)
+    }
 }

@@ -19,13 +19,14 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use loghaul_codec::forward::{Splitter, handshake, read_ack};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::config::{ClientSecurity, FluentSinkConfig};
 use crate::metrics::ErrorKind;
+use crate::net::tls::{ClientStream, MaybeTls, TlsClient};
 
 /// First wait before reconnecting to a server that is down; doubled up to
 /// `reconnect_max_interval`.
@@ -58,6 +59,7 @@ pub enum LinkEvent {
 pub async fn run(
     index: usize,
     config: Arc<FluentSinkConfig>,
+    tls: Option<Arc<TlsClient>>,
     mut rx: mpsc::Receiver<Outgoing>,
     events: mpsc::UnboundedSender<LinkEvent>,
 ) {
@@ -68,11 +70,21 @@ pub async fn run(
         .unwrap_or_default();
     let mut backoff = RECONNECT_MIN;
     loop {
-        let (kind, reason, failed) = match connect(&address, &config).await {
+        let (kind, reason, failed) = match connect(&address, &config, tls.as_deref()).await {
             Ok(stream) => {
                 let _ = events.send(LinkEvent::Up(index));
                 let connected = Instant::now();
-                let ended = serve(stream, &config, &mut rx, &events, index).await;
+                let ended = match stream {
+                    // Owned halves, without the lock a generic split takes on every read.
+                    MaybeTls::Plain(tcp) => {
+                        let (rd, wr) = tcp.into_split();
+                        serve(rd, wr, &config, &mut rx, &events, index).await
+                    }
+                    MaybeTls::Tls(tls) => {
+                        let (rd, wr) = tokio::io::split(*tls);
+                        serve(rd, wr, &config, &mut rx, &events, index).await
+                    }
+                };
                 // A server that accepts and closes at once (a full max_connections, a load
                 // balancer without backends) must not be retried at full speed: the backoff
                 // starts over only after a connection that lasted.
@@ -113,21 +125,38 @@ enum Ended {
     Broken(ErrorKind, String, Vec<u64>),
 }
 
-/// Connects and, with a shared key, completes the handshake.
+/// Connects (over TLS when `tls` is given) and, with a shared key, completes the handshake.
 async fn connect(
     address: &str,
     config: &FluentSinkConfig,
-) -> Result<TcpStream, (ErrorKind, String)> {
-    let mut stream = tokio::time::timeout(config.connect_timeout, TcpStream::connect(address))
+    tls: Option<&TlsClient>,
+) -> Result<ClientStream, (ErrorKind, String)> {
+    let open = async {
+        let tcp = TcpStream::connect(address)
+            .await
+            .map_err(|e| (ErrorKind::Io, format!("cannot connect to {address}: {e}")))?;
+        let _ = tcp.set_nodelay(true);
+        match tls {
+            None => Ok(MaybeTls::Plain(tcp)),
+            Some(tls) => tls
+                .connect(tcp, crate::net::tls::host_of(address))
+                .await
+                .map_err(|e| {
+                    (
+                        ErrorKind::Tls,
+                        format!("TLS handshake with {address} failed: {e}"),
+                    )
+                }),
+        }
+    };
+    let mut stream = tokio::time::timeout(config.connect_timeout, open)
         .await
         .map_err(|_| {
             (
                 ErrorKind::Io,
                 format!("cannot connect to {address}: timed out"),
             )
-        })?
-        .map_err(|e| (ErrorKind::Io, format!("cannot connect to {address}: {e}")))?;
-    let _ = stream.set_nodelay(true);
+        })??;
     if let Some(security) = &config.security {
         tokio::time::timeout(
             config.connect_timeout,
@@ -151,7 +180,10 @@ async fn connect(
 }
 
 /// Reads one complete msgpack message.
-async fn read_message(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<BytesMut, String> {
+async fn read_message<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+) -> Result<BytesMut, String> {
     let mut splitter = Splitter::new(MAX_REPLY);
     loop {
         match splitter.split(buf) {
@@ -168,8 +200,8 @@ async fn read_message(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<Byte
     }
 }
 
-async fn client_handshake(
-    stream: &mut TcpStream,
+async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
     security: &ClientSecurity,
     self_hostname: &str,
 ) -> Result<(), String> {
@@ -211,14 +243,14 @@ async fn client_handshake(
 }
 
 /// Writes requests and reads their acks until the connection breaks or the sink is done.
-async fn serve(
-    stream: TcpStream,
+async fn serve<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    mut rd: R,
+    mut wr: W,
     config: &FluentSinkConfig,
     rx: &mut mpsc::Receiver<Outgoing>,
     events: &mpsc::UnboundedSender<LinkEvent>,
     index: usize,
 ) -> Ended {
-    let (mut rd, mut wr) = stream.into_split();
     let mut outstanding: VecDeque<(Outgoing, Instant)> = VecDeque::new();
     let mut buf = BytesMut::with_capacity(4096);
     let mut splitter = Splitter::new(MAX_REPLY);

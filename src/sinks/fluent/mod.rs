@@ -78,13 +78,14 @@ impl BuildSink for FluentSinkConfig {
         });
         let prepare: Arc<dyn Prepare> = encoder.clone();
         let config = Arc::new(self.clone());
+        let tls = cx.tls_client(false, true)?;
         let metrics = cx.metrics;
         Ok(BuiltSink {
             prepare: Some(prepare),
             queue_batches: QUEUE_BATCHES,
             // Network I/O only: a task on the main runtime.
             thread: SinkThread::Shared,
-            run: Box::new(move |input| Box::pin(run(config, metrics, encoder, input))),
+            run: Box::new(move |input| Box::pin(run(config, tls, metrics, encoder, input))),
         })
     }
 }
@@ -160,6 +161,7 @@ impl Tags {
 
 async fn run(
     config: Arc<FluentSinkConfig>,
+    tls: Option<Arc<crate::net::tls::TlsClient>>,
     metrics: Arc<ComponentMetrics>,
     encoder: Arc<FluentEncoder>,
     mut input: Input,
@@ -168,7 +170,13 @@ async fn run(
     let mut links = Vec::new();
     for (i, server) in config.servers.iter().enumerate() {
         let (tx, rx) = mpsc::channel(config.max_in_flight);
-        tokio::spawn(link::run(i, config.clone(), rx, events_tx.clone()));
+        tokio::spawn(link::run(
+            i,
+            config.clone(),
+            tls.clone(),
+            rx,
+            events_tx.clone(),
+        ));
         links.push(LinkState {
             tx,
             up: false,

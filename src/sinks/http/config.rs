@@ -163,6 +163,8 @@ pub struct HttpSinkConfig {
     pub healthcheck_uri: Option<hyper::Uri>,
     /// The sink's `retry` (read by the loader for every sink; set at build).
     pub retry: loghaul_config::RetryConfig,
+    /// Whether the URI is `https://`: requests go over TLS (`tls` configures it).
+    pub https: bool,
 }
 
 impl std::fmt::Debug for HttpSinkConfig {
@@ -212,15 +214,26 @@ impl HttpSinkConfig {
     }
 }
 
-/// `HOST:PORT` to connect to for an http:// URI (port 80 when it names none); `None` without a
-/// host, or with a port that is not a number (which the URI parser lets through).
+/// `HOST:PORT` to connect to for an http:// or https:// URI (port 80 or 443 when it names
+/// none); `None` without a host, or with a port that is not a number (which the URI parser lets
+/// through).
 pub fn authority(uri: &hyper::Uri) -> Option<String> {
     let a = uri.authority()?;
+    let default = if uri.scheme_str() == Some("https") {
+        443
+    } else {
+        80
+    };
     match a.port_u16() {
         Some(port) => Some(format!("{}:{port}", a.host())),
-        None if a.as_str().ends_with(a.host()) => Some(format!("{}:80", a.host())),
+        None if a.as_str().ends_with(a.host()) => Some(format!("{}:{default}", a.host())),
         None => None,
     }
+}
+
+/// Whether `uri` is one the sink can POST to: http:// or https://, with a host.
+fn is_web_uri(u: &hyper::Uri) -> bool {
+    matches!(u.scheme_str(), Some("http" | "https")) && u.authority().is_some()
 }
 
 impl ComponentConfig for HttpSinkConfig {
@@ -252,16 +265,27 @@ impl ComponentConfig for HttpSinkConfig {
             matches!(authorization, Some(Some(_))),
             cx,
         );
+        let https = match &uri {
+            Some(UriSpec::Static(u)) => u.scheme_str() == Some("https"),
+            Some(UriSpec::Template(t)) => matches!(
+                t.parts.first(),
+                Some(TemplatePart::Literal(l)) if l.starts_with("https://")
+            ),
+            None => false,
+        };
         let healthcheck_uri = match s.healthcheck_uri.as_deref().map(str::parse::<hyper::Uri>) {
             None => Some(None),
-            Some(Ok(u)) if u.scheme_str() == Some("http") && u.authority().is_some() => {
+            Some(Ok(u)) if is_web_uri(&u) && (u.scheme_str() == Some("https")) == https => {
                 Some(Some(u))
             }
             Some(_) => {
                 cx.error(
                     &["healthcheck_uri"],
-                    "`healthcheck_uri` is not an http:// URI with a host",
-                    None,
+                    format!(
+                        "`healthcheck_uri` is not an {} URI with a host",
+                        if https { "https://" } else { "http://" }
+                    ),
+                    Some("it is checked over the same kind of connection as `uri`".to_owned()),
                 );
                 None
             }
@@ -279,6 +303,7 @@ impl ComponentConfig for HttpSinkConfig {
             authorization: authorization?,
             healthcheck_uri: healthcheck_uri?,
             retry: loghaul_config::RetryConfig::default(),
+            https,
         };
         // The whole request, built once with a stand-in for every field: what no event could
         // fix is reported now.
@@ -291,6 +316,14 @@ impl ComponentConfig for HttpSinkConfig {
             return None;
         }
         Some(config)
+    }
+
+    fn tls_role(&self) -> Result<loghaul_config::TlsRole, String> {
+        if self.https {
+            Ok(loghaul_config::TlsRole::Client)
+        } else {
+            Err("`tls` needs an https:// `uri`".to_owned())
+        }
     }
 }
 
@@ -325,14 +358,17 @@ fn validate_uri(text: &str, cx: &mut Validator<'_, '_>) -> Option<UriSpec> {
                 }
                 let literal_scheme = matches!(
                     template.parts.first(),
-                    Some(TemplatePart::Literal(l)) if l.starts_with("http://")
+                    Some(TemplatePart::Literal(l))
+                        if l.starts_with("http://") || l.starts_with("https://")
                 );
                 if !literal_scheme {
                     // Fields render to `[A-Za-z0-9._-]` only, so with the scheme written out a
                     // field can pick a host, a port or a path, but never add `@`, `/` or `?`.
                     cx.error(
                         &["uri"],
-                        format!("`{text}`: a templated URI must start with a literal http://"),
+                        format!(
+                            "`{text}`: a templated URI must start with a literal http:// or https://"
+                        ),
                         hint,
                     );
                     return None;
@@ -350,21 +386,11 @@ fn validate_uri(text: &str, cx: &mut Validator<'_, '_>) -> Option<UriSpec> {
         };
     }
     match text.parse::<hyper::Uri>() {
-        Ok(u) if u.scheme_str() == Some("http") && u.authority().is_some() => {
-            Some(UriSpec::Static(u))
-        }
-        Ok(u) if u.scheme_str() == Some("https") => {
-            cx.error(
-                &["uri"],
-                format!("`{u}`: https is not supported yet; use http://"),
-                None,
-            );
-            None
-        }
+        Ok(u) if is_web_uri(&u) => Some(UriSpec::Static(u)),
         _ => {
             cx.error(
                 &["uri"],
-                format!("`{text}` is not an http:// URI with a host"),
+                format!("`{text}` is not an http:// or https:// URI with a host"),
                 hint,
             );
             None

@@ -47,6 +47,7 @@ use target::Target;
 use super::dlq::DeadLetters;
 use super::{BuildSink, BuiltSink, SinkContext, SinkThread};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
+use crate::net::tls::{MaybeTls, TlsClient};
 use crate::pipeline::{Input, QUEUE_BATCHES};
 
 /// Requests filled and waiting for a worker. Small: the workers hold the ones being sent, and
@@ -66,13 +67,14 @@ impl BuildSink for HttpSinkConfig {
         let mut config = self.clone();
         config.retry = cx.retry.unwrap_or_default();
         let config = Arc::new(config);
+        let tls = cx.tls_client(self.https, true)?;
         let dead = Arc::new(DeadLetters::new(&cx.id, &cx.data_dir, &cx.metrics));
         let metrics = cx.metrics;
         Ok(BuiltSink {
             prepare: None,
             queue_batches: QUEUE_BATCHES,
             thread: SinkThread::Shared,
-            run: Box::new(move |input| Box::pin(run(config, metrics, dead, input))),
+            run: Box::new(move |input| Box::pin(run(config, tls, metrics, dead, input))),
         })
     }
 
@@ -83,22 +85,37 @@ impl BuildSink for HttpSinkConfig {
     ) -> Option<crate::pipeline::BoxFuture<'static, crate::sinks::Replayed>> {
         let mut config = self.clone();
         config.retry = cx.retry.unwrap_or_default();
-        Some(Box::pin(replay::replay(Arc::new(config), letters)))
+        let tls = match cx.tls_client(self.https, false) {
+            Ok(tls) => tls,
+            Err(error) => {
+                let why = format!("{error:#}");
+                return Some(Box::pin(async move {
+                    crate::sinks::Replayed {
+                        delivered: 0,
+                        failed: letters.into_iter().map(|l| (l, why.clone())).collect(),
+                    }
+                }));
+            }
+        };
+        Some(Box::pin(replay::replay(Arc::new(config), tls, letters)))
     }
 }
 
 async fn run(
     config: Arc<HttpSinkConfig>,
+    tls: Option<Arc<TlsClient>>,
     metrics: Arc<ComponentMetrics>,
     dead: Arc<DeadLetters>,
     mut input: Input,
 ) {
     metrics.set_health(Health::Running, None);
+    let slots = config.concurrency.slots();
+    let pool = Arc::new(Pool::new(slots, tls));
     if let Some(uri) = config.healthcheck_uri.clone() {
         // A warning only: the server may come up after loghaul, and requests are retried.
-        let (config, metrics) = (config.clone(), metrics.clone());
+        let (config, metrics, pool) = (config.clone(), metrics.clone(), pool.clone());
         tokio::spawn(async move {
-            if let Err(why) = healthcheck(&config, uri.clone()).await {
+            if let Err(why) = healthcheck(&config, &pool, uri.clone()).await {
                 tracing::warn!(component = %metrics.id, %uri, reason = %why, "The HTTP sink's health check failed; events are sent (and retried) anyway.");
             }
         });
@@ -119,9 +136,7 @@ async fn run(
             &[],
         )
     });
-    let slots = config.concurrency.slots();
     let limiter = Arc::new(Limiter::new(config.concurrency, &metrics));
-    let pool = Arc::new(Pool::new(slots));
     let (tx, rx) = mpsc::channel::<Request>(CHANNEL_REQUESTS.min(slots));
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
     let workers: Vec<_> = (0..slots)
@@ -404,13 +419,16 @@ struct Pool {
     idle: Mutex<HashMap<String, Vec<Sender>>>,
     /// Idle connections kept per authority: no more than could be in flight at once.
     per_authority: usize,
+    /// TLS for new connections (an https:// URI).
+    tls: Option<Arc<TlsClient>>,
 }
 
 impl Pool {
-    fn new(per_authority: usize) -> Pool {
+    fn new(per_authority: usize, tls: Option<Arc<TlsClient>>) -> Pool {
         Pool {
             idle: Mutex::new(HashMap::new()),
             per_authority,
+            tls,
         }
     }
 
@@ -457,10 +475,10 @@ impl Pool {
 }
 
 /// GET `uri` once; Ok on a 2xx.
-async fn healthcheck(config: &HttpSinkConfig, uri: hyper::Uri) -> Result<(), String> {
+async fn healthcheck(config: &HttpSinkConfig, pool: &Pool, uri: hyper::Uri) -> Result<(), String> {
     let authority = config::authority(&uri).ok_or("no host")?;
     let check = async {
-        let mut sender = connect(&authority, config.request_timeout).await?;
+        let mut sender = connect(&authority, pool.tls.as_deref(), config.request_timeout).await?;
         let mut req = hyper::Request::get(uri.clone()).header(header::HOST, authority.as_str());
         if let Some(value) = &config.authorization {
             req = req.header(header::AUTHORIZATION, value.as_str());
@@ -480,13 +498,29 @@ async fn healthcheck(config: &HttpSinkConfig, uri: hyper::Uri) -> Result<(), Str
         .map_err(|_| "no answer in time".to_owned())?
 }
 
-/// A keep-alive HTTP/1.1 connection to `authority`, its driver spawned.
-async fn connect(authority: &str, timeout: Duration) -> Result<Sender, String> {
-    let stream = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(authority))
+/// A keep-alive HTTP/1.1 connection to `authority` (over TLS when `tls` is given), its driver
+/// spawned.
+async fn connect(
+    authority: &str,
+    tls: Option<&TlsClient>,
+    timeout: Duration,
+) -> Result<Sender, String> {
+    let open = async {
+        let stream = tokio::net::TcpStream::connect(authority)
+            .await
+            .map_err(|e| format!("cannot connect to {authority}: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        match tls {
+            None => Ok(MaybeTls::Plain(stream)),
+            Some(tls) => tls
+                .connect(stream, crate::net::tls::host_of(authority))
+                .await
+                .map_err(|e| format!("TLS handshake with {authority} failed: {e}")),
+        }
+    };
+    let stream = tokio::time::timeout(timeout, open)
         .await
-        .map_err(|_| format!("connecting to {authority} timed out"))?
-        .map_err(|e| format!("cannot connect to {authority}: {e}"))?;
-    let _ = stream.set_nodelay(true);
+        .map_err(|_| format!("connecting to {authority} timed out"))??;
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| format!("HTTP handshake with {authority} failed: {e}"))?;
@@ -509,7 +543,7 @@ async fn ready_connection(
     {
         return Ok(sender);
     }
-    let mut sender = connect(authority, config.request_timeout).await?;
+    let mut sender = connect(authority, pool.tls.as_deref(), config.request_timeout).await?;
     sender
         .ready()
         .await

@@ -10,15 +10,20 @@ use bytes::Bytes;
 use super::config::{Encoding, HttpSinkConfig};
 use super::target::Target;
 use super::{Outcome, Pool, Request, attempt, compress, jitter};
+use crate::net::tls::TlsClient;
 use crate::sinks::Replayed;
 use crate::sinks::dlq::DeadLetter;
 
 /// Attempts per request when the sink's policy says `forever`.
 const REPLAY_ATTEMPTS: u32 = 5;
 
-pub async fn replay(config: Arc<HttpSinkConfig>, letters: Vec<DeadLetter>) -> Replayed {
+pub async fn replay(
+    config: Arc<HttpSinkConfig>,
+    tls: Option<Arc<TlsClient>>,
+    letters: Vec<DeadLetter>,
+) -> Replayed {
     let mut replayed = Replayed::default();
-    let pool = Pool::new(1);
+    let pool = Pool::new(1, tls);
     let attempts = config.retry.max_attempts.unwrap_or(REPLAY_ATTEMPTS);
     // Consecutive letters for the same target share requests, in the order they died.
     let mut start = 0;

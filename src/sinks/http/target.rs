@@ -39,7 +39,7 @@ impl Target {
     ///
     /// # Errors
     ///
-    /// A rendered URI that is not an http:// URI with a host, or a header value that is not a
+    /// A rendered URI that is not a URI of the sink's scheme with a host, or a header value that is not a
     /// valid one: said in words, for the log.
     pub fn build(config: &HttpSinkConfig, key: &str) -> Result<Target, String> {
         let mut rendered = key.split(KEY_SEPARATOR);
@@ -51,8 +51,9 @@ impl Target {
                     .map_err(|e| format!("`{text}` is not a valid URI ({e})"))?
             }
         };
-        if uri.scheme_str() != Some("http") {
-            return Err(format!("`{uri}` is not an http:// URI"));
+        let scheme = if config.https { "https" } else { "http" };
+        if uri.scheme_str() != Some(scheme) {
+            return Err(format!("`{uri}` is not an {scheme}:// URI"));
         }
         let authority = config::authority(&uri).ok_or_else(|| format!("`{uri}` names no host"))?;
         let mut headers = HeaderMap::with_capacity(4 + config.headers.len());

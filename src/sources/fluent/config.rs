@@ -3,8 +3,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
-use loghaul_config::raw::RawSize;
-use loghaul_config::{ComponentConfig, Resource, Validator};
+use loghaul_config::raw::{RawDuration, RawSize};
+use loghaul_config::{ComponentConfig, Resource, TlsRole, Validator};
 use serde::Deserialize;
 
 /// The Fluentd forward protocol's port.
@@ -27,6 +27,13 @@ pub struct RawFluentSource {
     /// Most concurrent connections. Default `10000`.
     #[serde(default)]
     pub max_connections: Option<usize>,
+    /// Most concurrent connections from one client address. Default: no limit of its own.
+    #[serde(default)]
+    pub max_connections_per_client: Option<usize>,
+    /// Close a connection whose client sent nothing for this long. Default: never (a quiet
+    /// client is no fault).
+    #[serde(default)]
+    pub idle_timeout: Option<RawDuration>,
     /// Largest request accepted; a longer one closes its connection. Default `16MiB`.
     #[serde(default)]
     pub max_request_size: Option<RawSize>,
@@ -64,6 +71,10 @@ pub struct RawUser {
 pub struct FluentSourceConfig {
     pub address: SocketAddr,
     pub max_connections: usize,
+    /// Most concurrent connections from one address, if limited.
+    pub max_connections_per_client: Option<usize>,
+    /// Close a connection quiet this long, if set.
+    pub idle_timeout: Option<std::time::Duration>,
     pub max_request_size: usize,
     pub max_decompressed_size: usize,
     /// `Some` when the handshake is required.
@@ -94,6 +105,17 @@ impl std::fmt::Debug for Security {
     }
 }
 
+impl FluentSourceConfig {
+    /// The listener's connection limits.
+    pub fn limits(&self) -> crate::net::listener::Limits {
+        crate::net::listener::Limits {
+            max_connections: self.max_connections,
+            max_per_client: self.max_connections_per_client,
+            idle_timeout: self.idle_timeout,
+        }
+    }
+}
+
 impl ComponentConfig for FluentSourceConfig {
     const TYPE: &'static str = "fluent";
     type Raw = RawFluentSource;
@@ -108,6 +130,14 @@ impl ComponentConfig for FluentSourceConfig {
             "max_connections",
             DEFAULT_MAX_CONNECTIONS,
         );
+        let idle_timeout = match &s.idle_timeout {
+            None => Some(None),
+            Some(raw) => cx
+                .duration(Some(raw), "idle_timeout", std::time::Duration::ZERO, true)
+                .map(Some),
+        };
+        let per_client =
+            crate::sources::syslog::config::per_client_limit(s.max_connections_per_client, cx);
         let max_request_size = cx.size(
             s.max_request_size.as_ref(),
             "max_request_size",
@@ -165,6 +195,8 @@ impl ComponentConfig for FluentSourceConfig {
         let config = FluentSourceConfig {
             address: address?,
             max_connections: max_connections?,
+            max_connections_per_client: per_client?,
+            idle_timeout: idle_timeout?,
             max_request_size: max_request_size?,
             max_decompressed_size: max_decompressed_size?,
             security,
@@ -181,5 +213,9 @@ impl ComponentConfig for FluentSourceConfig {
             claims.push(Resource::udp(self.address, "address"));
         }
         claims
+    }
+
+    fn tls_role(&self) -> Result<TlsRole, String> {
+        Ok(TlsRole::Server)
     }
 }

@@ -71,6 +71,7 @@ pub async fn serve(mut conn: Conn, ctx: Arc<FluentContext>) {
     }
     let mut c = Connection {
         peer: conn.peer,
+        tls_subject: conn.tls_subject.clone(),
         splitter: Splitter::new(ctx.config.max_request_size),
         decoder: Decoder::new(ctx.limits),
         pending: VecDeque::new(),
@@ -84,6 +85,8 @@ pub async fn serve(mut conn: Conn, ctx: Arc<FluentContext>) {
 struct Connection {
     ctx: Arc<FluentContext>,
     peer: SocketAddr,
+    /// The subject of the client's TLS certificate: every event gets it as `tls_subject`.
+    tls_subject: Option<Arc<str>>,
     splitter: Splitter,
     decoder: Decoder,
     pending: VecDeque<Pending>,
@@ -119,7 +122,7 @@ impl Connection {
                         // Take turns with the other connections (see docs/conventions.md).
                         tokio::task::yield_now().await;
                     }
-                    Read::Eof | Read::Drained => break,
+                    Read::Eof | Read::Drained | Read::Idle => break,
                     Read::Error(error) => {
                         self.ctx.metrics.error(ErrorKind::Io, 1);
                         crate::warn_limited!(self.ctx.metrics, %error, peer = %self.peer, "Failed to read from a forward connection.");
@@ -222,6 +225,9 @@ impl Connection {
     ) {
         batch.arena = arena.freeze();
         batch.received = Timestamp::now();
+        if let Some(subject) = &self.tls_subject {
+            batch.add_field(crate::net::tls::TLS_SUBJECT, subject);
+        }
         if wire > 0 {
             // Wire bytes count even when no event came of them (heartbeats, other signals).
             self.ctx.metrics.received(batch.len(), wire);

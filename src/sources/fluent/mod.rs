@@ -34,6 +34,7 @@ pub struct FluentContext {
 impl BuildSource for FluentSourceConfig {
     fn build(&self, cx: SourceContext) -> BoxFuture<'_, anyhow::Result<RunningSource>> {
         Box::pin(async move {
+            let options = cx.serve_options(self.limits(), &[])?;
             let listener = crate::net::listener::bind(self.address, self.receive_buffer)
                 .await
                 .with_context(|| format!("cannot listen on tcp {}", self.address))?;
@@ -56,7 +57,8 @@ impl BuildSource for FluentSourceConfig {
                     max_decompressed_size: self.max_decompressed_size,
                 },
             });
-            let running: RunningSource = Box::pin(run(listener, heartbeat, ctx, cx.shutdown));
+            let running: RunningSource =
+                Box::pin(run(listener, options, heartbeat, ctx, cx.shutdown));
             Ok(running)
         })
     }
@@ -64,6 +66,7 @@ impl BuildSource for FluentSourceConfig {
 
 async fn run(
     listener: tokio::net::TcpListener,
+    options: crate::net::listener::ServeOptions,
     heartbeat: Option<tokio::net::UdpSocket>,
     ctx: Arc<FluentContext>,
     shutdown: ShutdownSignal,
@@ -73,7 +76,7 @@ async fn run(
     let handler_ctx = ctx.clone();
     crate::net::listener::serve(
         listener,
-        ctx.config.max_connections,
+        options,
         Some(ctx.metrics.clone()),
         shutdown,
         move |conn| connection::serve(conn, handler_ctx.clone()),

@@ -5,7 +5,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use loghaul_config::raw::{RawDuration, RawSize};
-use loghaul_config::{ComponentConfig, Resource, Validator};
+use loghaul_config::{ComponentConfig, Resource, TlsRole, Validator};
 use serde::Deserialize;
 
 use crate::net::http::authorization;
@@ -50,6 +50,9 @@ pub struct RawHttpServer {
     pub max_decompressed_size: Option<RawSize>,
     #[serde(default)]
     pub max_connections: Option<usize>,
+    /// Most concurrent connections from one client address. Default: no limit of its own.
+    #[serde(default)]
+    pub max_connections_per_client: Option<usize>,
     /// A request (headers and body) must arrive within this. Default `30s`.
     #[serde(default)]
     pub request_timeout: Option<RawDuration>,
@@ -107,6 +110,8 @@ pub struct HttpServerConfig {
     pub max_body_size: usize,
     pub max_decompressed_size: usize,
     pub max_connections: usize,
+    /// Most concurrent connections from one address, if limited.
+    pub max_connections_per_client: Option<usize>,
     pub request_timeout: Duration,
     pub ack_timeout: Duration,
     pub auth: Option<Auth>,
@@ -158,6 +163,8 @@ impl ComponentConfig for HttpServerConfig {
             "max_connections",
             DEFAULT_MAX_CONNECTIONS,
         );
+        let per_client =
+            crate::sources::syslog::config::per_client_limit(s.max_connections_per_client, cx);
         let request_timeout = cx.duration(
             s.request_timeout.as_ref(),
             "request_timeout",
@@ -202,6 +209,7 @@ impl ComponentConfig for HttpServerConfig {
             max_body_size: max_body_size?,
             max_decompressed_size: max_decompressed_size?,
             max_connections: max_connections?,
+            max_connections_per_client: per_client?,
             request_timeout: request_timeout?,
             ack_timeout: ack_timeout?,
             auth,
@@ -211,5 +219,9 @@ impl ComponentConfig for HttpServerConfig {
 
     fn resources(&self) -> Vec<Resource> {
         vec![Resource::tcp(self.address, "address")]
+    }
+
+    fn tls_role(&self) -> Result<TlsRole, String> {
+        Ok(TlsRole::Server)
     }
 }

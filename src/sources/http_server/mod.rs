@@ -39,6 +39,7 @@ use config::{Auth, ResponseMode};
 use super::{BuildSource, RunningSource, SourceContext};
 use crate::metrics::{ComponentMetrics, ErrorKind, Health};
 use crate::net::listener::Conn;
+use crate::net::tls::{MaybeTls, Stream};
 use crate::pipeline::{BoxFuture, Fanout};
 
 /// Largest request head (request line and headers); more is answered 431.
@@ -63,6 +64,15 @@ struct Ctx {
 impl BuildSource for HttpServerConfig {
     fn build(&self, cx: SourceContext) -> BoxFuture<'_, anyhow::Result<RunningSource>> {
         Box::pin(async move {
+            let options = cx.serve_options(
+                crate::net::listener::Limits {
+                    max_connections: self.max_connections,
+                    max_per_client: self.max_connections_per_client,
+                    // request_timeout bounds an idle HTTP connection.
+                    idle_timeout: None,
+                },
+                &[b"h2", b"http/1.1"],
+            )?;
             let listener = crate::net::listener::bind(self.address, None)
                 .await
                 .with_context(|| format!("cannot listen on tcp {}", self.address))?;
@@ -79,7 +89,7 @@ impl BuildSource for HttpServerConfig {
                 let handler_ctx = ctx.clone();
                 crate::net::listener::serve(
                     listener,
-                    ctx.config.max_connections,
+                    options,
                     Some(ctx.metrics.clone()),
                     shutdown,
                     move |conn| serve_connection(conn, handler_ctx.clone()),
@@ -96,47 +106,104 @@ async fn serve_connection(conn: Conn, ctx: Arc<Ctx>) {
     let Conn {
         stream,
         peer: _,
+        tls_subject,
         mut shutdown,
         ..
     } = conn;
+    let stream = match stream {
+        MaybeTls::Plain(tcp) => tcp,
+        // Over TLS the protocol was agreed in the handshake (ALPN); a client that offered
+        // none speaks HTTP/1.1.
+        MaybeTls::Tls(tls) => {
+            let h2 = tls.get_ref().1.alpn_protocol() == Some(b"h2");
+            let stream = MaybeTls::Tls(tls);
+            if h2 {
+                serve_http2(stream, &ctx, tls_subject, &mut shutdown).await;
+            } else {
+                serve_http1_tls(stream, &ctx, tls_subject, &mut shutdown).await;
+            }
+            return;
+        }
+    };
     // A client that connects and says nothing is cut off like one trickling its headers.
     let h2 = tokio::select! {
         version = opens_with_h2_preface(&stream, ctx.config.request_timeout) => version,
         () = shutdown.wait() => return,
     };
     match h2 {
-        Some(true) => {
-            let mut builder =
-                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
-            builder
-                .timer(TokioTimer::new())
-                .max_header_list_size(MAX_HEAD as u32)
-                // A peer that stops answering pings is gone: free its streams.
-                .keep_alive_interval(ctx.config.request_timeout)
-                .keep_alive_timeout(ctx.config.request_timeout);
-            // Boxed, so an HTTP/1 connection's task does not carry room for it.
-            let mut connection =
-                Box::pin(builder.serve_connection(TokioIo::new(stream), service(&ctx, None)));
-            tokio::select! {
-                _ = connection.as_mut() => {}
-                () = shutdown.wait() => {
-                    connection.as_mut().graceful_shutdown();
-                    let _ = connection.await;
-                }
-            }
-        }
+        Some(true) => serve_http2(stream, &ctx, None, &mut shutdown).await,
         Some(false) => serve_http1(stream, &ctx, &mut shutdown).await,
         None => {}
     }
 }
 
+/// Serves HTTP/2 until the client closes or shutdown ends it gracefully.
+async fn serve_http2<S>(
+    stream: S,
+    ctx: &Arc<Ctx>,
+    subject: Option<Arc<str>>,
+    shutdown: &mut crate::pipeline::ShutdownSignal,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let mut builder =
+        hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .max_header_list_size(MAX_HEAD as u32)
+        // A peer that stops answering pings is gone: free its streams.
+        .keep_alive_interval(ctx.config.request_timeout)
+        .keep_alive_timeout(ctx.config.request_timeout);
+    // Boxed, so an HTTP/1 connection's task does not carry room for it.
+    let mut connection =
+        Box::pin(builder.serve_connection(TokioIo::new(stream), service(ctx, None, subject)));
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = shutdown.wait() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
+}
+
+/// HTTP/1 over TLS: hyper keeps the connection for its whole life (an idle TLS session cannot
+/// be put aside and picked up again the way a plain socket is), with the same header timeout,
+/// which is also the idle timeout between requests.
+async fn serve_http1_tls(
+    stream: Stream,
+    ctx: &Arc<Ctx>,
+    subject: Option<Arc<str>>,
+    shutdown: &mut crate::pipeline::ShutdownSignal,
+) {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(ctx.config.request_timeout)
+        .max_buf_size(MAX_HEAD)
+        .pipeline_flush(true);
+    let connection = builder.serve_connection(TokioIo::new(stream), service(ctx, None, subject));
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        () = shutdown.wait() => {
+            connection.as_mut().graceful_shutdown();
+            let _ = connection.await;
+        }
+    }
+}
+
 type ServiceFuture = Pin<Box<dyn Future<Output = Result<Response<Reply>, Infallible>> + Send>>;
+
+/// The subject of the client's TLS certificate, carried to the request handler.
+#[derive(Clone)]
+struct TlsSubject(Arc<str>);
 
 /// The service both protocols run; on HTTP/1, each request is counted in `progress` until its
 /// response is buffered.
 fn service(
     ctx: &Arc<Ctx>,
     progress: Option<Arc<idle::Progress>>,
+    subject: Option<Arc<str>>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<Reply>,
@@ -149,8 +216,12 @@ fn service(
         let in_flight = progress.clone().map(idle::InFlight::new);
         // Boxed: hyper's HTTP/1 connection keeps a slot the size of this future for as long as
         // it lives.
+        let subject = subject.clone();
         Box::pin(async move {
-            let (parts, body) = req.into_parts();
+            let (mut parts, body) = req.into_parts();
+            if let Some(subject) = subject {
+                parts.extensions.insert(TlsSubject(subject));
+            }
             let mut body = Some(body);
             let resp = handle(&parts, &mut body, &ctx).await;
             if parts.version == hyper::Version::HTTP_2
@@ -225,7 +296,7 @@ async fn serve_until_idle(
         .pipeline_flush(true);
     // Boxed, so the task of an idle connection holds none of it.
     let mut connection =
-        Box::new(builder.serve_connection(io, service(ctx, Some(progress.clone()))));
+        Box::new(builder.serve_connection(io, service(ctx, Some(progress.clone()), None)));
     let mut closing = false;
     let ended = {
         let stop = shutdown.wait();
@@ -390,15 +461,6 @@ fn refuse(ctx: &Ctx, status: StatusCode, kind: ErrorKind, error: &str) -> Respon
     json_response(status, serde_json::json!({ "error": error }))
 }
 
-/// Compares without stopping at the first difference, so the time taken says nothing about
-/// how much of a secret was right.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 fn echo(path: &str) -> Response<Full<Bytes>> {
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
     let mut resp = Response::new(Full::new(Bytes::from(format!("{path} {now}\n"))));
@@ -432,7 +494,7 @@ async fn handle(
             .headers
             .get(header::AUTHORIZATION)
             .map_or(&b""[..], HeaderValue::as_bytes);
-        if !constant_time_eq(given, expected.as_bytes()) {
+        if !crate::net::http::constant_time_eq(given, expected.as_bytes()) {
             let scheme = if expected.starts_with("Basic ") {
                 "Basic realm=\"loghaul\""
             } else {
@@ -546,6 +608,9 @@ async fn handle(
         None
     };
     let mut extra: Vec<(String, String)> = Vec::new();
+    if let Some(TlsSubject(subject)) = req.extensions.get::<TlsSubject>() {
+        extra.push((crate::net::tls::TLS_SUBJECT.to_owned(), subject.to_string()));
+    }
     for name in &ctx.config.headers {
         if let Some(v) = req.headers.get(name.as_str()).and_then(|v| v.to_str().ok()) {
             extra.push((name.clone(), v.to_owned()));

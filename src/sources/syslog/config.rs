@@ -2,9 +2,9 @@
 
 use std::net::SocketAddr;
 
-use loghaul_config::raw::RawSize;
+use loghaul_config::raw::{RawDuration, RawSize};
 use loghaul_config::{
-    ComponentConfig, Resource, TZ_HINT, TimeZoneSetting, Validator, parse_timezone,
+    ComponentConfig, Resource, TZ_HINT, TimeZoneSetting, TlsRole, Validator, parse_timezone,
 };
 use serde::Deserialize;
 
@@ -33,6 +33,13 @@ pub struct RawSyslogSource {
     /// Most concurrent TCP connections. Default `10000`; TCP only.
     #[serde(default)]
     pub max_connections: Option<usize>,
+    /// Most concurrent TCP connections from one client address. Default: no limit of its own.
+    #[serde(default)]
+    pub max_connections_per_client: Option<usize>,
+    /// Close a connection whose client sent nothing for this long. Default: never (a quiet
+    /// client is no fault).
+    #[serde(default)]
+    pub idle_timeout: Option<RawDuration>,
     /// Socket receive buffer (`SO_RCVBUF`). Default: 4MiB requested for UDP (the kernel caps it
     /// at `net.core.rmem_max`), the OS default for TCP.
     #[serde(default)]
@@ -61,6 +68,10 @@ pub struct SyslogSourceConfig {
     pub max_length: usize,
     /// Most concurrent TCP connections (> 0).
     pub max_connections: usize,
+    /// Most concurrent TCP connections from one address, if limited.
+    pub max_connections_per_client: Option<usize>,
+    /// Close a connection quiet this long, if set.
+    pub idle_timeout: Option<std::time::Duration>,
     /// `SO_RCVBUF`, when set.
     pub receive_buffer: Option<usize>,
     /// Reject what does not parse instead of keeping it raw.
@@ -117,6 +128,8 @@ impl ComponentConfig for SyslogSourceConfig {
             for (key, why) in [
                 ("framing", "each UDP datagram is one message"),
                 ("max_connections", "UDP has no connections"),
+                ("max_connections_per_client", "UDP has no connections"),
+                ("idle_timeout", "UDP has no connections"),
             ] {
                 if cx.has(&[key]) {
                     let id = cx.id().to_owned();
@@ -143,6 +156,13 @@ impl ComponentConfig for SyslogSourceConfig {
             "max_connections",
             DEFAULT_MAX_CONNECTIONS,
         );
+        let idle_timeout = match &s.idle_timeout {
+            None => Some(None),
+            Some(raw) => cx
+                .duration(Some(raw), "idle_timeout", std::time::Duration::ZERO, true)
+                .map(Some),
+        };
+        let per_client = per_client_limit(s.max_connections_per_client, cx);
         let timezone = match &s.timezone {
             None => Some(TimeZoneSetting::Utc),
             Some(t) => match parse_timezone(t) {
@@ -160,6 +180,8 @@ impl ComponentConfig for SyslogSourceConfig {
             framing: s.framing.unwrap_or_default(),
             max_length: max_length?,
             max_connections: max_connections?,
+            max_connections_per_client: per_client?,
+            idle_timeout: idle_timeout?,
             receive_buffer: receive_buffer?,
             strict: s.strict.unwrap_or(false),
             timezone: timezone?,
@@ -171,5 +193,38 @@ impl ComponentConfig for SyslogSourceConfig {
             SyslogMode::Tcp => Resource::tcp(self.address, "address"),
             SyslogMode::Udp => Resource::udp(self.address, "address"),
         }]
+    }
+
+    fn tls_role(&self) -> Result<TlsRole, String> {
+        match self.mode {
+            SyslogMode::Tcp => Ok(TlsRole::Server),
+            SyslogMode::Udp => Err(
+                "`tls` applies to `mode: tcp` only (syslog over TLS is RFC 5425, over TCP)".into(),
+            ),
+        }
+    }
+}
+
+impl SyslogSourceConfig {
+    /// The listener's connection limits.
+    pub fn limits(&self) -> crate::net::listener::Limits {
+        crate::net::listener::Limits {
+            max_connections: self.max_connections,
+            max_per_client: self.max_connections_per_client,
+            idle_timeout: self.idle_timeout,
+        }
+    }
+}
+
+/// `max_connections_per_client`: positive when given.
+pub(crate) fn per_client_limit(
+    value: Option<usize>,
+    cx: &mut Validator<'_, '_>,
+) -> Option<Option<usize>> {
+    match value {
+        None => Some(None),
+        Some(n) => cx
+            .positive(Some(n), "max_connections_per_client", n)
+            .map(Some),
     }
 }

@@ -26,6 +26,10 @@ use crate::pipeline::{BoxFuture, Fanout};
 impl BuildSource for SyslogSourceConfig {
     fn build(&self, cx: SourceContext) -> BoxFuture<'_, anyhow::Result<RunningSource>> {
         Box::pin(async move {
+            let options = match self.mode {
+                SyslogMode::Tcp => Some(cx.serve_options(self.limits(), &[])?),
+                SyslogMode::Udp => None,
+            };
             let SourceContext {
                 id,
                 metrics,
@@ -34,14 +38,14 @@ impl BuildSource for SyslogSourceConfig {
                 ..
             } = cx;
             let ctx = Arc::new(SyslogContext::new(id, self.clone(), metrics, fanout));
-            let running: RunningSource = match self.mode {
-                SyslogMode::Tcp => {
+            let running: RunningSource = match (self.mode, options) {
+                (SyslogMode::Tcp, Some(options)) => {
                     let listener = crate::net::listener::bind(self.address, self.receive_buffer)
                         .await
                         .with_context(|| format!("cannot listen on tcp {}", self.address))?;
-                    Box::pin(tcp::run(listener, ctx, shutdown))
+                    Box::pin(tcp::run(listener, options, ctx, shutdown))
                 }
-                SyslogMode::Udp => {
+                _ => {
                     let socket = crate::net::udp::bind(self.address, self.receive_buffer)
                         .with_context(|| format!("cannot bind udp {}", self.address))?;
                     Box::pin(udp::run(socket, ctx, shutdown))

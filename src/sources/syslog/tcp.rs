@@ -19,6 +19,7 @@ use tokio::net::TcpListener;
 use super::SyslogContext;
 use crate::metrics::{ErrorKind, Health};
 use crate::net::listener::{self, Conn, Read};
+use crate::net::tls::TLS_SUBJECT;
 use crate::pipeline::ShutdownSignal;
 
 /// Bytes read per syscall (and so the largest arena one read produces). The lab's bare loop
@@ -28,21 +29,19 @@ const READ_SIZE: usize = 128 * 1024;
 const MIN_READ_SPACE: usize = 16 * 1024;
 
 /// Serves connections until shutdown, then waits for every connection to drain.
-pub async fn run(listener: TcpListener, ctx: Arc<SyslogContext>, shutdown: ShutdownSignal) {
+pub async fn run(
+    listener: TcpListener,
+    options: listener::ServeOptions,
+    ctx: Arc<SyslogContext>,
+    shutdown: ShutdownSignal,
+) {
     ctx.metrics.set_health(Health::Running, None);
     let metrics = ctx.metrics.clone();
-    let max_connections = ctx.config.max_connections;
     let handler_ctx = ctx.clone();
-    listener::serve(
-        listener,
-        max_connections,
-        Some(metrics),
-        shutdown,
-        move |conn| {
-            let ctx = handler_ctx.clone();
-            async move { serve(conn, &ctx).await }
-        },
-    )
+    listener::serve(listener, options, Some(metrics), shutdown, move |conn| {
+        let ctx = handler_ctx.clone();
+        async move { serve(conn, &ctx).await }
+    })
     .await;
     ctx.metrics.set_health(Health::Stopped, None);
 }
@@ -54,6 +53,7 @@ async fn serve(mut conn: Conn, ctx: &SyslogContext) {
     let mut c = Connection {
         ctx,
         peer,
+        tls_subject: conn.tls_subject.clone(),
         framer: Framer::new(ctx.framing_mode(), ctx.config.max_length),
         decoder: Decoder::new(ctx.decode),
         frames: Vec::with_capacity(1024),
@@ -77,7 +77,7 @@ async fn serve(mut conn: Conn, ctx: &SyslogContext) {
                 // syscall, and a read is a whole batch (up to 128KiB), so it is cheap.
                 tokio::task::yield_now().await;
             }
-            Read::Eof | Read::Drained => {
+            Read::Eof | Read::Drained | Read::Idle => {
                 c.finish(&mut buf).await;
                 break;
             }
@@ -94,6 +94,8 @@ async fn serve(mut conn: Conn, ctx: &SyslogContext) {
 struct Connection<'a> {
     ctx: &'a SyslogContext,
     peer: SocketAddr,
+    /// The subject of the client's TLS certificate: every event gets it as `tls_subject`.
+    tls_subject: Option<Arc<str>>,
     framer: Framer,
     decoder: Decoder,
     frames: Vec<Frame>,
@@ -130,6 +132,9 @@ impl Connection<'_> {
                 &mut self.dstats,
             );
             self.frames.clear();
+            if let Some(subject) = &self.tls_subject {
+                batch.add_field(TLS_SUBJECT, subject);
+            }
             self.ctx.metrics.received(batch.len(), consumed);
             self.ctx.fanout.send(batch).await;
         }

@@ -5,6 +5,7 @@
 //        [--mode Message|Forward|PackedForward|CompressedPackedForward] [--ack]
 //        [--shared-key K --hostname H [--username U --password W]] [--milliseconds]
 //        [--batch B] [--timeout-ms MS] [--host H]
+//        [--tls-ca CA.pem [--tls-cert C.pem --tls-key K.pem] [--servername NAME]]
 //
 // Exits 0 only if every emit resolved (with --ack: only once the server acked it); otherwise prints
 // the client's own error on stderr (for a refused handshake it carries the server's PONG reason) and
@@ -31,6 +32,12 @@ const {values: a} = parseArgs({
     // request (awaiting each batch) instead of all COUNT in one. 0 means all at once.
     batch: {type: "string", default: "0"},
     "timeout-ms": {type: "string", default: "5000"},
+    // TLS (the library's `socket.tls`, Node's tls.connect options): the CA that signed the
+    // server's certificate, and a client certificate for mutual TLS.
+    "tls-ca": {type: "string"},
+    "tls-cert": {type: "string"},
+    "tls-key": {type: "string"},
+    servername: {type: "string"},
   },
 });
 for (const k of ["port", "tag", "count", "run"]) {
@@ -74,6 +81,15 @@ const client = new FluentClient(a.tag, {
     // One connection per run: a test then knows exactly how many connections and handshakes it saw,
     // and a dropped connection fails the run (through the watchdog) instead of being retried quietly.
     disableReconnect: true,
+    tls:
+      a["tls-ca"] === undefined
+        ? undefined
+        : {
+            ca: readFileSync(a["tls-ca"]),
+            cert: a["tls-cert"] === undefined ? undefined : readFileSync(a["tls-cert"]),
+            key: a["tls-key"] === undefined ? undefined : readFileSync(a["tls-key"]),
+            servername: a.servername,
+          },
   },
   // Without `ack` the library sends no chunk id; the default ackTimeout (500 ms) is too short for a
   // loaded CI machine.
@@ -137,6 +153,7 @@ console.log(
     auth: a["shared-key"] !== undefined,
     user_auth: a.username !== undefined,
     milliseconds: a.milliseconds,
+    tls: a["tls-ca"] !== undefined,
   })
 );
 process.exit(0);
