@@ -559,6 +559,13 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
                 .map_or(String::new(), |t| format!("; {t}")),
         );
     }
+    // After the summary, so what did go out is said too.
+    if let (Some(n), Some(first)) = (stats.failed_connections, &stats.first_failure) {
+        bail!(
+            "{n} of {} connection(s) failed, each losing its message; the first: {first}",
+            stats.sent
+        );
+    }
     Ok(())
 }
 

@@ -70,6 +70,13 @@ pub struct GenStats {
     /// The TLS protocol version and cipher suite the server agreed to (`None`: no TLS).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<String>,
+    /// With `--connect-per-message`: connections that failed, each costing its one message
+    /// (counted in `sent`, missing at the meter), over all threads (`None`: none failed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_connections: Option<u64>,
+    /// The first of those failures' errors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_failure: Option<String>,
 }
 
 impl GenStats {
@@ -91,6 +98,7 @@ struct LaneTotals {
     cpu_ns: Option<u64>,
     recovery: Option<Recovery>,
     tls: Option<String>,
+    failures: Option<(u64, String)>,
 }
 
 /// Runs the generator to completion. `progress` (if any) is updated as blocks go out; `stop` ends
@@ -160,6 +168,7 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
                     cpu_ns: cpu,
                     recovery: target.recovery(),
                     tls: target.tls(),
+                    failures: target.failures(),
                 })
             }));
         }
@@ -190,6 +199,8 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
         cpu_secs: Some(0.0),
         recovery: None,
         tls: None,
+        failed_connections: None,
+        first_failure: None,
     };
     for r in results {
         let lane = r?;
@@ -204,6 +215,10 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
             .zip(lane.cpu_ns)
             .map(|(sum, ns)| sum + ns as f64 / 1e9);
         stats.tls = stats.tls.or(lane.tls);
+        if let Some((n, first)) = lane.failures {
+            stats.failed_connections = Some(stats.failed_connections.unwrap_or(0) + n);
+            stats.first_failure.get_or_insert(first);
+        }
     }
     Ok(stats)
 }

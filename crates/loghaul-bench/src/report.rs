@@ -89,6 +89,13 @@ pub struct RunRecord {
     /// (`None`: plain TCP).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<String>,
+    /// `tls_handshake`: connections the subject refused or broke off, each a message lost
+    /// (`None`: none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_connections: Option<u64>,
+    /// The first of those failures' errors, as the generator saw it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_failure: Option<String>,
 }
 
 impl RunRecord {
@@ -126,6 +133,8 @@ impl RunRecord {
             fsyncs: None,
             fsyncs_per_sec: None,
             tls: None,
+            failed_connections: None,
+            first_failure: None,
         }
     }
 
@@ -220,6 +229,12 @@ pub fn summarize(records: &[RunRecord], subjects: &[String]) -> Vec<Summary> {
                     Status::Unsupported(why) | Status::Failed(why) => Some(why.clone()),
                     _ => None,
                 })
+            } else if let Some(n) = ok
+                .iter()
+                .filter_map(|r| r.failed_connections)
+                .reduce(|a, b| a + b)
+            {
+                Some(format!("{n} connections failed"))
             } else if ok.iter().any(|r| r.status == Status::Timeout) {
                 Some("timed out: events missing".into())
             } else {
@@ -673,16 +688,22 @@ pub fn tls_notes(
         );
         let _ = writeln!(
             s,
-            "| subject | handshakes/s | server CPU-ms per handshake | generator CPU/wall | TLS |"
+            "| subject | handshakes/s | server CPU-ms per handshake | generator CPU/wall | \
+             failed | TLS |"
         );
-        let _ = writeln!(s, "|---|---:|---:|---:|---|");
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---|");
         for m in &summaries {
             if m.runs == 0 {
                 continue;
             }
+            let failed: u64 = records
+                .iter()
+                .filter(|r| r.subject == m.subject && !r.warmup)
+                .filter_map(|r| r.failed_connections)
+                .sum();
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {failed} | {} |",
                 m.subject,
                 fmt_spread(m.events_per_sec, &|v| count(v)),
                 // CPU-s per 1M events is CPU-µs per event: ÷ 1000 for milliseconds.
@@ -1371,18 +1392,28 @@ mod tests {
         let shakes = vec![
             tls_run("loghaul-tls", 3000.0, Some(suite)),
             tls_run("rsyslog-tls", 1200.0, Some("TLSv1_2 X")),
-            tls_run("loghaul", 25000.0, None),
+            {
+                let mut r = tls_run("loghaul", 25000.0, None);
+                r.failed_connections = Some(3);
+                r.loss = 3;
+                r
+            },
         ];
         let names: Vec<String> = shakes.iter().map(|r| r.subject.clone()).collect();
         let notes = tls_notes(Scenario::TlsHandshake, 2000, &shakes, &names);
         assert!(
-            notes.contains(&format!("| loghaul-tls | 3,000 | 0.400 | 0.50 | {suite} |")),
+            notes.contains(&format!(
+                "| loghaul-tls | 3,000 | 0.400 | 0.50 | 0 | {suite} |"
+            )),
             "{notes}"
         );
         assert!(
-            notes.contains("| loghaul | 25,000 | 0.400 | 0.50 | plain TCP |"),
+            notes.contains("| loghaul | 25,000 | 0.400 | 0.50 | 3 | plain TCP |"),
             "{notes}"
         );
+        // Failed connections are losses the table names.
+        let m = summarize(&shakes, &names);
+        assert_eq!(m[2].note.as_deref(), Some("3 connections failed"));
         assert!(
             notes.contains("loghaul-tls ÷ rsyslog-tls: **2.50×**"),
             "{notes}"

@@ -370,7 +370,7 @@ fn describe(r: &RunRecord) -> String {
         Status::Failed(why) => why.clone(),
         status => format!(
             "{}{} events in {:.2}s = {}/s, CPU {:.2}s ({:.2} s/1M, {:.2} cores), RSS {:.0}MiB, loss {}, \
-             dups {}, p99 {}, generator {} cores{}",
+             dups {}, p99 {}, generator {} cores{}{}",
             if *status == Status::Timeout {
                 "TIMEOUT: "
             } else {
@@ -390,6 +390,10 @@ fn describe(r: &RunRecord) -> String {
             r.gen_cores.map_or("n/a".into(), |v| format!("{v:.2}")),
             r.fsyncs_per_sec
                 .map_or(String::new(), |v| format!(", {v:.0} fsyncs/s")),
+            match (r.failed_connections, &r.first_failure) {
+                (Some(n), Some(first)) => format!(", {n} connections failed (the first: {first})"),
+                _ => String::new(),
+            },
         ),
     }
 }
@@ -835,6 +839,8 @@ fn run_one(
     rec.fsyncs = fsyncs;
     rec.fsyncs_per_sec = fsyncs.map(|n| n as f64 / duration);
     rec.tls = gen_stats.tls.clone();
+    rec.failed_connections = gen_stats.failed_connections;
+    rec.first_failure = gen_stats.first_failure.clone();
     match &launch.output {
         Output::File(_) => {
             let rep = books
@@ -969,6 +975,8 @@ impl Running {
                     cpu_secs: l.cpu_secs,
                     recovery: None,
                     tls: None,
+                    failed_connections: None,
+                    first_failure: None,
                 })
             }
         }

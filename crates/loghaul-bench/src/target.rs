@@ -9,7 +9,10 @@
 //! With `--connect-per-message` a stream target opens a new connection for every message
 //! (connect, TLS handshake, the one message, close, the server's close), and asks the generator
 //! for one message per send, so each message's send time is stamped just before its own
-//! connection: it measures how many connections (handshakes) a server takes per second.
+//! connection: it measures how many connections (handshakes) a server takes per second. A
+//! connection that fails (refused, a handshake the server broke off, a reset) costs its one
+//! message, which the meter then finds missing; it is counted, its first error kept, and the
+//! next message gets a new connection, as the next client would.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -60,6 +63,12 @@ pub trait Target: Send {
     /// The TLS protocol version and cipher suite the server agreed to, for a TLS target that has
     /// connected.
     fn tls(&self) -> Option<String> {
+        None
+    }
+
+    /// Connections that failed and the first one's error, for a target that goes on past them
+    /// (`--connect-per-message`); `None` for the others, whose failures end the run.
+    fn failures(&self) -> Option<(u64, String)> {
         None
     }
 }
@@ -238,6 +247,9 @@ struct StreamTarget {
     per_message: bool,
     /// What the first TLS handshake agreed to.
     tls: Option<String>,
+    /// Per-message connections that failed, and the first one's error.
+    failed: u64,
+    first_failure: Option<String>,
 }
 
 impl StreamTarget {
@@ -253,35 +265,50 @@ impl StreamTarget {
             stream,
             per_message,
             tls,
+            failed: 0,
+            first_failure: None,
         })
+    }
+
+    /// One message on a connection of its own: connect (and handshake), write, close, and wait
+    /// for the server's close.
+    fn one_connection(&mut self, message: &[u8]) -> Result<()> {
+        let mut stream = self.connector.connect(None)?;
+        if self.tls.is_none() {
+            self.tls = stream.tls_description();
+        }
+        stream
+            .write_all(message)
+            .and_then(|()| stream.flush())
+            .with_context(|| format!("writing to {}", self.connector.url()))?;
+        stream.close()?;
+        stream.wait_closed()
     }
 }
 
 impl Target for StreamTarget {
     fn send(&mut self, block: &mut Block, n: usize) -> Result<u64> {
         let bytes = block.prefix(n);
-        match &mut self.stream {
-            Some(stream) => stream
+        if let Some(stream) = &mut self.stream {
+            stream
                 .write_all(bytes)
-                .with_context(|| format!("writing to {}", self.connector.url()))?,
-            None => {
-                // `max_per_send` keeps `n` at 1; a larger one still gets a connection each.
-                for i in 0..n {
-                    let start = if i == 0 { 0 } else { block.frame_ends[i - 1] };
-                    let mut stream = self.connector.connect(None)?;
-                    if self.tls.is_none() {
-                        self.tls = stream.tls_description();
-                    }
-                    stream
-                        .write_all(&block.bytes[start..block.frame_ends[i]])
-                        .and_then(|()| stream.flush())
-                        .with_context(|| format!("writing to {}", self.connector.url()))?;
-                    stream.close()?;
-                    stream.wait_closed()?;
+                .with_context(|| format!("writing to {}", self.connector.url()))?;
+            return Ok(bytes.len() as u64);
+        }
+        // `max_per_send` keeps `n` at 1; a larger one still gets a connection each.
+        let mut sent = 0;
+        for i in 0..n {
+            let start = if i == 0 { 0 } else { block.frame_ends[i - 1] };
+            let message = &block.bytes[start..block.frame_ends[i]];
+            match self.one_connection(message) {
+                Ok(()) => sent += message.len() as u64,
+                Err(e) => {
+                    self.failed += 1;
+                    self.first_failure.get_or_insert_with(|| format!("{e:#}"));
                 }
             }
         }
-        Ok(bytes.len() as u64)
+        Ok(sent)
     }
 
     fn finish(&mut self) -> Result<()> {
@@ -299,6 +326,10 @@ impl Target for StreamTarget {
 
     fn tls(&self) -> Option<String> {
         self.tls.clone()
+    }
+
+    fn failures(&self) -> Option<(u64, String)> {
+        self.first_failure.clone().map(|first| (self.failed, first))
     }
 }
 

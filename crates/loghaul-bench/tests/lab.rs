@@ -1438,6 +1438,31 @@ fn gen_tls_connects_per_message() {
         .flat_map(|g| (0..20).map(move |q| (g, q)))
         .collect();
     assert_eq!(all, want);
+    // A connection that fails costs its message and is counted; the next message tries again,
+    // and the generator says so and fails at the end.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let gone = closed.local_addr().unwrap();
+    drop(closed);
+    let out = bench()
+        .args([
+            "gen",
+            "--target",
+            &format!("tcp://{gone}"),
+            "--connect-per-message",
+        ])
+        .args(["--count", "5", "--connections", "1", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("5 of 5 connection(s) failed"), "{stderr}");
+    let stats: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(
+        (stats["sent"].as_u64(), stats["bytes"].as_u64()),
+        (Some(5), Some(0))
+    );
+    assert_eq!(stats["failed_connections"], 5, "{stats}");
     // Forward requests are no single messages.
     let out = bench()
         .args(["gen", "--target", &format!("fluent://{addr}")])
