@@ -15,6 +15,7 @@ pub mod encoder;
 pub mod file;
 pub mod fluent;
 pub mod http;
+pub mod kafka;
 pub mod template;
 
 use std::sync::Arc;
@@ -31,6 +32,7 @@ loghaul_config::component_set! {
         Blackhole(blackhole::BlackholeSinkConfig),
         Fluent(fluent::FluentSinkConfig),
         Http(http::HttpSinkConfig),
+        Kafka(kafka::KafkaSinkConfig),
     }
 }
 

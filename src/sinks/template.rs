@@ -117,6 +117,21 @@ pub fn push_field(out: &mut String, batch: &EventBatch, event: &Event, name: &st
 /// [`push_field`], returning whether the field had a value (false when it rendered `-` for want
 /// of one: absent, null, a map, an array or empty).
 pub fn push_field_checked(out: &mut String, batch: &EventBatch, event: &Event, name: &str) -> bool {
+    with_field(batch, event, name, |value| {
+        push_path_component(out, value);
+        !value.is_empty()
+    })
+}
+
+/// Calls `f` with a field's value as it is, not made safe for a path (a Kafka message key or
+/// header): the record's value first, then loghaul's field; empty for maps, arrays, null and
+/// absent fields.
+pub fn with_field<R>(
+    batch: &EventBatch,
+    event: &Event,
+    name: &str,
+    f: impl FnOnce(&[u8]) -> R,
+) -> R {
     let owned;
     let value: &[u8] = match batch.lookup(event, name) {
         Some(Value::Str(s) | Value::Bytes(s)) => batch.str(s),
@@ -166,8 +181,7 @@ pub fn push_field_checked(out: &mut String, batch: &EventBatch, event: &Event, n
             }
         }
     };
-    push_path_component(out, value);
-    !value.is_empty()
+    f(value)
 }
 
 #[cfg(test)]

@@ -1,0 +1,334 @@
+//! The `kafka` sink: one message per event, produced with librdkafka (`rdkafka`, bundled), its
+//! delivery reports driving the acknowledgements.
+//!
+//! ```text
+//!  senders: encode (JSON or text, per event)
+//!  sink thread: per event ─ topic, key, headers rendered ─► producer.send(opaque = the batch's
+//!               tracker) ─ queue full? wait (the sink's own queue fills, sources push back)
+//!  librdkafka's thread: delivery report per message ─► tracker: delivered, or a permanent
+//!               error (too large, no such topic, not authorised): dead-lettered
+//!  tracker, last report of the batch ─► the delivery's ack: Delivered, Rejected (some dead-
+//!               lettered) or Errored (a dead letter could not be written, or the stop purged it)
+//! ```
+//!
+//! A message is never given up on for taking long (`message.timeout.ms: 0`): while the brokers
+//! are away, librdkafka's queue (`queue_max_bytes`) fills, `send` says so, and the sink waits,
+//! which fills its input queue and pushes back on the sources. The idempotent producer (the
+//! default, with `acks: all`) keeps librdkafka's own retries from writing a message twice.
+
+pub mod config;
+
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use loghaul_core::finalizer::Ack;
+use loghaul_core::{BatchStatus, EventBatch};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Header, Message as _, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, Producer as _, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientContext, config::RDKafkaLogLevel};
+
+pub use config::KafkaSinkConfig;
+
+use super::dlq::DeadLetters;
+use super::encoder::LineEncoder;
+use super::{BuildSink, BuiltSink, SinkContext, SinkThread};
+use crate::metrics::{ComponentMetrics, ErrorKind, Health};
+use crate::pipeline::{Input, Prepare, QUEUE_BATCHES};
+
+/// How long `send` waits before trying again when librdkafka's queue is full.
+const QUEUE_FULL_WAIT: Duration = Duration::from_millis(1);
+
+impl BuildSink for KafkaSinkConfig {
+    fn build(&self, cx: SinkContext) -> anyhow::Result<BuiltSink> {
+        if cx.retry.is_some() {
+            // librdkafka retries what may pass on its own, for ever here (message.timeout.ms:
+            // 0): there is no attempt count for `retry` to bound.
+            anyhow::bail!(
+                "the kafka sink retries until the brokers take the events; `retry` does not apply"
+            );
+        }
+        let dead = Arc::new(DeadLetters::new(&cx.id, &cx.data_dir, &cx.metrics));
+        let context = Context {
+            metrics: cx.metrics.clone(),
+            dead,
+            degraded: AtomicBool::new(false),
+        };
+        let producer: ThreadedProducer<Context> = self
+            .client_config()
+            .create_with_context(context)
+            .map_err(|e| anyhow::anyhow!("cannot create the Kafka producer: {e}"))?;
+        let encoder = Arc::new(LineEncoder::new(self.encoding, true));
+        let prepare: Arc<dyn Prepare> = encoder.clone();
+        let config = Arc::new(self.clone());
+        let metrics = cx.metrics;
+        Ok(BuiltSink {
+            prepare: Some(prepare),
+            queue_batches: QUEUE_BATCHES,
+            // `send` and the final flush block: a thread of its own.
+            thread: SinkThread::Own,
+            run: Box::new(move |input| Box::pin(run(config, producer, encoder, metrics, input))),
+        })
+    }
+}
+
+/// What every delivery report needs: where dead letters go and what to count.
+struct Context {
+    metrics: Arc<ComponentMetrics>,
+    dead: Arc<DeadLetters>,
+    /// The sink is degraded by a broker error; the next delivery clears it.
+    degraded: AtomicBool,
+}
+
+impl ClientContext for Context {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error
+            | RDKafkaLogLevel::Warning => {
+                crate::warn_limited!(self.metrics, facility, message, "librdkafka says.");
+            }
+            _ => {
+                tracing::debug!(component = %self.metrics.id, facility, message, "librdkafka says.")
+            }
+        }
+    }
+
+    /// Errors of the client as a whole (brokers down, unreachable, refusing): librdkafka keeps
+    /// trying; the sink says it is degraded meanwhile.
+    fn error(&self, error: KafkaError, reason: &str) {
+        self.metrics.error(ErrorKind::Io, 1);
+        crate::warn_limited!(self.metrics, %error, reason, "Kafka brokers are not taking events; librdkafka keeps trying.");
+        self.degraded.store(true, Ordering::Relaxed);
+        self.metrics
+            .set_health(Health::Degraded, Some(format!("kafka: {reason}")));
+    }
+}
+
+impl ProducerContext for Context {
+    type DeliveryOpaque = Arc<Tracker>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, tracker: Arc<Tracker>) {
+        match result {
+            Ok(message) => {
+                if self.degraded.swap(false, Ordering::Relaxed) {
+                    self.metrics.set_health(Health::Running, None);
+                }
+                tracker.done(BatchStatus::Delivered, message.payload_len());
+            }
+            Err((error, message)) => {
+                let status = match error.rdkafka_error_code() {
+                    // The stop purged what was still queued: not delivered, not refused.
+                    Some(RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight) => {
+                        BatchStatus::Errored
+                    }
+                    _ => self.dead_letter(message.payload().unwrap_or_default(), error),
+                };
+                tracker.done(status, 0);
+            }
+        }
+    }
+}
+
+impl Context {
+    /// A message the brokers refused for good (too large, no such topic, not authorised): to
+    /// the dead-letter file; `Rejected` once it is there, `Errored` if it could not be written.
+    fn dead_letter(&self, payload: &[u8], error: &KafkaError) -> BatchStatus {
+        self.metrics.error(ErrorKind::Io, 1);
+        let reason = format!("Kafka refused the message: {error}");
+        crate::warn_limited!(self.metrics, %error, "Kafka refused a message for good; it goes to the dead-letter file.");
+        match self.dead.write([payload], &reason, 1, None) {
+            Ok(_) => BatchStatus::Rejected,
+            Err(e) => {
+                self.metrics
+                    .discarded(crate::metrics::DiscardReason::WriteFailed, 1);
+                tracing::error!(component = %self.metrics.id, error = %e, "Cannot write a dead letter; the event is reported errored.");
+                BatchStatus::Errored
+            }
+        }
+    }
+}
+
+/// One input delivery's messages: its ack is committed once every message has its report.
+pub struct Tracker {
+    remaining: AtomicUsize,
+    /// The worst status so far (as `BatchStatus as u8`).
+    worst: AtomicU8,
+    bytes: AtomicUsize,
+    events: usize,
+    ack: Mutex<Option<Ack>>,
+    metrics: Arc<ComponentMetrics>,
+}
+
+impl Tracker {
+    fn new(ack: Ack, events: usize, metrics: Arc<ComponentMetrics>) -> Tracker {
+        Tracker {
+            remaining: AtomicUsize::new(events),
+            worst: AtomicU8::new(BatchStatus::Delivered as u8),
+            bytes: AtomicUsize::new(0),
+            events,
+            ack: Mutex::new(Some(ack)),
+            metrics,
+        }
+    }
+
+    /// One message has its verdict; the last one commits the ack.
+    fn done(&self, status: BatchStatus, bytes: usize) {
+        self.worst.fetch_max(status as u8, Ordering::AcqRel);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.finish();
+        }
+    }
+
+    fn finish(&self) {
+        let status = match self.worst.load(Ordering::Acquire) {
+            0 => BatchStatus::Delivered,
+            1 => BatchStatus::Errored,
+            _ => BatchStatus::Rejected,
+        };
+        if status == BatchStatus::Delivered {
+            self.metrics
+                .sent(self.events, self.bytes.load(Ordering::Relaxed));
+        }
+        let ack = self.ack.lock().ok().and_then(|mut a| a.take());
+        if let Some(ack) = ack {
+            ack.commit(status);
+        }
+    }
+}
+
+async fn run(
+    config: Arc<KafkaSinkConfig>,
+    producer: ThreadedProducer<Context>,
+    encoder: Arc<LineEncoder>,
+    metrics: Arc<ComponentMetrics>,
+    mut input: Input,
+) {
+    metrics.set_health(Health::Running, None);
+    let mut out = Out::default();
+    while let Some(delivery) = input.recv().await {
+        let batch = delivery.batch;
+        let prepared = match delivery.prepared {
+            Some(p) if p.ends.len() == batch.len() => p,
+            _ => encoder.prepare(&batch),
+        };
+        if batch.is_empty() {
+            delivery.ack.commit(BatchStatus::Delivered);
+            encoder.pool.put(prepared.bytes);
+            continue;
+        }
+        let tracker = Arc::new(Tracker::new(delivery.ack, batch.len(), metrics.clone()));
+        let mut start = 0usize;
+        for (i, event) in batch.events.iter().enumerate() {
+            let end = prepared.ends.get(i).map_or(start, |e| *e as usize);
+            let line = prepared.bytes.get(start..end).unwrap_or_default();
+            start = end;
+            let payload = line.strip_suffix(b"\n").unwrap_or(line);
+            out.render(&config, &batch, event);
+            let mut record =
+                BaseRecord::with_opaque_to(&out.topic, tracker.clone()).payload(payload);
+            if config.key.is_some() {
+                record = record.key(&out.key[..]);
+            }
+            if !config.headers.is_empty() {
+                let mut headers = OwnedHeaders::new_with_capacity(config.headers.len());
+                for (name, value) in out.header_names.iter().zip(&out.header_values) {
+                    headers = headers.insert(Header {
+                        key: name,
+                        value: Some(&value[..]),
+                    });
+                }
+                record = record.headers(headers);
+            }
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                        record = back;
+                        tokio::time::sleep(QUEUE_FULL_WAIT).await;
+                    }
+                    Err((error, _)) => {
+                        // Refused before it was queued (larger than message.max.bytes, a topic
+                        // name librdkafka cannot use): no report will come for it.
+                        let status = producer.context().dead_letter(payload, &error);
+                        tracker.done(status, 0);
+                        break;
+                    }
+                }
+            }
+        }
+        drop(batch);
+        encoder.pool.put(prepared.bytes);
+    }
+    // Everything sent is delivered (or refused) before the sink says it is done; the stop's
+    // own deadline bounds the wait, and what is still queued then stays unacknowledged.
+    loop {
+        match producer.flush(Duration::from_secs(1)) {
+            Ok(()) => break,
+            Err(_) if producer.in_flight_count() > 0 => {}
+            Err(_) => break,
+        }
+    }
+    metrics.set_health(Health::Stopped, None);
+}
+
+/// What one event's message needs rendered, in buffers reused from event to event.
+#[derive(Default)]
+struct Out {
+    topic: String,
+    key: Vec<u8>,
+    header_names: Vec<String>,
+    header_values: Vec<Vec<u8>>,
+}
+
+impl Out {
+    fn render(
+        &mut self,
+        config: &KafkaSinkConfig,
+        batch: &EventBatch,
+        event: &loghaul_core::Event,
+    ) {
+        if config.topic.has_fields || self.topic.is_empty() {
+            // Field values render as `[A-Za-z0-9._-]`: always a valid topic name.
+            crate::sinks::template::render(&config.topic, batch, event, &mut self.topic);
+        }
+        if let Some(key) = &config.key {
+            raw(key, batch, event, &mut self.key);
+        }
+        if self.header_names.len() != config.headers.len() {
+            self.header_names = config.headers.iter().map(|(n, _)| n.clone()).collect();
+            self.header_values = vec![Vec::new(); config.headers.len()];
+        }
+        for ((_, template), value) in config.headers.iter().zip(&mut self.header_values) {
+            raw(template, batch, event, value);
+        }
+    }
+}
+
+/// `template` rendered with the fields' values as they are (a key or a header value need not
+/// be a path component).
+fn raw(
+    template: &loghaul_config::PathTemplate,
+    batch: &EventBatch,
+    event: &loghaul_core::Event,
+    out: &mut Vec<u8>,
+) {
+    out.clear();
+    for part in &template.parts {
+        match part {
+            loghaul_config::TemplatePart::Literal(s)
+            | loghaul_config::TemplatePart::Strftime(s) => {
+                out.extend_from_slice(s.as_bytes());
+            }
+            loghaul_config::TemplatePart::Field(name) => {
+                crate::sinks::template::with_field(batch, event, name, |v| {
+                    out.extend_from_slice(v);
+                });
+            }
+        }
+    }
+}
