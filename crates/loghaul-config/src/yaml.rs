@@ -305,9 +305,9 @@ mod tests {
 
     #[test]
     fn billion_laughs_is_refused_not_expanded() {
-        // Found by the `config` fuzz target: nine levels of anchors, each aliasing the one
-        // before ten times, is 431 bytes of YAML and 10^9 nodes once expanded; loading it took
-        // every byte of memory there was.
+        // Found with the `config` fuzz target: nine levels of anchors, each aliasing the one
+        // before ten times, is 431 bytes of YAML and 10^9 nodes once expanded; loading it ran
+        // past the target's 2 GiB memory limit.
         let mut text = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n".to_owned();
         for i in 1..9 {
             let aliases = vec![format!("*a{}", i - 1); 10].join(", ");
