@@ -144,3 +144,6 @@ put("config", b"0sources:\n  in: {type: syslog, mode: tcp, address: \"${HOST}:${
     b"transforms:\n  f: {type: filter, inputs: [in], min_severity: warn, facilities: [local0, 4]}\n"
     b"sinks:\n  out: {type: file, inputs: [f], path: \"${DIR:-./x}/%Y/{{ appname }}.jsonl\"}\n"
     b"  anchors: &a {type: console, inputs: [in]}\n  again: *a\n")
+put("config", b"1[sources.in]\ntype = \"fluent\"\nshared_key = \"${file:/run/secrets/token}\"\n"
+    b"tls = { cert = \"/etc/loghaul/server.crt\", key = \"${file:/nonexistent}\" }\n"
+    b"[sinks.out]\ntype = \"http\"\ninputs = [\"in\"]\nuri = \"https://example.invalid/logs\"\n")

@@ -3,7 +3,9 @@
 //! located tree, serde into each component's raw schema, and validation. The registry is a small
 //! one defined here through the crate's public API, shaped like the server's (syslog, fluent and
 //! http_server sources, a filter transform, file, console, blackhole, fluent and http sinks), so
-//! the inputs the real configs use reach every stage.
+//! the inputs the real configs use reach every stage. Its types take no `tls` (the loader refuses
+//! the key for them, after reading it): validating `tls` reads the certificate files it names, and
+//! a fuzz target must not depend on the machine's files.
 //!
 //! Invariants: the loader never panics, never overflows the stack, and ends; an error result holds
 //! at least one error, each positioned at a 1-based line of the text (or its end); an accepted config has
@@ -673,9 +675,11 @@ impl Registry for Fuzzed {
 }
 
 /// The environment the fuzzed configs see: a few set variables (one empty, one holding a
-/// reference that must stay text), everything else unset.
+/// reference that must stay text) and one secret file, everything else unset. Nothing is read
+/// from the machine, so a run does not depend on its files.
 fn vars(name: &str) -> Option<String> {
     match name {
+        "file:/run/secrets/token" => Some("s3cr3t".to_owned()),
         "HOST" => Some("127.0.0.1".to_owned()),
         "PORT" => Some("5514".to_owned()),
         "DIR" => Some("./loghaul-data".to_owned()),
