@@ -23,6 +23,8 @@ use bytes::Bytes;
 use loghaul_core::{Event, EventBatch, Field, OptSpan, Span, Value};
 use serde_json::Value as Json;
 
+use crate::record::RecordBuilder;
+
 /// How the body is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -59,99 +61,26 @@ impl std::error::Error for DecodeError {}
 /// Fields every event of the request gets, as `(name, value)`.
 pub type Extra<'a> = &'a [(&'a str, &'a str)];
 
-const PLACEHOLDER: Field = Field {
-    name: Span::EMPTY,
-    value: Value::Null,
-};
-
+/// The request-level part of decoding: the records, and what every event of the request gets.
 struct Builder {
-    arena: Vec<u8>,
-    fields: Vec<Field>,
-    events: Vec<Event>,
-    /// The extra fields' spans, already in the arena.
-    extra: Vec<(Span, Span)>,
+    records: RecordBuilder,
+    /// The extra fields, already in the arena.
+    extra: Vec<Field>,
     tag: OptSpan,
 }
 
 impl Builder {
     fn put(&mut self, s: &[u8]) -> Span {
-        let start = self.arena.len();
-        self.arena.extend_from_slice(s);
-        Span::new(start, self.arena.len())
+        self.records.put(s)
     }
 
-    fn value(&mut self, v: &Json) -> Value {
-        match v {
-            Json::Null => Value::Null,
-            Json::Bool(b) => Value::Bool(*b),
-            Json::Number(n) => {
-                if let Some(i) = n.as_i64() {
-                    Value::Int(i)
-                } else if let Some(u) = n.as_u64() {
-                    Value::UInt(u)
-                } else {
-                    Value::Float(n.as_f64().unwrap_or(0.0))
-                }
-            }
-            Json::String(s) => Value::Str(self.put(s.as_bytes())),
-            Json::Array(items) => {
-                let start = self.fields.len();
-                self.fields.resize(start + items.len(), PLACEHOLDER);
-                for (i, item) in items.iter().enumerate() {
-                    let value = self.value(item);
-                    self.fields[start + i] = Field {
-                        name: Span::EMPTY,
-                        value,
-                    };
-                }
-                Value::Array(start as u32, (start + items.len()) as u32)
-            }
-            Json::Object(map) => {
-                let start = self.fields.len();
-                self.fields.resize(start + map.len(), PLACEHOLDER);
-                for (i, (k, v)) in map.iter().enumerate() {
-                    let name = self.put(k.as_bytes());
-                    let value = self.value(v);
-                    self.fields[start + i] = Field { name, value };
-                }
-                Value::Map(start as u32, (start + map.len()) as u32)
-            }
-        }
-    }
-
-    /// One record: its top-level entries (without a lifted `message`) and the request's extras.
+    /// One record with the request's tag and extras.
     fn record(&mut self, map: &serde_json::Map<String, Json>) {
-        let mut event = Event {
+        let base = Event {
             tag: self.tag,
             ..Event::default()
         };
-        let start = self.fields.len();
-        let n = map.len() + self.extra.len();
-        self.fields.resize(start + n, PLACEHOLDER);
-        let mut filled = 0;
-        for (k, v) in map {
-            if k == "message"
-                && let Json::String(s) = v
-                && event.message.is_none()
-            {
-                event.message = self.put(s.as_bytes()).into();
-                continue;
-            }
-            let name = self.put(k.as_bytes());
-            let value = self.value(v);
-            self.fields[start + filled] = Field { name, value };
-            filled += 1;
-        }
-        for i in 0..self.extra.len() {
-            let (name, value) = self.extra[i];
-            self.fields[start + filled] = Field {
-                name,
-                value: Value::Str(value),
-            };
-            filled += 1;
-        }
-        event.fields = (start as u32, (start + filled) as u32);
-        self.events.push(event);
+        self.records.record(map, base, &self.extra);
     }
 }
 
@@ -181,32 +110,25 @@ pub fn decode(
     source: std::sync::Arc<str>,
 ) -> Result<EventBatch, DecodeError> {
     let mut b = Builder {
-        arena: Vec::new(),
-        fields: Vec::new(),
-        events: Vec::new(),
+        records: RecordBuilder::default(),
         extra: Vec::new(),
         tag: OptSpan::NONE,
     };
     if format == Format::Text {
         // Lines are spans of the body: the arena is the body, with the extras after it.
-        b.arena = body.to_vec();
+        b.records.arena = body.to_vec();
     }
     b.tag = tag.map_or(OptSpan::NONE, |t| b.put(t.as_bytes()).into());
     for (k, v) in extra {
         let name = b.put(k.as_bytes());
-        let value = b.put(v.as_bytes());
-        b.extra.push((name, value));
+        let value = Value::Str(b.put(v.as_bytes()));
+        b.extra.push(Field { name, value });
     }
     match format {
         Format::Text => {
-            let start = b.fields.len() as u32;
-            for &(name, value) in &b.extra.clone() {
-                b.fields.push(Field {
-                    name,
-                    value: Value::Str(value),
-                });
-            }
-            let range = (start, b.fields.len() as u32);
+            let start = b.records.fields.len() as u32;
+            b.records.fields.extend_from_slice(&b.extra);
+            let range = (start, b.records.fields.len() as u32);
             let mut pos = 0;
             while pos < body.len() {
                 let end = memchr::memchr(b'\n', &body[pos..]).map_or(body.len(), |i| pos + i);
@@ -215,7 +137,7 @@ pub fn decode(
                     line_end -= 1;
                 }
                 if line_end > pos {
-                    b.events.push(Event {
+                    b.records.events.push(Event {
                         message: Span::new(pos, line_end).into(),
                         fields: range,
                         tag: b.tag,
@@ -286,11 +208,7 @@ pub fn decode(
             }
         }
     }
-    let mut batch = EventBatch::new(Bytes::from(b.arena), source, "http_server");
-    batch.events = b.events;
-    batch.fields = b.fields;
-    batch.received = loghaul_core::Timestamp::now();
-    Ok(batch)
+    Ok(b.records.finish(source, "http_server"))
 }
 
 /// A `Content-Encoding` the decoder inflates.

@@ -10,6 +10,7 @@
 //! - [`syslog`]: RFC 5424 and RFC 3164 decoders (strict or lenient), zero-copy.
 //! - [`forward`]: the Fluentd forward protocol (all modes, gzip and zstd entries).
 //! - [`http_body`]: HTTP request bodies (JSON, NDJSON, text; gzip or zstd), bounded inflating.
+//! - [`record`]: JSON records into a batch's fields table (HTTP bodies, Kafka messages).
 //! - [`encode`]: hand-written JSON and text encoders.
 //!
 //! Nothing here panics on input, and nothing allocates per event: events are spans into the
@@ -19,6 +20,7 @@ pub mod encode;
 pub mod forward;
 pub mod framing;
 pub mod http_body;
+pub mod record;
 mod scan;
 pub use scan::is_ascii;
 mod simd;
