@@ -7,6 +7,7 @@
 pub mod file;
 pub mod fluent;
 pub mod http_server;
+pub mod kafka;
 pub mod syslog;
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ loghaul_config::component_set! {
         Fluent(fluent::FluentSourceConfig),
         File(file::FileSourceConfig),
         HttpServer(http_server::HttpServerConfig),
+        Kafka(kafka::KafkaSourceConfig),
     }
 }
 

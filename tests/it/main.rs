@@ -30,6 +30,7 @@ mod forward_wire;
 mod framing;
 mod http_server;
 mod http_sink;
+mod kafka;
 mod listener;
 mod logger;
 mod rsyslog;

@@ -27,6 +27,7 @@ pub mod http_client;
 pub mod http_echo;
 pub mod http_peers;
 pub mod httpd;
+pub mod kafka;
 pub mod meter;
 pub mod payload;
 pub mod procstat;

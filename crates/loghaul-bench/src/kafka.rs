@@ -1,0 +1,225 @@
+//! A real Kafka broker for the tests and the lab: Apache Kafka from Maven Central (installed by
+//! `scripts/install-kafka.sh`), one node in KRaft mode (broker and controller, no ZooKeeper), on
+//! free loopback ports, its storage formatted in a folder of its own.
+//!
+//! ```text
+//! Broker::start(dir) ─► server.properties ─► StorageTool format ─► java kafka.Kafka (child)
+//!                       ─► ready when its port accepts; stop() / kill() / start_again()
+//! ```
+//!
+//! The broker's jars are found in `$LOGHAUL_KAFKA_LIB`, else `/opt/loghaul-peers/kafka/lib`.
+
+use std::io::Read as _;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+
+/// How long a broker may take to accept connections after it was started.
+const READY_WITHIN: Duration = Duration::from_secs(60);
+
+/// Where the broker's jars are.
+pub fn lib_dir() -> PathBuf {
+    std::env::var_os("LOGHAUL_KAFKA_LIB").map_or_else(
+        || PathBuf::from("/opt/loghaul-peers/kafka/lib"),
+        PathBuf::from,
+    )
+}
+
+/// Whether the broker is installed.
+pub fn installed() -> bool {
+    lib_dir().join("kafka_2.13-4.3.1.jar").exists()
+}
+
+/// A running single-node broker.
+pub struct Broker {
+    pub port: u16,
+    dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("port", &self.port)
+            .field("dir", &self.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// A Java program from the broker's jars.
+fn java(class: &str) -> Command {
+    let mut cmd = Command::new("java");
+    cmd.arg("-cp")
+        .arg(format!("{}/*", lib_dir().display()))
+        .arg(class);
+    cmd
+}
+
+impl Broker {
+    /// Formats a broker's storage under `dir` and starts it, with `extra` lines added to its
+    /// `server.properties` (`auto.create.topics.enable=false`, `message.max.bytes=...`); waits
+    /// until it accepts connections.
+    ///
+    /// # Errors
+    ///
+    /// The jars are missing (run scripts/install-kafka.sh), or the broker does not come up.
+    pub fn start(dir: &Path, extra: &[&str]) -> anyhow::Result<Broker> {
+        anyhow::ensure!(
+            installed(),
+            "no Kafka broker in {} (run scripts/install-kafka.sh)",
+            lib_dir().display()
+        );
+        std::fs::create_dir_all(dir)?;
+        let port = free_port()?;
+        let controller_port = free_port()?;
+        let data = dir.join("data");
+        let mut props = format!(
+            "process.roles=broker,controller\n\
+             node.id=1\n\
+             controller.quorum.voters=1@127.0.0.1:{controller_port}\n\
+             listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}\n\
+             advertised.listeners=PLAINTEXT://127.0.0.1:{port}\n\
+             controller.listener.names=CONTROLLER\n\
+             listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n\
+             log.dirs={}\n\
+             num.partitions=4\n\
+             offsets.topic.replication.factor=1\n\
+             offsets.topic.num.partitions=4\n\
+             transaction.state.log.replication.factor=1\n\
+             transaction.state.log.min.isr=1\n\
+             share.coordinator.state.topic.replication.factor=1\n\
+             share.coordinator.state.topic.min.isr=1\n\
+             group.initial.rebalance.delay.ms=0\n",
+            data.display()
+        );
+        for line in extra {
+            props.push_str(line);
+            props.push('\n');
+        }
+        std::fs::write(dir.join("server.properties"), props)?;
+        let id = java("kafka.tools.StorageTool")
+            .arg("random-uuid")
+            .stderr(Stdio::null())
+            .output()
+            .context("running kafka.tools.StorageTool (is Java installed?)")?;
+        let id = String::from_utf8_lossy(&id.stdout).trim().to_owned();
+        let formatted = java("kafka.tools.StorageTool")
+            .args(["format", "-t", &id, "-c"])
+            .arg(dir.join("server.properties"))
+            .output()
+            .context("formatting the broker's storage")?;
+        anyhow::ensure!(
+            formatted.status.success(),
+            "cannot format the broker's storage: {}",
+            String::from_utf8_lossy(&formatted.stderr)
+        );
+        let mut broker = Broker {
+            port,
+            dir: dir.to_path_buf(),
+            child: None,
+        };
+        broker.spawn()?;
+        Ok(broker)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("broker.log"))?;
+        let child = java("kafka.Kafka")
+            .arg(self.dir.join("server.properties"))
+            .env("KAFKA_HEAP_OPTS", "-Xmx512m")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting the broker (java kafka.Kafka)")?;
+        self.child = Some(child);
+        let deadline = Instant::now() + READY_WITHIN;
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                anyhow::bail!("the broker exited with {status}:\n{}", self.log_tail());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the broker does not accept connections after {READY_WITHIN:?}:\n{}",
+                self.log_tail()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// `HOST:PORT` for `bootstrap_servers`.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The broker's log folder (its topics' segment files).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// The end of the broker's own log.
+    pub fn log_tail(&self) -> String {
+        let mut text = String::new();
+        if let Ok(mut f) = std::fs::File::open(self.dir.join("broker.log")) {
+            let _ = f.read_to_string(&mut text);
+        }
+        let start = text.len().saturating_sub(4000);
+        let start = (start..text.len())
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(text.len());
+        text[start..].to_owned()
+    }
+
+    /// Stops the broker (SIGTERM, then SIGKILL after 30 s) and waits for it.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg(child.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !matches!(child.try_wait(), Ok(Some(_))) {
+                if Instant::now() >= deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// Starts the stopped broker again, on the same ports and storage.
+    ///
+    /// # Errors
+    ///
+    /// The broker does not come up.
+    pub fn start_again(&mut self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.child.is_none(), "the broker is running");
+        self.spawn()
+    }
+
+    /// A Java tool of the broker's (`org.apache.kafka.tools.DumpLogSegments`, the producer perf test),
+    /// ready for its arguments.
+    pub fn tool(class: &str) -> Command {
+        java(class)
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
