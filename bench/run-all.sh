@@ -22,6 +22,10 @@ OUT="${OUT:-bench/results/$(date +%F)}"
 "$LOGHAUL" bench run basic   --subjects loghaul,rsyslog,syslog-ng,eventmachine,bare --runs 3 --out "$OUT" "$@"
 "$LOGHAUL" bench run raw     --subjects loghaul,rsyslog,syslog-ng,bare              --runs 3 --out "$OUT" "$@"
 "$LOGHAUL" bench run rfc5424 --subjects loghaul,rsyslog,syslog-ng,bare              --runs 3 --out "$OUT" "$@"
+# TLS: loghaul and rsyslog (imtcp + GnuTLS) beside their plaintext selves, in their own folder so
+# the plain `syslog` set above keeps its table; then new TLS clients per second.
+"$LOGHAUL" bench run syslog --subjects loghaul,loghaul-tls,rsyslog,rsyslog-tls --runs 5 --out "$OUT/syslog-tls" "$@"
+"$LOGHAUL" bench run tls_handshake --subjects loghaul-tls,rsyslog-tls,loghaul,rsyslog --runs 5 --out "$OUT" "$@"
 # Fluentd cannot be installed from the registries these machines reach: it joins the forward
 # scenarios (and the tree below) as a subject only when LOGHAUL_FLUENTD names a `fluentd` command.
 fwd_subjects=loghaul,bare
