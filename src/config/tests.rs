@@ -323,7 +323,7 @@ fn broken_configs_exact_positions_and_hints() {
             7,
             3,
             "sink `out` has no `type`",
-            "add `type: file` (one of: file, console, blackhole, fluent, http)",
+            "add `type: file` (one of: file, console, blackhole, fluent, http, kafka)",
         ),
         (
             format!("{SRC}sinks:\n  out:\n    type: console\n    inputs: [inn]\n"),

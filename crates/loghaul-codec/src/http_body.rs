@@ -19,11 +19,9 @@
 
 use std::io::Read as _;
 
+use crate::record::RecordBuilder;
 use bytes::Bytes;
 use loghaul_core::{Event, EventBatch, Field, OptSpan, Span, Value};
-use serde_json::Value as Json;
-
-use crate::record::RecordBuilder;
 
 /// How the body is framed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,13 +72,12 @@ impl Builder {
         self.records.put(s)
     }
 
-    /// One record with the request's tag and extras.
-    fn record(&mut self, map: &serde_json::Map<String, Json>) {
-        let base = Event {
+    /// What every event of the request starts from.
+    fn base(&self) -> Event {
+        Event {
             tag: self.tag,
             ..Event::default()
-        };
-        self.records.record(map, base, &self.extra);
+        }
     }
 }
 
@@ -148,35 +145,17 @@ pub fn decode(
             }
         }
         Format::Json => {
-            let json: Json = serde_json::from_slice(&body).map_err(|e| DecodeError {
-                line: e.line(),
-                offset: offset_of(&body, e.line(), e.column()),
-                message: e.to_string(),
-            })?;
-            match &json {
-                Json::Object(map) => b.record(map),
-                Json::Array(items) => {
-                    for (i, item) in items.iter().enumerate() {
-                        let Json::Object(map) = item else {
-                            return Err(DecodeError {
-                                line: 1,
-                                offset: 0,
-                                message: format!("item {i} of the array is not an object"),
-                            });
-                        };
-                        b.record(map);
-                    }
-                }
-                _ => {
-                    return Err(DecodeError {
-                        line: 1,
-                        offset: 0,
-                        message: "the body is neither an object nor an array of objects".into(),
-                    });
-                }
-            }
+            let base = b.base();
+            b.records
+                .json_records(&body, base, &b.extra)
+                .map_err(|e| DecodeError {
+                    line: e.line(),
+                    offset: offset_of(&body, e.line(), e.column()),
+                    message: e.to_string(),
+                })?;
         }
         Format::Ndjson => {
+            let base = b.base();
             let mut pos = 0;
             let mut line = 0;
             while pos < body.len() {
@@ -187,22 +166,12 @@ pub fn decode(
                     pos = end + 1;
                     continue;
                 }
-                match serde_json::from_slice::<Json>(text) {
-                    Ok(Json::Object(map)) => b.record(&map),
-                    Ok(_) => {
-                        return Err(DecodeError {
-                            line,
-                            offset: pos,
-                            message: "the line is not a JSON object".into(),
-                        });
-                    }
-                    Err(e) => {
-                        return Err(DecodeError {
-                            line,
-                            offset: pos + e.column().saturating_sub(1),
-                            message: e.to_string(),
-                        });
-                    }
+                if let Err(e) = b.records.json_record(text, base, &b.extra) {
+                    return Err(DecodeError {
+                        line,
+                        offset: pos + e.column().saturating_sub(1),
+                        message: e.to_string(),
+                    });
                 }
                 pos = end + 1;
             }

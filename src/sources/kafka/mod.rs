@@ -434,31 +434,18 @@ impl Batch {
                 .map(|ms| Timestamp::from_nanos(ms.saturating_mul(1_000_000), 3)),
             ..Event::default()
         };
-        let object = match decoding {
-            Decoding::Json => {
-                serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(payload).ok()
-            }
-            Decoding::Text => None,
+        let parsed = match decoding {
+            Decoding::Json => r.json_record(payload, base, &extra).is_ok(),
+            Decoding::Text => false,
         };
-        match object {
-            Some(map) => r.record(&map, base, &extra),
-            None => {
-                let message = r.put(payload);
-                let mut flags = Flags::default();
-                if decoding == Decoding::Json {
-                    metrics.error(ErrorKind::Parse, 1);
-                    flags.insert(Flags::PARSE_ERROR);
-                }
-                r.record(
-                    &serde_json::Map::new(),
-                    Event {
-                        message: message.into(),
-                        flags,
-                        ..base
-                    },
-                    &extra,
-                );
+        if !parsed {
+            let mut flags = Flags::default();
+            if decoding == Decoding::Json {
+                // Kept as its message, flagged: not lost for not being JSON.
+                metrics.error(ErrorKind::Parse, 1);
+                flags.insert(Flags::PARSE_ERROR);
             }
+            r.text_event(payload, Event { flags, ..base }, &extra);
         }
     }
 }
