@@ -157,9 +157,7 @@ impl Files {
     /// A file cannot be read (missing, no permission), with its path.
     pub fn read(config: &TlsConfig) -> Result<Files, TlsError> {
         let read = |path: &Option<PathBuf>| -> Result<Option<Vec<u8>>, TlsError> {
-            path.as_ref()
-                .map(|p| std::fs::read(p).map_err(|e| TlsError::at(p, format!("cannot read: {e}"))))
-                .transpose()
+            path.as_deref().map(read_pem_file).transpose()
         };
         Ok(Files {
             cert: read(&config.cert)?,
@@ -167,6 +165,37 @@ impl Files {
             ca: read(&config.ca)?,
         })
     }
+}
+
+/// The largest PEM file read: a CA bundle of a few hundred certificates fits many times over.
+pub const MAX_PEM_FILE: u64 = 4 * 1024 * 1024;
+
+/// Reads one regular file of at most [`MAX_PEM_FILE`] bytes. A device or a FIFO named by
+/// mistake (`/dev/zero`, `/dev/stdin`) would otherwise be read forever or block.
+fn read_pem_file(path: &Path) -> Result<Vec<u8>, TlsError> {
+    use std::io::Read as _;
+    let file =
+        std::fs::File::open(path).map_err(|e| TlsError::at(path, format!("cannot read: {e}")))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| TlsError::at(path, format!("cannot read: {e}")))?;
+    if !meta.is_file() {
+        return Err(TlsError::at(path, "is not a regular file".to_string()));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_PEM_FILE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| TlsError::at(path, format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_PEM_FILE {
+        return Err(TlsError::at(
+            path,
+            format!(
+                "is larger than {} MiB; is it a PEM file?",
+                MAX_PEM_FILE >> 20
+            ),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Checks that `config`'s files make a working config for `role` (what `loghaul validate`

@@ -176,6 +176,21 @@ fn unreadable_or_wrong_files_say_which_and_why() {
     );
     assert!(e.message.contains("cannot read"), "{e}");
 
+    // A device is refused before a byte is read; an oversized file after the cap.
+    let device = TlsConfig {
+        cert: Some(PathBuf::from("/dev/zero")),
+        ..t.server.clone()
+    };
+    let e = check(&device, Role::Server).unwrap_err();
+    assert!(e.message.contains("not a regular file"), "{e}");
+    std::fs::write(t.path("huge.crt"), vec![b'A'; MAX_PEM_FILE as usize + 1]).unwrap();
+    let huge = TlsConfig {
+        ca: Some(t.path("huge.crt")),
+        ..t.server.clone()
+    };
+    let e = check(&huge, Role::Server).unwrap_err();
+    assert!(e.message.contains("larger than"), "{e}");
+
     std::fs::write(t.path("garbage.crt"), "not a certificate\n").unwrap();
     let garbage = TlsConfig {
         cert: Some(t.path("garbage.crt")),
