@@ -9,6 +9,9 @@ use serde::Deserialize;
 /// Default `max_batch_events`: messages read into one batch.
 pub const DEFAULT_MAX_BATCH_EVENTS: usize = 10_000;
 
+/// librdkafka's `queued.max.messages.kbytes`: how much the consumer reads ahead, in KiB.
+pub const PREFETCH_KIB: u32 = 128 * 1024;
+
 /// `type: kafka` (source), as written.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -101,7 +104,14 @@ impl KafkaSourceConfig {
             .set("enable.auto.offset.store", "false")
             .set("enable.partition.eof", "false")
             // The lag gauge comes from librdkafka's statistics.
-            .set("statistics.interval.ms", "1000");
+            .set("statistics.interval.ms", "1000")
+            // librdkafka refills its prefetch queue only below 100,000 messages and 64 MiB by
+            // default; at a million small messages a second that queue runs dry between fetch
+            // responses and the reader waits (steps of ~250k messages with a second's pause on
+            // a local broker). A deeper queue keeps fetches in flight; its bytes are the
+            // source's read-ahead, outside `limits.memory`, and can be lowered here.
+            .set("queued.min.messages", "1000000")
+            .set("queued.max.messages.kbytes", PREFETCH_KIB.to_string());
         for (k, v) in &self.librdkafka_options {
             c.set(k, v);
         }
