@@ -7,6 +7,10 @@
 //!                       ─► ready when its port accepts; stop() / kill() / start_again()
 //! ```
 //!
+//! Topics are made and removed with the broker's own `TopicCommand` ([`Broker::create_topics`],
+//! [`Broker::delete_topics`]), and its other tools (the producer and consumer perf tests, the
+//! log dump) run through [`Broker::tool`].
+//!
 //! The broker's jars are found in `$LOGHAUL_KAFKA_LIB`, else `/opt/loghaul-peers/kafka/lib`.
 
 use std::io::Read as _;
@@ -20,6 +24,9 @@ use anyhow::Context as _;
 /// How long a broker may take to accept connections after it was started.
 const READY_WITHIN: Duration = Duration::from_secs(60);
 
+/// The Apache Kafka release `scripts/install-kafka.sh` installs.
+pub const VERSION: &str = "4.3.1";
+
 /// Where the broker's jars are.
 pub fn lib_dir() -> PathBuf {
     std::env::var_os("LOGHAUL_KAFKA_LIB").map_or_else(
@@ -30,7 +37,7 @@ pub fn lib_dir() -> PathBuf {
 
 /// Whether the broker is installed.
 pub fn installed() -> bool {
-    lib_dir().join("kafka_2.13-4.3.1.jar").exists()
+    lib_dir().join(format!("kafka_2.13-{VERSION}.jar")).exists()
 }
 
 /// A running single-node broker.
@@ -164,6 +171,59 @@ impl Broker {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// The broker's process id while it runs: the lab charges it CPU.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Creates `topics` with `partitions` partitions each (one `TopicCommand` per topic, all at
+    /// once: each is a JVM that takes a second or two to start).
+    ///
+    /// # Errors
+    ///
+    /// A tool cannot be started, or fails (its output says why), or takes over a minute.
+    pub fn create_topics(&self, topics: &[&str], partitions: u32) -> anyhow::Result<()> {
+        let mut running = Vec::with_capacity(topics.len());
+        for topic in topics {
+            let mut cmd = Broker::tool("org.apache.kafka.tools.TopicCommand");
+            cmd.args(["--bootstrap-server", &self.address(), "--create", "--topic"])
+                .arg(topic)
+                .args(["--partitions", &partitions.to_string()]);
+            match spawn_captured(cmd, &self.dir.join(format!("create-{topic}.log"))) {
+                Ok(child) => running.push((*topic, child)),
+                Err(e) => {
+                    for (_, (mut child, _)) in running {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let mut first_error = None;
+        for (topic, child) in running {
+            // Every tool is waited for, even after one failed: none is left running.
+            if let Err(e) = finish_captured(child, Duration::from_secs(60)) {
+                first_error.get_or_insert(e.context(format!("creating the topic {topic}")));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Deletes every topic whose name matches the regular expression `pattern`.
+    ///
+    /// # Errors
+    ///
+    /// The tool cannot be started, or fails, or takes over a minute.
+    pub fn delete_topics(&self, pattern: &str) -> anyhow::Result<()> {
+        let mut cmd = Broker::tool("org.apache.kafka.tools.TopicCommand");
+        cmd.args(["--bootstrap-server", &self.address(), "--delete", "--topic"])
+            .arg(pattern);
+        let child = spawn_captured(cmd, &self.dir.join("delete-topics.log"))?;
+        finish_captured(child, Duration::from_secs(60))
+            .with_context(|| format!("deleting the topics {pattern}"))
+    }
+
     /// The broker's log folder (its topics' segment files).
     pub fn data_dir(&self) -> PathBuf {
         self.dir.join("data")
@@ -213,6 +273,40 @@ impl Broker {
     pub fn tool(class: &str) -> Command {
         java(class)
     }
+}
+
+/// Starts `cmd` with its output in the file `log` (a pipe could fill and stall it).
+fn spawn_captured(mut cmd: Command, log: &Path) -> anyhow::Result<(Child, PathBuf)> {
+    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out.try_clone()?)
+        .spawn()
+        .context("starting a Kafka tool (is Java installed?)")?;
+    Ok((child, log.to_path_buf()))
+}
+
+/// Waits up to `limit` for a tool started by [`spawn_captured`]; fails with its output unless it
+/// exits with success.
+fn finish_captured((mut child, log): (Child, PathBuf), limit: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!("it did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    if status.success() {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    anyhow::bail!("it exited with {status}: {}", text.trim())
 }
 
 impl Drop for Broker {
