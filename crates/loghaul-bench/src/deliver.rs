@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use crate::generator::{self, GenConfig, GenStats};
-use crate::meter::{FileFollower, SharedTracker, Tracker};
+use crate::meter::{Books, Tracker};
 use crate::payload::now_micros;
 use crate::procstat;
 use crate::report::{self, Status, StepRecord, TreeContext, TreeNote};
@@ -341,42 +341,6 @@ fn truncate_between_steps(launch: &TreeLaunch) -> Result<()> {
     // The agents notice at their next turn (milliseconds); the receivers have nothing to write.
     std::thread::sleep(Duration::from_millis(500));
     Ok(())
-}
-
-/// The exact books of the receivers' files: a follower and a tracker per file.
-struct Books {
-    followers: Vec<FileFollower>,
-    trackers: Vec<SharedTracker>,
-}
-
-impl Books {
-    fn new(outputs: &[PathBuf]) -> Self {
-        Self {
-            followers: outputs.iter().map(|p| FileFollower::new(p)).collect(),
-            trackers: outputs
-                .iter()
-                .map(|_| SharedTracker::from_tracker(Tracker::new(now_micros())))
-                .collect(),
-        }
-    }
-
-    /// Reads everything the receivers wrote since the last call.
-    fn read(&mut self) -> Result<()> {
-        for (f, t) in self.followers.iter_mut().zip(&self.trackers) {
-            f.read_available(t)?;
-        }
-        Ok(())
-    }
-
-    /// Every receiver's books, and their union (a line in two files is a duplicate).
-    fn snapshot(&self) -> (Vec<Tracker>, Tracker) {
-        let each: Vec<Tracker> = self.trackers.iter().map(SharedTracker::snapshot).collect();
-        let mut all = Tracker::new(0);
-        for t in &each {
-            all.merge(t);
-        }
-        (each, all)
-    }
 }
 
 /// One rate step: write, drain, measure.

@@ -637,6 +637,60 @@ impl FileFollower {
     }
 }
 
+/// The exact books of several output files that together hold one load (the receivers of a
+/// tree, the members of a consumer group): a follower and a tracker per file, read on demand.
+#[derive(Debug)]
+pub struct Books {
+    followers: Vec<FileFollower>,
+    trackers: Vec<SharedTracker>,
+}
+
+impl Books {
+    /// Books of `outputs` (which may not exist yet).
+    pub fn new(outputs: &[PathBuf]) -> Self {
+        Self {
+            followers: outputs.iter().map(|p| FileFollower::new(p)).collect(),
+            trackers: outputs
+                .iter()
+                .map(|_| SharedTracker::from_tracker(Tracker::new(now_micros())))
+                .collect(),
+        }
+    }
+
+    /// Reads everything written since the last call.
+    ///
+    /// # Errors
+    /// A file cannot be read.
+    pub fn read(&mut self) -> Result<()> {
+        for (f, t) in self.followers.iter_mut().zip(&self.trackers) {
+            f.read_available(t)?;
+        }
+        Ok(())
+    }
+
+    /// Reads what is left once the writers are gone, a last line without its newline included.
+    ///
+    /// # Errors
+    /// A file cannot be read.
+    pub fn finish(&mut self) -> Result<()> {
+        self.read()?;
+        for (f, t) in self.followers.iter_mut().zip(&self.trackers) {
+            f.flush_partial(t);
+        }
+        Ok(())
+    }
+
+    /// Every file's books, and their union (a line in two files is a duplicate).
+    pub fn snapshot(&self) -> (Vec<Tracker>, Tracker) {
+        let each: Vec<Tracker> = self.trackers.iter().map(SharedTracker::snapshot).collect();
+        let mut all = Tracker::new(0);
+        for t in &each {
+            all.merge(t);
+        }
+        (each, all)
+    }
+}
+
 /// Follows `path` as it is appended to (waiting for it to appear) until `stop` is set, then reads what
 /// is left and returns.
 ///
