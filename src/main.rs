@@ -22,6 +22,14 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use cli::{BufferCommand, Cli, Command, ConfigCommand, DlqCommand};
 
+/// jemalloc for Rust and, through its unprefixed `malloc`, for librdkafka: its per-thread caches
+/// take a block freed on another thread than the one that allocated it without a lock, where
+/// glibc's arenas serialize both threads (the kafka source's reader waited on that lock for
+/// most of its idle time).
+#[cfg(all(target_os = "linux", not(target_env = "musl")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);

@@ -20,6 +20,9 @@ pub struct RecordBuilder {
     pub arena: Vec<u8>,
     pub fields: Vec<Field>,
     pub events: Vec<Event>,
+    /// Emptied vectors for containers being read, reused so a record costs no allocation once
+    /// the batch is warm (one per nesting level in use).
+    spare: Vec<Vec<Field>>,
 }
 
 impl RecordBuilder {
@@ -112,12 +115,25 @@ impl RecordBuilder {
                 return Err(e);
             }
         };
+        event.fields = self.append(entries, extra);
+        self.events.push(event);
+        Ok(())
+    }
+
+    /// An empty vector for a container's entries.
+    fn scratch(&mut self) -> Vec<Field> {
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// Moves a container's entries to the end of the table; returns their range and keeps the
+    /// vector for the next container.
+    fn append(&mut self, mut entries: Vec<Field>, extra: &[Field]) -> (u32, u32) {
         let start = self.fields.len();
         self.fields.extend_from_slice(&entries);
         self.fields.extend_from_slice(extra);
-        event.fields = (start as u32, self.fields.len() as u32);
-        self.events.push(event);
-        Ok(())
+        entries.clear();
+        self.spare.push(entries);
+        (start as u32, self.fields.len() as u32)
     }
 
     fn marks(&self) -> (usize, usize, usize) {
@@ -170,10 +186,7 @@ impl<'de> serde::de::Visitor<'de> for Body<'_, '_> {
             event: &mut event,
         }
         .visit_map(map)?;
-        let start = self.b.fields.len();
-        self.b.fields.extend_from_slice(&entries);
-        self.b.fields.extend_from_slice(self.extra);
-        event.fields = (start as u32, self.b.fields.len() as u32);
+        event.fields = self.b.append(entries, self.extra);
         self.b.events.push(event);
         Ok(())
     }
@@ -222,7 +235,7 @@ impl<'de> serde::de::Visitor<'de> for Top<'_, '_> {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Vec<Field>, A::Error> {
-        let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(8));
+        let mut entries = self.b.scratch();
         while let Some(key) = map.next_key::<Key<'de>>()? {
             let value = map.next_value_seed(ValueSeed { b: &mut *self.b })?;
             if key.as_str() == "message"
@@ -327,28 +340,26 @@ impl<'de> serde::de::Visitor<'de> for ValueSeed<'_> {
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         // Items are collected first: a nested container's own entries land in the table while
         // its parent is still being read, and a container's entries must stay contiguous.
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(4));
+        let mut items = self.b.scratch();
         while let Some(value) = seq.next_element_seed(ValueSeed { b: &mut *self.b })? {
             items.push(Field {
                 name: Span::EMPTY,
                 value,
             });
         }
-        let start = self.b.fields.len();
-        self.b.fields.extend_from_slice(&items);
-        Ok(Value::Array(start as u32, self.b.fields.len() as u32))
+        let (start, end) = self.b.append(items, &[]);
+        Ok(Value::Array(start, end))
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(4));
+        let mut entries = self.b.scratch();
         while let Some(key) = map.next_key::<Key<'de>>()? {
             let value = map.next_value_seed(ValueSeed { b: &mut *self.b })?;
             let name = self.b.put(key.as_str().as_bytes());
             entries.push(Field { name, value });
         }
-        let start = self.b.fields.len();
-        self.b.fields.extend_from_slice(&entries);
-        Ok(Value::Map(start as u32, self.b.fields.len() as u32))
+        let (start, end) = self.b.append(entries, &[]);
+        Ok(Value::Map(start, end))
     }
 }
 

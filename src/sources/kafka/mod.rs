@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use loghaul_codec::record::RecordBuilder;
 use loghaul_core::{
-    BatchNotifier, BatchStatus, BatchStatusReceiver, Event, Field, Flags, Timestamp, Value,
+    BatchNotifier, BatchStatus, BatchStatusReceiver, Event, Field, Flags, Span, Timestamp, Value,
 };
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance};
 use rdkafka::message::{BorrowedMessage, Headers as _, Message as _};
@@ -315,6 +315,7 @@ impl Job {
             records,
             covers,
             bytes,
+            ..
         } = batch;
         let mut events = records.finish(self.id.clone(), "kafka");
         let n = events.len();
@@ -381,6 +382,22 @@ struct Batch {
     records: RecordBuilder,
     covers: std::collections::HashMap<Partition, (i64, i64)>,
     bytes: usize,
+    /// The last message's topic, its name in the arena, and the field names, written once per
+    /// batch: most batches read one topic, and a message then costs no allocation here.
+    topic: Option<(Arc<str>, Span)>,
+    names: Option<Names>,
+    /// The fields every event of the message gets, rebuilt per message.
+    extra: Vec<Field>,
+}
+
+/// The arena spans of the fields' names.
+#[derive(Clone, Copy)]
+struct Names {
+    topic: Span,
+    partition: Span,
+    offset: Span,
+    key: Span,
+    headers: Span,
 }
 
 impl Batch {
@@ -393,26 +410,35 @@ impl Batch {
     fn add(&mut self, m: &BorrowedMessage<'_>, decoding: Decoding, metrics: &ComponentMetrics) {
         let payload = m.payload().unwrap_or_default();
         self.bytes += payload.len();
-        let topic: Arc<str> = Arc::from(m.topic());
+        let r = &mut self.records;
+        let names = *self.names.get_or_insert_with(|| Names {
+            topic: r.put(b"kafka_topic"),
+            partition: r.put(b"kafka_partition"),
+            offset: r.put(b"kafka_offset"),
+            key: r.put(b"kafka_key"),
+            headers: r.put(b"kafka_headers"),
+        });
+        let (topic, topic_span) = match &self.topic {
+            Some((name, span)) if **name == *m.topic() => (name.clone(), *span),
+            _ => {
+                let name: Arc<str> = Arc::from(m.topic());
+                let span = r.put(m.topic().as_bytes());
+                self.topic = Some((name.clone(), span));
+                (name, span)
+            }
+        };
         self.covers
             .entry((topic, m.partition()))
             .and_modify(|(_, last)| *last = m.offset())
             .or_insert((m.offset(), m.offset()));
-        let r = &mut self.records;
-        let mut extra = Vec::with_capacity(5);
-        let mut field = |r: &mut RecordBuilder, name: &str, value: Value| {
-            extra.push(Field {
-                name: r.put(name.as_bytes()),
-                value,
-            });
-        };
-        let topic_span = r.put(m.topic().as_bytes());
-        field(r, "kafka_topic", Value::Str(topic_span));
-        field(r, "kafka_partition", Value::Int(i64::from(m.partition())));
-        field(r, "kafka_offset", Value::Int(m.offset()));
+        let extra = &mut self.extra;
+        extra.clear();
+        let mut field = |name: Span, value: Value| extra.push(Field { name, value });
+        field(names.topic, Value::Str(topic_span));
+        field(names.partition, Value::Int(i64::from(m.partition())));
+        field(names.offset, Value::Int(m.offset()));
         if let Some(key) = m.key() {
-            let key = r.put(key);
-            field(r, "kafka_key", Value::Str(key));
+            field(names.key, Value::Str(r.put(key)));
         }
         if let Some(headers) = m.headers() {
             let start = r.fields.len();
@@ -425,8 +451,9 @@ impl Batch {
                 });
             }
             let end = r.fields.len();
-            field(r, "kafka_headers", Value::Map(start as u32, end as u32));
+            field(names.headers, Value::Map(start as u32, end as u32));
         }
+        let extra = &self.extra;
         let base = Event {
             timestamp: m
                 .timestamp()
@@ -435,7 +462,7 @@ impl Batch {
             ..Event::default()
         };
         let parsed = match decoding {
-            Decoding::Json => r.json_record(payload, base, &extra).is_ok(),
+            Decoding::Json => r.json_record(payload, base, extra).is_ok(),
             Decoding::Text => false,
         };
         if !parsed {
@@ -445,7 +472,7 @@ impl Batch {
                 metrics.error(ErrorKind::Parse, 1);
                 flags.insert(Flags::PARSE_ERROR);
             }
-            r.text_event(payload, Event { flags, ..base }, &extra);
+            r.text_event(payload, Event { flags, ..base }, extra);
         }
     }
 }
