@@ -222,6 +222,13 @@ impl RssSampler {
     }
 }
 
+impl Drop for RssSampler {
+    /// A run that ends in an error never calls `finish`: its sampler stops all the same.
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
 /// Waits for `child` to exit (within `limit`), reading its CPU time from /proc just before it is
 /// reaped: the zombie still reports its own and its reaped children's times. Ticks are 10ms, too
 /// coarse for a 10MB download, so the threads' nanosecond counters (sampled while it runs, and the
