@@ -85,6 +85,9 @@ fn wire(scenario: Scenario) -> Result<Wire> {
         Scenario::TlsHandshake => {
             bail!("the bare loop reads long-lived connections: `tls_handshake` has no bare row")
         }
+        Scenario::KafkaPipeline => {
+            bail!("the bare loop has no Kafka client: `kafka_pipeline` runs loghaul only")
+        }
     })
 }
 

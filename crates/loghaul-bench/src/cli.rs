@@ -55,6 +55,7 @@ pub enum BenchCommand {
         loghaul bench run forward_deliver --subjects loghaul --agents 10 --delivers 2 --receivers 2\n  \
         loghaul bench run forward_deliver --subjects loghaul --rates 1000,10000,50000 --step-duration 20s\n  \
         loghaul bench run tail --subjects loghaul,bare --runs 3\n  \
+        loghaul bench run kafka_pipeline --runs 3 --events 2000000\n  \
         loghaul bench run http_echo --subjects loghaul,node,tornado,eventmachine,finagle,ceiling\n  \
         loghaul bench run http_client --subjects loghaul,curl,net-http,curb,em-http,requests,urllib3")]
     Run(Box<RunArgs>),
@@ -257,7 +258,7 @@ pub struct RunArgs {
     /// [default: loghaul,rsyslog,syslog-ng,eventmachine; http_echo:
     /// loghaul,node,tornado,eventmachine,finagle,ceiling; http_client:
     /// loghaul,curl,net-http,curb,em-http,requests,urllib3; tls_handshake:
-    /// loghaul-tls,rsyslog-tls]
+    /// loghaul-tls,rsyslog-tls; kafka_pipeline: loghaul, the only one it runs]
     #[arg(long, value_enum, value_delimiter = ',')]
     pub subjects: Option<Vec<SubjectKind>>,
     /// Runs per subject [default: 3; http_echo: 5, as the seed; forward_deliver climbs its steps
@@ -270,8 +271,9 @@ pub struct RunArgs {
     /// [default: 1; forward_deliver: none, its first steps are a few lines per second]
     #[arg(long)]
     pub warmup: Option<usize>,
-    /// Events per run; for tail, lines in its file; for tls_handshake, connections (default: 40M
-    /// for basic, 2M for rfc5424, 2,000 for tls_handshake, 5M otherwise).
+    /// Events per run; for tail, lines in its file; for tls_handshake, connections; for
+    /// kafka_pipeline, events per phase (default: 40M for basic, 2M for rfc5424, 2,000 for
+    /// tls_handshake, 1M for kafka_pipeline, 5M otherwise).
     #[arg(long)]
     pub events: Option<u64>,
     /// Generator connections.
@@ -621,6 +623,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
                 K::Ceiling,
             ],
             Scenario::TlsHandshake => vec![K::LoghaulTls, K::RsyslogTls],
+            Scenario::KafkaPipeline => vec![K::Loghaul],
             Scenario::HttpClient => vec![
                 K::Loghaul,
                 K::Curl,

@@ -12,8 +12,9 @@
 //! that measures the generator alone; [`bare`] is loghaul's codec without the pipeline, the
 //! yardstick subject. The HTTP experiments have their own runners: [`http_echo`] (servers under
 //! `ab` and `wrk`) and [`http_client`] (clients moving the same bytes), with their peers located
-//! by [`http_peers`] and [`httpd`], the lab's own small server. [`cli`] is the clap surface the `loghaul` binary mounts under
-//! `bench`.
+//! by [`http_peers`] and [`httpd`], the lab's own small server. [`kafka`] runs a real Kafka
+//! broker, and [`kafka_pipeline`] loghaul on both sides of it beside Kafka's own perf tools.
+//! [`cli`] is the clap surface the `loghaul` binary mounts under `bench`.
 
 pub mod bare;
 pub mod cli;
@@ -28,6 +29,7 @@ pub mod http_echo;
 pub mod http_peers;
 pub mod httpd;
 pub mod kafka;
+pub mod kafka_pipeline;
 pub mod meter;
 pub mod payload;
 pub mod procstat;

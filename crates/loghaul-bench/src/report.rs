@@ -96,6 +96,10 @@ pub struct RunRecord {
     /// The first of those failures' errors, as the generator saw it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_failure: Option<String>,
+    /// `kafka_pipeline`: the broker's CPU, the consumers' lag, a killed consumer, what Kafka's
+    /// tools said beside their rate (`None`: another scenario).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<crate::kafka_pipeline::KafkaRecord>,
 }
 
 impl RunRecord {
@@ -135,6 +139,7 @@ impl RunRecord {
             tls: None,
             failed_connections: None,
             first_failure: None,
+            kafka: None,
         }
     }
 

@@ -127,6 +127,9 @@ pub fn default_events(scenario: Scenario) -> u64 {
         Scenario::Rfc5424 => 2_000_000,
         // Connections, not events: each message on its own connection (and TLS handshake).
         Scenario::TlsHandshake => 2_000,
+        // JSON events of about 280 bytes through a broker that takes some 200–500k/s here: a
+        // few seconds per phase, and six phases a round.
+        Scenario::KafkaPipeline => 1_000_000,
         // Its load is rate × step duration per agent, not a count (`crate::deliver`); the HTTP
         // experiments count requests and bytes (`--ab-*`, `--upload-*`).
         Scenario::ForwardDeliver | Scenario::HttpEcho | Scenario::HttpClient => 0,
@@ -159,7 +162,9 @@ pub fn payload_for(scenario: Scenario, message_size: usize, seed: u64) -> Payloa
         | Scenario::Tail
         | Scenario::HttpEcho
         | Scenario::HttpClient => (Format::Raw, Framing::Newline),
-        Scenario::Syslog | Scenario::TlsHandshake => (Format::Rfc3164, Framing::Newline),
+        Scenario::Syslog | Scenario::TlsHandshake | Scenario::KafkaPipeline => {
+            (Format::Rfc3164, Framing::Newline)
+        }
         Scenario::Rfc5424 => (Format::Rfc5424, Framing::OctetCounting),
     };
     PayloadSpec {
@@ -217,6 +222,9 @@ pub fn run(plan: &Plan) -> Result<String> {
     if plan.driver == Driver::Loggen && plan.scenario == Scenario::Tail {
         bail!("`tail` reads a file the lab writes before the subject starts: no generator runs");
     }
+    if plan.driver == Driver::Loggen && plan.scenario == Scenario::KafkaPipeline {
+        bail!("`kafka_pipeline` takes the built-in generator");
+    }
     if plan.scenario == Scenario::ForwardDeliver {
         // Rate steps through a tree of processes: its own runner and table.
         return deliver::run(plan, &peers);
@@ -228,6 +236,11 @@ pub fn run(plan: &Plan) -> Result<String> {
     }
     if plan.scenario == Scenario::HttpClient {
         return crate::http_client::run(plan, &plan.http, &peers);
+    }
+    // Phases around a broker, with Kafka's own tools as the peers: its own runner, its table
+    // notes.
+    if plan.scenario == Scenario::KafkaPipeline {
+        return crate::kafka_pipeline::run(plan, &peers);
     }
     let work = std::env::temp_dir().join(format!(
         "loghaul-bench-{}-{}",
@@ -364,7 +377,8 @@ pub fn run(plan: &Plan) -> Result<String> {
     report::write_all(&plan.out, &cx, &records, &names)
 }
 
-fn describe(r: &RunRecord) -> String {
+/// One run's figures on a line, for the progress log.
+pub(crate) fn describe(r: &RunRecord) -> String {
     match &r.status {
         Status::Unsupported(why) => why.clone(),
         Status::Failed(why) => why.clone(),

@@ -219,6 +219,13 @@ pub enum Scenario {
     #[value(name = "tls_handshake", alias = "tls-handshake")]
     #[serde(rename = "tls_handshake")]
     TlsHandshake,
+    /// RFC3164 over TCP into loghaul A (`kafka` sink) → a real Kafka broker → two loghaul
+    /// consumers (`kafka` source, one group) → JSON-lines files; each side on its own too, one
+    /// consumer killed mid-run, and Kafka's own perf tools on the same broker
+    /// ([`crate::kafka_pipeline`]).
+    #[value(name = "kafka_pipeline", alias = "kafka-pipeline")]
+    #[serde(rename = "kafka_pipeline")]
+    KafkaPipeline,
 }
 
 impl Scenario {
@@ -236,6 +243,7 @@ impl Scenario {
             Self::HttpEcho => "http_echo",
             Self::HttpClient => "http_client",
             Self::TlsHandshake => "tls_handshake",
+            Self::KafkaPipeline => "kafka_pipeline",
         }
     }
 
@@ -289,6 +297,12 @@ impl Output {
 /// The series `name` of the sink `out` (a counter), read from loghaul's /metrics on `api`
 /// (`None`: no answer, or no such series).
 pub fn sink_metric(api: u16, name: &str) -> Option<u64> {
+    component_metric(api, name, "out")
+}
+
+/// The series `name` of the component `component` (a counter or a gauge that is never
+/// negative), read from loghaul's /metrics on `api` (`None`: no answer, or no such series).
+pub fn component_metric(api: u16, name: &str, component: &str) -> Option<u64> {
     use std::io::{Read, Write};
     let mut conn = std::net::TcpStream::connect(("127.0.0.1", api)).ok()?;
     conn.set_read_timeout(Some(std::time::Duration::from_secs(2)))
@@ -297,7 +311,7 @@ pub fn sink_metric(api: u16, name: &str) -> Option<u64> {
         .ok()?;
     let mut body = String::new();
     conn.read_to_string(&mut body).ok()?;
-    let series = format!("{name}{{component_id=\"out\",");
+    let series = format!("{name}{{component_id=\"{component}\",");
     body.lines()
         .find(|l| l.starts_with(&series))
         .and_then(|l| l.rsplit(' ').next())
@@ -347,6 +361,11 @@ pub struct Companion {
 /// Why a subject cannot run a scenario, if it cannot.
 pub fn unsupported(kind: SubjectKind, scenario: Scenario) -> Option<&'static str> {
     match (kind, scenario) {
+        (SubjectKind::Loghaul, Scenario::KafkaPipeline) => None,
+        (_, Scenario::KafkaPipeline) => Some(
+            "n/a: `kafka_pipeline` runs loghaul, with Kafka's own producer and consumer perf \
+             tools as its peers in every round",
+        ),
         // A disk buffer sits in front of the one sink of a one-process config; the relay, the
         // tree, `tail` and the HTTP experiments configure theirs elsewhere.
         (
@@ -926,7 +945,11 @@ pub fn loghaul_subject_config(
             );
         }
         Scenario::Basic => ("raw", "newline", "text"),
-        Scenario::Syslog | Scenario::TlsHandshake => ("rfc3164", "newline", "json"),
+        // `kafka_pipeline`'s processes are configured by `kafka_producer_config` and
+        // `kafka_consumer_config`; its input is `syslog`'s.
+        Scenario::Syslog | Scenario::TlsHandshake | Scenario::KafkaPipeline => {
+            ("rfc3164", "newline", "json")
+        }
         // `tail` reads a file, not a port: its config is `tail_config`; it would get `raw`'s
         // if it got here (`prepare` refuses it first).
         // The HTTP experiments configure their own subjects (`crate::http_echo`).
@@ -1042,6 +1065,92 @@ pub fn tail_config(input: &str, state: &str, api: u16, out: &str) -> String {
              include: [\"{input}\"]\n    \
              read_from: beginning\n    \
              data_dir: \"{state}\"\n\
+         sinks:\n  \
+           out: {{ type: file, inputs: [in], path: \"{out}\", encoding: json }}\n"
+    )
+}
+
+/// The producer settings of `kafka_pipeline`: written out in loghaul's sink config, and given to
+/// Kafka's `ProducerPerformance` in the same run in the Java producer's names, so that both
+/// producers batch alike. They are the sink's defaults (docs/configuration.md) but the
+/// compression, which is off (the sink's default too): the perf tool's random payload would not
+/// compress as JSON does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KafkaProducer {
+    /// `compression` (`compression.type`).
+    pub compression: &'static str,
+    /// `linger` (`linger.ms`), in milliseconds.
+    pub linger_ms: u64,
+    /// `batch_max_bytes` (`batch.size`).
+    pub batch_max_bytes: u64,
+    /// `queue_max_bytes` (`buffer.memory`): what the producer may hold unsent.
+    pub queue_max_bytes: u64,
+}
+
+/// `kafka_pipeline`'s producer settings.
+pub const KAFKA_PRODUCER: KafkaProducer = KafkaProducer {
+    compression: "none",
+    linger_ms: 5,
+    batch_max_bytes: 1 << 20,
+    queue_max_bytes: 64 << 20,
+};
+
+impl KafkaProducer {
+    /// The settings as `ProducerPerformance --producer-props` takes them: `acks=all` with the
+    /// idempotent producer, as the sink produces.
+    pub fn java_props(&self, bootstrap: &str) -> Vec<String> {
+        vec![
+            format!("bootstrap.servers={bootstrap}"),
+            "acks=all".into(),
+            "enable.idempotence=true".into(),
+            format!("compression.type={}", self.compression),
+            format!("linger.ms={}", self.linger_ms),
+            format!("batch.size={}", self.batch_max_bytes),
+            format!("buffer.memory={}", self.queue_max_bytes),
+        ]
+    }
+}
+
+/// loghaul A of `kafka_pipeline`: RFC3164 over TCP on `port`, as in `syslog`, into a `kafka`
+/// sink `out` producing JSON events to `topic` with [`KAFKA_PRODUCER`]'s settings (acks from
+/// every replica, the idempotent producer: the sink's defaults, written out).
+pub fn kafka_producer_config(port: u16, api: u16, bootstrap: &str, topic: &str) -> String {
+    let p = KAFKA_PRODUCER;
+    format!(
+        "# loghaul bench: scenario kafka_pipeline; A, the producer: syslog in, a Kafka topic out\n\
+         api: {{ address: \"127.0.0.1:{api}\" }}\n\
+         sources:\n  \
+           in: {{ type: syslog, mode: tcp, address: \"127.0.0.1:{port}\", format: rfc3164, framing: newline }}\n\
+         sinks:\n  \
+           out: {{ type: kafka, inputs: [in], bootstrap_servers: \"{bootstrap}\", topic: \"{topic}\", \
+         encoding: json, acks: all, idempotence: true, compression: {}, linger: {}ms, \
+         batch_max_bytes: {}, queue_max_bytes: {} }}\n",
+        p.compression, p.linger_ms, p.batch_max_bytes, p.queue_max_bytes,
+    )
+}
+
+/// A consumer of `kafka_pipeline`: a member of the consumer group `group` reading `topic` with
+/// the `kafka` source (JSON decoding, from the earliest offset: its defaults) into a file sink
+/// writing JSON lines to `out`. Its session times out after 6 s instead of librdkafka's 45 s, so
+/// that the group takes a killed member's partitions over before the lab's idle timeout.
+pub fn kafka_consumer_config(
+    i: usize,
+    api: u16,
+    bootstrap: &str,
+    group: &str,
+    topic: &str,
+    out: &str,
+) -> String {
+    format!(
+        "# loghaul bench: scenario kafka_pipeline; consumer {i}: a member of the group {group}, \
+         a JSON-lines file out\n\
+         # A member that dies is given up after 6 s (librdkafka's default: 45 s), so the round \
+         with a consumer killed does not\n\
+         # wait 45 s for the group to hand its partitions to the other.\n\
+         api: {{ address: \"127.0.0.1:{api}\" }}\n\
+         sources:\n  \
+           in: {{ type: kafka, bootstrap_servers: \"{bootstrap}\", group_id: \"{group}\", topics: [\"{topic}\"], \
+         librdkafka_options: {{ session.timeout.ms: \"6000\", heartbeat.interval.ms: \"1000\" }} }}\n\
          sinks:\n  \
            out: {{ type: file, inputs: [in], path: \"{out}\", encoding: json }}\n"
     )
@@ -1606,7 +1715,7 @@ pub fn rsyslog_config_with(
             r#"{\"timestamp\":\"%timegenerated:::date-rfc3339%\",\"message\":\"%rawmsg:::json%\",\"source_ip\":\"%fromhost-ip%\",\"source_type\":\"syslog\"}"#
                 .to_string(),
         ),
-        Scenario::Syslog | Scenario::Rfc5424 | Scenario::TlsHandshake => {
+        Scenario::Syslog | Scenario::Rfc5424 | Scenario::TlsHandshake | Scenario::KafkaPipeline => {
             let extra = if scenario == Scenario::Rfc5424 {
                 r#"\"msgid\":\"%msgid:::json%\",\"structured_data\":\"%structured-data:::json%\","#
             } else {
@@ -1687,7 +1796,7 @@ pub fn syslog_ng_config(scenario: Scenario, port: u16, out: &str) -> String {
              source_type=syslog)\\n\""
                 .to_string(),
         ),
-        Scenario::Syslog | Scenario::TlsHandshake => (
+        Scenario::Syslog | Scenario::TlsHandshake | Scenario::KafkaPipeline => (
             "network",
             "",
             "\"$(format-json timestamp=${ISODATE} hostname=${HOST} appname=${PROGRAM} procid=${PID} \
