@@ -2051,3 +2051,116 @@ fn scenario_http_client_small() {
         assert_eq!(t["bytes"], want, "{t}");
     }
 }
+
+/// `kafka_pipeline` at a small size against a real broker (`scripts/install-kafka.sh`): every
+/// phase of one round completes; the sink's count, and the books of both consumers' files in
+/// every consumer phase, hold every event (duplicates are allowed, and said); consumer 1 is
+/// killed while the load still runs and consumer 2 takes its partitions over, losing nothing;
+/// Kafka's own tools move the same number of records; the table, notes and configs are there.
+/// Without the broker the test says so and passes, but not in CI (`CI=true`), which installs it.
+#[test]
+fn scenario_kafka_pipeline_small() {
+    const EVENTS: u64 = 30_000;
+    let Some(loghaul) = std::env::var_os("LOGHAUL_BIN") else {
+        eprintln!("\n*** SKIPPED scenario `kafka_pipeline`: LOGHAUL_BIN is not set ***\n");
+        return;
+    };
+    if !loghaul_bench::kafka::installed() {
+        let why = format!(
+            "no Kafka broker in {} (sudo scripts/install-kafka.sh, or set LOGHAUL_KAFKA_LIB)",
+            loghaul_bench::kafka::lib_dir().display()
+        );
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI installs the broker: {why}"
+        );
+        eprintln!("\n*** SKIPPED scenario `kafka_pipeline`: {why} ***\n");
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let table = ok(bench()
+        .args(["run", "kafka_pipeline", "--runs", "1", "--warmup", "0"])
+        .args(["--events", &EVENTS.to_string(), "--idle-timeout", "20s"])
+        .arg("--out")
+        .arg(out.path())
+        .env("LOGHAUL_BIN", &loghaul)
+        .output()
+        .unwrap());
+    let rows = [
+        "sink",
+        "ProducerPerformance",
+        "source",
+        "ConsumerPerformance",
+        "end-to-end",
+        "consumer-killed",
+    ];
+    for row in rows {
+        assert!(table.contains(&format!("\n| {row} | ")), "{row}: {table}");
+    }
+    for want in [
+        "| produce into the topic | ",
+        "| consume the topic | ",
+        "loghaul ÷ tool",
+        "| consumer-killed | ",
+        "Goals for loghaul",
+    ] {
+        assert!(table.contains(want), "{want}: {table}");
+    }
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join("kafka_pipeline.json")).unwrap(),
+    )
+    .unwrap();
+    let records = json["records"].as_array().unwrap();
+    let names: Vec<&str> = records
+        .iter()
+        .map(|r| r["subject"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, rows, "{json}");
+    for r in records {
+        assert_eq!(r["status"], "complete", "{r}");
+        assert_eq!(r["events_seen"], EVENTS, "{r}");
+        assert_eq!(r["loss"], 0, "{r}");
+        assert!(r["events_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["kafka"]["broker_cpu_per_wall"].as_f64().is_some(), "{r}");
+    }
+    let row = |name: &str| &records[rows.iter().position(|r| *r == name).unwrap()];
+    // The sink's JSON events sized ProducerPerformance's records.
+    assert!(
+        row("sink")["kafka"]["bytes_per_event"].as_f64().unwrap() > 100.0,
+        "{}",
+        row("sink")
+    );
+    assert!(row("ProducerPerformance")["kafka"]["ack_latency_ms"]["p99"].is_number());
+    // Every consumer phase is counted from both files, duplicates included.
+    for name in ["source", "end-to-end", "consumer-killed"] {
+        let r = row(name);
+        let dups = r["duplicates"].as_u64().unwrap_or_else(|| panic!("{r}"));
+        eprintln!("kafka_pipeline {name}: {dups} duplicates");
+    }
+    let killed = row("consumer-killed");
+    let kill = &killed["kafka"]["kill"];
+    assert!(
+        kill["written_before"].as_u64().unwrap() < EVENTS,
+        "{killed}"
+    );
+    assert!(kill["killed_wrote"].as_u64().unwrap() > 0, "{killed}");
+    assert!(
+        kill["takeover_secs"].as_f64().is_some(),
+        "consumer 2 took consumer 1's partitions over: {killed}"
+    );
+    assert!(row("end-to-end")["latency_p99_ms"].as_f64().is_some());
+    for ext in ["md", "csv", "svg"] {
+        assert!(out.path().join(format!("kafka_pipeline.{ext}")).exists());
+    }
+    let kept = out.path().join("configs").join("kafka_pipeline");
+    for name in [
+        "loghaul-a.yaml",
+        "consumer-1.yaml",
+        "consumer-2.yaml",
+        "producer-perf.conf",
+        "consumer-perf.conf",
+        "kafka-server.properties",
+    ] {
+        assert!(kept.join(name).exists(), "{name}");
+    }
+}
