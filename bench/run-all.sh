@@ -40,6 +40,9 @@ tree_subjects=loghaul
 # One file of 5M lines, written before any subject starts, read from its beginning into JSON
 # lines. Fluent Bit and Vector would be its peers, but neither is in Debian's repositories.
 "$LOGHAUL" bench run tail    --subjects loghaul,bare                              --runs 3 --out "$OUT" "$@"
+# loghaul on both sides of a Kafka broker (scripts/install-kafka.sh), beside Kafka's own producer
+# and consumer perf tools on the same broker and topic.
+"$LOGHAUL" bench run kafka_pipeline                                              --runs 3 --out "$OUT" "$@"
 # The HTTP experiments: servers under ab and wrk, clients moving the same bytes, and NDJSON ingest.
 "$LOGHAUL" bench run http_echo   --out "$OUT" "$@"
 "$LOGHAUL" bench run http_client --out "$OUT" "$@"
