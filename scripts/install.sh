@@ -11,6 +11,8 @@ need_apt=()
 command -v cc >/dev/null 2>&1 || need_apt+=(build-essential)
 command -v pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v curl >/dev/null 2>&1 || need_apt+=(curl ca-certificates)
+# librdkafka (bundled, built from source) links OpenSSL for Kafka's TLS and SASL.
+[ -f /usr/include/openssl/ssl.h ] || need_apt+=(libssl-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${need_apt[@]}" </dev/null

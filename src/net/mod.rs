@@ -1,8 +1,9 @@
 //! Sockets shared by every component that listens: the one TCP listener ([`listener`]), TLS on
 //! both ends of a connection ([`tls`]) and UDP socket set-up ([`udp`]); and what HTTP components
-//! share ([`http`]).
+//! share ([`http`]); how Kafka clients report their errors ([`kafka`]).
 
 pub mod http;
+pub mod kafka;
 pub mod listener;
 pub mod tls;
 pub mod udp;

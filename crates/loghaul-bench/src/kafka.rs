@@ -71,8 +71,9 @@ fn java(class: &str) -> Command {
 
 impl Broker {
     /// Formats a broker's storage under `dir` and starts it, with `extra` lines added to its
-    /// `server.properties` (`auto.create.topics.enable=false`, `message.max.bytes=...`); waits
-    /// until it accepts connections.
+    /// `server.properties` (`auto.create.topics.enable=false`, `message.max.bytes=...`, or
+    /// listeners of other protocols beside `PLAINTEXT://127.0.0.1:{port}`); waits until it
+    /// accepts connections on its plaintext port.
     ///
     /// # Errors
     ///
@@ -106,8 +107,13 @@ impl Broker {
              group.initial.rebalance.delay.ms=0\n",
             data.display()
         );
+        // A later line overrides an earlier one: `extra` may redefine the listeners, naming the
+        // broker's ports as `{port}` and `{controller_port}`.
         for line in extra {
-            props.push_str(line);
+            let line = line
+                .replace("{port}", &port.to_string())
+                .replace("{controller_port}", &controller_port.to_string());
+            props.push_str(&line);
             props.push('\n');
         }
         std::fs::write(dir.join("server.properties"), props)?;

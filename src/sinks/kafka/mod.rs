@@ -54,6 +54,7 @@ impl BuildSink for KafkaSinkConfig {
             metrics: cx.metrics.clone(),
             dead,
             degraded: AtomicBool::new(false),
+            reasons: Default::default(),
         };
         let producer: ThreadedProducer<Context> = self
             .client_config()
@@ -79,6 +80,7 @@ struct Context {
     dead: Arc<DeadLetters>,
     /// The sink is degraded by a broker error; the next delivery clears it.
     degraded: AtomicBool,
+    reasons: crate::net::kafka::Reasons,
 }
 
 impl ClientContext for Context {
@@ -103,8 +105,8 @@ impl ClientContext for Context {
         self.metrics.error(ErrorKind::Io, 1);
         crate::warn_limited!(self.metrics, %error, reason, "Kafka brokers are not taking events; librdkafka keeps trying.");
         self.degraded.store(true, Ordering::Relaxed);
-        self.metrics
-            .set_health(Health::Degraded, Some(format!("kafka: {reason}")));
+        let why = self.reasons.describe(&error, reason);
+        self.metrics.set_health(Health::Degraded, Some(why));
     }
 }
 
@@ -115,6 +117,7 @@ impl ProducerContext for Context {
         match result {
             Ok(message) => {
                 if self.degraded.swap(false, Ordering::Relaxed) {
+                    self.reasons.clear();
                     self.metrics.set_health(Health::Running, None);
                 }
                 tracker.done(BatchStatus::Delivered, message.payload_len());

@@ -72,6 +72,7 @@ struct Context {
     metrics: Arc<ComponentMetrics>,
     state: Arc<Mutex<State>>,
     lag: Arc<AtomicI64>,
+    reasons: crate::net::kafka::Reasons,
 }
 
 impl ClientContext for Context {
@@ -90,8 +91,8 @@ impl ClientContext for Context {
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         self.metrics.error(ErrorKind::Io, 1);
         crate::warn_limited!(self.metrics, %error, reason, "Kafka brokers are not answering; librdkafka keeps trying.");
-        self.metrics
-            .set_health(Health::Degraded, Some(format!("kafka: {reason}")));
+        let why = self.reasons.describe(&error, reason);
+        self.metrics.set_health(Health::Degraded, Some(why));
     }
 
     fn stats_raw(&self, statistics: &[u8]) {
@@ -203,6 +204,7 @@ impl BuildSource for KafkaSourceConfig {
                 metrics: cx.metrics.clone(),
                 state: state.clone(),
                 lag,
+                reasons: Default::default(),
             };
             let consumer: BaseConsumer<Context> = self
                 .client_config()
@@ -284,6 +286,7 @@ impl Job {
             }
             if self.metrics.health().0 == Health::Degraded {
                 // Messages arrive: the brokers are back.
+                consumer.context().reasons.clear();
                 self.metrics.set_health(Health::Running, None);
             }
             self.send(batch);
