@@ -238,6 +238,27 @@ fn kcat_sees_keys_headers_and_the_codec() {
         dumped.push_str(&output_text(&out));
     }
     assert!(dumped.contains("compresscodec: zstd"), "{dumped}");
+    // loghaul's own consumer sees the same key and headers, here through a disk buffer, which
+    // finds nothing damaged in them.
+    let c = Server::start(&format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+sources:
+  k: {{ type: kafka, bootstrap_servers: "{addr}", group_id: h, topics: [tagged-alpha], decoding: text }}
+sinks:
+  out: {{ type: file, inputs: [k], path: "{{DIR}}/out.jsonl", flush_interval: 50ms, buffer: {{ type: disk, max_size: 64MiB }} }}
+"#,
+        addr = b.address()
+    ));
+    for e in wait_lines(&c.out(), 2, Duration::from_secs(60)) {
+        assert_eq!(e["kafka_key"], "k-alpha", "{e}");
+        assert_eq!(e["kafka_headers"]["origin"], "loghaul", "{e}");
+        assert_eq!(e["kafka_headers"]["text"], "alpha", "{e}");
+    }
+    assert_eq!(
+        c.metric("loghaul_disk_buffer_damaged_records_total", "out", None),
+        0
+    );
+    c.finish();
     a.finish();
 }
 

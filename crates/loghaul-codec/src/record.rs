@@ -23,6 +23,12 @@ pub struct RecordBuilder {
     /// Emptied vectors for containers being read, reused so a record costs no allocation once
     /// the batch is warm (one per nesting level in use).
     spare: Vec<Vec<Field>>,
+    /// The nested containers of the record being read (each one's entries appended when it
+    /// closes, so children before their parents) and `extra`'s maps, with ranges into this
+    /// table; [`place`] copies them into `fields` in the batch's order.
+    ///
+    /// [`place`]: RecordBuilder::place
+    nested: Vec<Field>,
 }
 
 impl RecordBuilder {
@@ -33,21 +39,31 @@ impl RecordBuilder {
         Span::new(start, self.arena.len())
     }
 
+    /// A map of `entries` for a field of `extra` (message headers): kept aside and laid out
+    /// after each record that gets it, as nested containers are.
+    pub fn nested_map(&mut self, entries: &[Field]) -> Value {
+        let start = self.nested.len() as u32;
+        self.nested.extend_from_slice(entries);
+        Value::Map(start, self.nested.len() as u32)
+    }
+
     /// One event from `base` whose message is `text` (copied into the arena), its record
-    /// `extra`.
+    /// `extra` (whose containers come from [`RecordBuilder::nested_map`]).
     pub fn text_event(&mut self, text: &[u8], base: Event, extra: &[Field]) {
         let message = self.put(text);
-        let start = self.fields.len();
-        self.fields.extend_from_slice(extra);
+        let entries = self.scratch();
+        let base_nested = self.nested.len();
+        let fields = self.place(entries, extra, base_nested);
         self.events.push(Event {
             message: message.into(),
-            fields: (start as u32, self.fields.len() as u32),
+            fields,
             ..base
         });
     }
 
     /// One event from `base` whose record is the JSON object `json` (key order kept, a string
-    /// `message` lifted into the event), followed by `extra`. Parsed straight into the batch's
+    /// `message` lifted into the event), followed by `extra` (whose containers come from
+    /// [`RecordBuilder::nested_map`]). Parsed straight into the batch's
     /// tables: no intermediate tree, no allocation per key.
     ///
     /// # Errors
@@ -115,7 +131,7 @@ impl RecordBuilder {
                 return Err(e);
             }
         };
-        event.fields = self.append(entries, extra);
+        event.fields = self.place(entries, extra, marks.3);
         self.events.push(event);
         Ok(())
     }
@@ -125,26 +141,67 @@ impl RecordBuilder {
         self.spare.pop().unwrap_or_default()
     }
 
-    /// Moves a container's entries to the end of the table; returns their range and keeps the
-    /// vector for the next container.
-    fn append(&mut self, mut entries: Vec<Field>, extra: &[Field]) -> (u32, u32) {
+    /// Moves a closed nested container's entries to the end of the `nested` table; returns
+    /// their range there and keeps the vector for the next container.
+    fn nest(&mut self, mut entries: Vec<Field>) -> (u32, u32) {
+        let start = self.nested.len();
+        self.nested.extend_from_slice(&entries);
+        entries.clear();
+        self.spare.push(entries);
+        (start as u32, self.nested.len() as u32)
+    }
+
+    /// Lays a finished record out in `fields` as every reader of a batch expects it (the disk
+    /// buffer's decoder refuses anything else): its top-level entries, then `extra`, and each
+    /// container's entries after the field holding it, contiguous, copied from `nested` breadth
+    /// first. Then forgets the record's own part of `nested` (from `nested_base` on; what is
+    /// before it, `extra`'s maps, serves the next records too). Returns the record's range.
+    fn place(
+        &mut self,
+        mut entries: Vec<Field>,
+        extra: &[Field],
+        nested_base: usize,
+    ) -> (u32, u32) {
         let start = self.fields.len();
         self.fields.extend_from_slice(&entries);
         self.fields.extend_from_slice(extra);
+        let end = self.fields.len();
         entries.clear();
         self.spare.push(entries);
-        (start as u32, self.fields.len() as u32)
+        let mut k = start;
+        while k < self.fields.len() {
+            let value = self.fields[k].value;
+            if let Value::Map(a, b) | Value::Array(a, b) = value {
+                let at = self.fields.len() as u32;
+                let (a, b) = (a as usize, b as usize);
+                self.fields.extend_from_slice(&self.nested[a..b]);
+                let range = (at, self.fields.len() as u32);
+                self.fields[k].value = match value {
+                    Value::Map(..) => Value::Map(range.0, range.1),
+                    _ => Value::Array(range.0, range.1),
+                };
+            }
+            k += 1;
+        }
+        self.nested.truncate(nested_base);
+        (start as u32, end as u32)
     }
 
-    fn marks(&self) -> (usize, usize, usize) {
-        (self.arena.len(), self.fields.len(), self.events.len())
+    fn marks(&self) -> (usize, usize, usize, usize) {
+        (
+            self.arena.len(),
+            self.fields.len(),
+            self.events.len(),
+            self.nested.len(),
+        )
     }
 
     /// Forgets what a record that failed halfway added.
-    fn rollback(&mut self, (arena, fields, events): (usize, usize, usize)) {
+    fn rollback(&mut self, (arena, fields, events, nested): (usize, usize, usize, usize)) {
         self.arena.truncate(arena);
         self.fields.truncate(fields);
         self.events.truncate(events);
+        self.nested.truncate(nested);
     }
 
     /// The batch, received now.
@@ -181,12 +238,13 @@ impl<'de> serde::de::Visitor<'de> for Body<'_, '_> {
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
         let mut event = self.base;
+        let nested = self.b.nested.len();
         let entries = Top {
             b: &mut *self.b,
             event: &mut event,
         }
         .visit_map(map)?;
-        event.fields = self.b.append(entries, self.extra);
+        event.fields = self.b.place(entries, self.extra, nested);
         self.b.events.push(event);
         Ok(())
     }
@@ -338,7 +396,7 @@ impl<'de> serde::de::Visitor<'de> for ValueSeed<'_> {
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        // Items are collected first: a nested container's own entries land in the table while
+        // Items are collected first: a nested container's own entries land in `nested` while
         // its parent is still being read, and a container's entries must stay contiguous.
         let mut items = self.b.scratch();
         while let Some(value) = seq.next_element_seed(ValueSeed { b: &mut *self.b })? {
@@ -347,7 +405,7 @@ impl<'de> serde::de::Visitor<'de> for ValueSeed<'_> {
                 value,
             });
         }
-        let (start, end) = self.b.append(items, &[]);
+        let (start, end) = self.b.nest(items);
         Ok(Value::Array(start, end))
     }
 
@@ -358,7 +416,7 @@ impl<'de> serde::de::Visitor<'de> for ValueSeed<'_> {
             let name = self.b.put(key.as_str().as_bytes());
             entries.push(Field { name, value });
         }
-        let (start, end) = self.b.append(entries, &[]);
+        let (start, end) = self.b.nest(entries);
         Ok(Value::Map(start, end))
     }
 }
@@ -429,6 +487,72 @@ mod tests {
         assert!(b.json_records(br#""text""#, Event::default(), &[]).is_err());
         let batch = b.finish("t".into(), "http_server");
         assert_eq!(batch.len(), 3);
+    }
+
+    /// Every container's entries sit after the field holding it, as the disk buffer's decoder
+    /// demands (it refuses a batch otherwise): checked directly, and by a round trip through it.
+    #[test]
+    fn nested_containers_come_after_their_parents_and_survive_the_disk_buffer() {
+        let mut b = RecordBuilder::default();
+        // A map in `extra`, as the kafka source gives each message's headers.
+        let (hn, hv) = (b.put(b"app"), b.put(b"web"));
+        let headers = b.nested_map(&[Field {
+            name: hn,
+            value: Value::Str(hv),
+        }]);
+        let extra = [Field {
+            name: b.put(b"kafka_headers"),
+            value: headers,
+        }];
+        let records: [&[u8]; 3] = [
+            br#"{"a":{"b":{"c":[1,[2,{"d":3}]]},"e":[]},"f":{"g":4}}"#,
+            br#"{"broken":{"x":[1,2"#,
+            br#"{"message":"m","n":[{"o":{"p":"q"}},{"r":5}]}"#,
+        ];
+        for r in records {
+            if b.json_record(r, Event::default(), &extra).is_err() {
+                b.text_event(r, Event::default(), &extra);
+            }
+        }
+        let batch = b.finish("t".into(), "kafka");
+        assert_eq!(batch.len(), 3);
+        fn walk(batch: &EventBatch, range: (u32, u32), parent: Option<usize>) {
+            if let Some(p) = parent {
+                assert!(
+                    range.0 as usize > p || range.0 == range.1,
+                    "{range:?} before {p}"
+                );
+            }
+            for i in range.0..range.1 {
+                if let Value::Map(a, c) | Value::Array(a, c) = batch.fields[i as usize].value {
+                    walk(batch, (a, c), Some(i as usize));
+                }
+            }
+        }
+        for e in &batch.events {
+            walk(&batch, e.fields, None);
+        }
+        let mut bytes = Vec::new();
+        loghaul_core::persist::encode_batch(&batch, &mut bytes);
+        let back = loghaul_core::persist::decode_batch(Bytes::from(bytes)).unwrap();
+        let (e0, e1) = (back.events[0], back.events[2]);
+        assert_eq!(
+            back.lookup(&back.events[1], "kafka_headers.app")
+                .map(|v| str_of(&back, v)),
+            Some(&b"web"[..]),
+            "the text event of the broken record keeps the headers"
+        );
+        assert_eq!(back.lookup(&e0, "a.b.c.1.1.d"), Some(Value::Int(3)));
+        assert_eq!(back.lookup(&e0, "f.g"), Some(Value::Int(4)));
+        assert_eq!(
+            back.lookup(&e1, "n.0.o.p").map(|v| str_of(&back, v)),
+            Some(&b"q"[..])
+        );
+        assert_eq!(
+            back.lookup(&e1, "kafka_headers.app")
+                .map(|v| str_of(&back, v)),
+            Some(&b"web"[..])
+        );
     }
 
     #[test]

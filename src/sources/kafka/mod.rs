@@ -389,8 +389,9 @@ struct Batch {
     /// batch: most batches read one topic, and a message then costs no allocation here.
     topic: Option<(Arc<str>, Span)>,
     names: Option<Names>,
-    /// The fields every event of the message gets, rebuilt per message.
+    /// The fields every event of the message gets, and its headers, rebuilt per message.
     extra: Vec<Field>,
+    headers: Vec<Field>,
 }
 
 /// The arena spans of the fields' names.
@@ -444,17 +445,17 @@ impl Batch {
             field(names.key, Value::Str(r.put(key)));
         }
         if let Some(headers) = m.headers() {
-            let start = r.fields.len();
+            let entries = &mut self.headers;
+            entries.clear();
             for h in headers.iter() {
                 let name = r.put(h.key.as_bytes());
                 let value = r.put(h.value.unwrap_or_default());
-                r.fields.push(Field {
+                entries.push(Field {
                     name,
                     value: Value::Str(value),
                 });
             }
-            let end = r.fields.len();
-            field(names.headers, Value::Map(start as u32, end as u32));
+            field(names.headers, r.nested_map(entries));
         }
         let extra = &self.extra;
         let base = Event {
