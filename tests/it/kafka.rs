@@ -15,6 +15,11 @@ use serde_json::Value;
 
 use crate::harness::*;
 
+/// Members of a new group started together join its first rebalance, not one after the other:
+/// the broker waits this long for them (by default a test broker does not wait, and a fast first
+/// member may read a whole topic before the second has joined).
+const GROUP_FORMS: &str = "group.initial.rebalance.delay.ms=3000";
+
 fn broker(dir: &Path, extra: &[&str]) -> Broker {
     Broker::start(&dir.join("broker"), extra)
         .unwrap_or_else(|e| panic!("{e:#} (scripts/install-kafka.sh installs the broker)"))
@@ -94,7 +99,7 @@ fn none_lost(got: &[u64], n: u64, what: &str) -> usize {
 fn a_million_events_through_kafka_to_a_group_of_two() {
     const N: u64 = 1_000_000;
     let dir = tempfile::tempdir().expect("temp dir");
-    let b = broker(dir.path(), &[]);
+    let b = broker(dir.path(), &[GROUP_FORMS]);
     let a = producer(
         &b.address(),
         "logs",
@@ -137,7 +142,7 @@ fn a_million_events_through_kafka_to_a_group_of_two() {
 fn a_consumer_killed_mid_run_loses_nothing() {
     const N: u64 = 300_000;
     let dir = tempfile::tempdir().expect("temp dir");
-    let b = broker(dir.path(), &[]);
+    let b = broker(dir.path(), &[GROUP_FORMS]);
     let a = producer(&b.address(), "logs", "");
     let mut c1 = consumer(&b.address(), "logs", "killable");
     let c2 = consumer(&b.address(), "logs", "killable");
