@@ -198,6 +198,32 @@ fn read_pem_file(path: &Path) -> Result<Vec<u8>, TlsError> {
     Ok(bytes)
 }
 
+/// The certificate chain with its signing key, checked to belong together (a key that does not
+/// match its certificate is named, with the certificate's path).
+fn certified_key(
+    provider: &CryptoProvider,
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    cert_path: &Path,
+    key_path: &Path,
+) -> Result<rustls::sign::CertifiedKey, TlsError> {
+    let signing = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| TlsError::at(key_path, format!("not a usable private key: {e}")))?;
+    let certified = rustls::sign::CertifiedKey::new(chain, signing);
+    certified.keys_match().map_err(|_| {
+        TlsError::at(
+            key_path,
+            format!(
+                "the key does not match the certificate in {}",
+                cert_path.display()
+            ),
+        )
+    })?;
+    Ok(certified)
+}
+
 /// Checks that `config`'s files make a working config for `role` (what `loghaul validate`
 /// runs).
 ///
@@ -261,20 +287,7 @@ pub fn build_server(
         }
         _ => builder.with_no_client_auth(),
     };
-    let signing = provider
-        .key_provider
-        .load_private_key(key)
-        .map_err(|e| TlsError::at(key_path, format!("not a usable private key: {e}")))?;
-    let certified = rustls::sign::CertifiedKey::new(chain, signing);
-    certified.keys_match().map_err(|_| {
-        TlsError::at(
-            key_path,
-            format!(
-                "the key does not match the certificate in {}",
-                cert_path.display()
-            ),
-        )
-    })?;
+    let certified = certified_key(&provider, chain, key, cert_path, key_path)?;
     let mut server = builder.with_cert_resolver(Arc::new(SingleCert(Arc::new(certified))));
     server.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     Ok(Arc::new(server))
@@ -327,21 +340,13 @@ pub fn build_client(
         (Some(cert_path), Some(cert), Some(key_path), Some(key)) => {
             let chain = parse_certs(cert_path, cert)?;
             let key = parse_key(key_path, key)?;
-            let signing = provider
-                .key_provider
-                .load_private_key(key.clone_key())
-                .map_err(|e| TlsError::at(key_path, format!("not a usable private key: {e}")))?;
-            rustls::sign::CertifiedKey::new(chain.clone(), signing)
-                .keys_match()
-                .map_err(|_| {
-                    TlsError::at(
-                        key_path,
-                        format!(
-                            "the key does not match the certificate in {}",
-                            cert_path.display()
-                        ),
-                    )
-                })?;
+            certified_key(
+                &provider,
+                chain.clone(),
+                key.clone_key(),
+                cert_path,
+                key_path,
+            )?;
             builder
                 .with_client_auth_cert(chain, key)
                 .map_err(|e| TlsError::at(cert_path, format!("cannot use it: {e}")))?
