@@ -1889,12 +1889,18 @@ fn bad_forward_gzip_blob_not_gzip() {
     server.finish();
 }
 
-/// A gzip bomb: about 16KB that inflate to 16MiB of entries, with `max_decompressed_size: 1MiB`.
-/// Refused as `oversized` without inflating it all (peak RSS barely moves), nothing written, the
-/// connection closed, no ack.
+/// A gzip bomb: about 16KB that inflate to 16MiB of entries, with `max_decompressed_size: 1MiB`
+/// and `limits.memory: 32MiB`. Refused as `oversized` once 1MiB is inflated, without inflating
+/// the rest: the connection closed, no ack. The entries before the bound decode to events (a
+/// 3-byte entry is a 96-byte event) in batches charged to the memory budget, which may be
+/// written (never acknowledged), so peak RSS grows by the budget at most, not by what the bomb
+/// would inflate to. The zstd bomb of nils after it is refused as mostly invalid entries.
 #[test]
 fn bad_forward_gzip_bomb() {
-    let server = Server::start(&config(", max_decompressed_size: 1MiB"));
+    let server = Server::start(&format!(
+        "limits: {{ memory: 32MiB }}\n{}",
+        config(", max_decompressed_size: 1MiB")
+    ));
     good_client_is_served(&server, "before the bomb");
     let base_kib = server.peak_rss_kib();
     // [0, {}] entries: valid msgpack all the way, so only the size can refuse it.
@@ -1904,18 +1910,23 @@ fn bad_forward_gzip_bomb() {
     let mut bad = Client::connect(&server);
     bad.send_lossy(&cat(&[
         &arr(3),
-        &s(TAG),
+        &s("bomb"),
         &bin(&bomb),
         &record(&[("compressed", s("gzip")), ("chunk", s("bomb"))]),
     ]));
     bad.expect_closed_after(&[], "a gzip bomb");
     expect_errors(&server, &[("oversized", 1)], "a gzip bomb");
     let lines = good_client_is_served(&server, "after the bomb");
-    assert_eq!(lines.len(), 2, "nothing of the bomb is written");
+    let of_bomb = lines.iter().filter(|v| v["tag"] == json!("bomb")).count();
+    assert!(
+        of_bomb <= (1 << 20) / 3,
+        "only entries within the first 1MiB may be written, not {of_bomb}"
+    );
+    assert_eq!(lines.len() - of_bomb, 2, "the good clients' events");
     let grown_kib = server.peak_rss_kib().saturating_sub(base_kib);
     assert!(
-        grown_kib < 8 * 1024,
-        "peak RSS grew by {grown_kib} KiB for a bomb capped at 1MiB{}",
+        grown_kib < 48 * 1024,
+        "peak RSS grew by {grown_kib} KiB for a bomb capped at 1MiB in a 32MiB budget{}",
         bad.explain()
     );
     // Entries that inflate to just under the limit are accepted.
@@ -1934,15 +1945,18 @@ fn bad_forward_gzip_bomb() {
     c.expect(&ack("fits"), "entries inflating to just under 1MiB");
     let lines = read_lines(&server.out());
     assert_eq!(
-        lines.len(),
-        2 + n,
+        lines.iter().filter(|v| v["tag"] == json!("fits")).count(),
+        n,
         "all {n} entries under the limit are written"
     );
     server.finish();
 }
 
-/// The zstd bomb: 40 RLE blocks of 128KiB (5MiB) in 166 bytes, with
-/// `max_decompressed_size: 1MiB`: `oversized`, closed, nothing written.
+/// The zstd bomb: 40 RLE blocks of 128KiB (5MiB) of nils in 166 bytes: every entry is invalid,
+/// so the request is refused as mostly invalid after the first thousand (`protocol`, and the
+/// thousand counted as `parse`), closed, nothing written. 16MiB of valid tiny entries
+/// compressed with zstd, with `max_decompressed_size: 1MiB`: `oversized`. A zstd blob that is
+/// no zstd: `decompression`.
 #[test]
 fn bad_forward_zstd_bomb() {
     let server = Server::start(&config(", max_decompressed_size: 1MiB"));
@@ -1954,8 +1968,28 @@ fn bad_forward_zstd_bomb() {
         &bin(&bomb),
         &record(&[("compressed", s("zstd")), ("chunk", s("zbomb"))]),
     ]));
-    bad.expect_closed_after(&[], "a zstd bomb");
-    expect_errors(&server, &[("oversized", 1)], "a zstd bomb");
+    bad.expect_closed_after(&[], "a zstd bomb of nils");
+    expect_errors(
+        &server,
+        &[("protocol", 1), ("parse", 1000)],
+        "a zstd bomb of nils",
+    );
+    let inflated: Vec<u8> = [0x92, 0x00, 0x80].repeat((16 << 20) / 3);
+    let bomb = zstd::bulk::compress(&inflated, 3).unwrap();
+    assert!(bomb.len() < 64 * 1024, "the bomb is {} bytes", bomb.len());
+    let mut bad = Client::connect(&server);
+    bad.send_lossy(&cat(&[
+        &arr(3),
+        &s("zbomb"),
+        &bin(&bomb),
+        &record(&[("compressed", s("zstd")), ("chunk", s("zbomb2"))]),
+    ]));
+    bad.expect_closed_after(&[], "a zstd bomb of valid entries");
+    expect_errors(
+        &server,
+        &[("protocol", 1), ("parse", 1000), ("oversized", 1)],
+        "a zstd bomb of valid entries",
+    );
     // A zstd blob that is no zstd.
     let mut bad = Client::connect(&server);
     bad.send_lossy(&cat(&[
@@ -1967,11 +2001,20 @@ fn bad_forward_zstd_bomb() {
     bad.expect_closed_after(&[], "a blob that is no zstd");
     expect_errors(
         &server,
-        &[("oversized", 1), ("decompression", 1)],
+        &[
+            ("protocol", 1),
+            ("parse", 1000),
+            ("oversized", 1),
+            ("decompression", 1),
+        ],
         "a broken zstd frame",
     );
-    let lines = good_client_is_served(&server, "after the zstd bomb");
-    assert_eq!(lines.len(), 1, "nothing of the bomb");
+    let lines = good_client_is_served(&server, "after the zstd bombs");
+    assert_eq!(
+        lines.iter().filter(|v| v["tag"] == json!(TAG)).count(),
+        1,
+        "nothing of the bomb of nils"
+    );
     server.finish();
 }
 
@@ -2013,9 +2056,11 @@ fn request_of_size(total: usize, chunk: &str) -> Vec<u8> {
     panic!("no request of exactly {total} bytes");
 }
 
-/// A request over `max_request_size` (64KiB here) closes the connection as `oversized` as soon
-/// as its header says so, nothing of it written; one of exactly 64KiB is accepted. The limit
-/// also holds for a request made of many small values (a Forward array that never ends).
+/// `max_request_size` (64KiB here) bounds what is held whole: a request of exactly 64KiB with
+/// one entry is accepted; one whose one entry is over it closes the connection as `oversized`
+/// (nothing of it written), and so does a Message-mode request over it. A Forward
+/// array of many small entries, 500KiB in all, is no value held whole: it is read entry by entry,
+/// written and acknowledged.
 #[test]
 fn bad_forward_request_over_max_request_size() {
     let server = Server::start(&config(", max_request_size: 64KiB"));
@@ -2027,30 +2072,54 @@ fn bad_forward_request_over_max_request_size() {
     );
     drop(c);
 
+    // The request's head and option take less than 100 bytes: its entry is over 64KiB.
     let mut bad = Client::connect(&server);
-    bad.send_lossy(&request_of_size(64 * 1024 + 1, "one-byte-over"));
-    bad.expect_closed_after(&[], "a request one byte over max_request_size");
-    expect_errors(&server, &[("oversized", 1)], "one byte over");
+    bad.send_lossy(&request_of_size(64 * 1024 + 100, "one-byte-over"));
+    bad.expect_closed_after(&[], "an entry over max_request_size");
+    expect_errors(&server, &[("oversized", 1)], "an entry over");
 
     let mut bad = Client::connect(&server);
+    bad.send_lossy(&message_request(
+        TAG,
+        &uint32(now_secs()),
+        &record(&[
+            ("message", s("huge message")),
+            ("pad", s("p".repeat(70_000))),
+        ]),
+        Some("huge-message"),
+    ));
+    bad.expect_closed_after(&[], "a Message-mode request over max_request_size");
+    expect_errors(&server, &[("oversized", 2)], "a huge Message-mode request");
+
+    let mut c = Client::connect(&server);
     let e = entry(&uint32(1_700_000_000), &msg("many small entries"));
-    let header = cat(&[&arr(2), &s(TAG), &[0xdd], &100_000u32.to_be_bytes()]);
-    bad.send_lossy(&header);
-    for _ in 0..200 {
-        bad.send_lossy(&e.repeat(50));
+    let count = (500 * 1024) / e.len();
+    c.send(&cat(&[
+        &arr(3),
+        &s(TAG),
+        &[0xdd],
+        &(count as u32).to_be_bytes(),
+    ]));
+    for _ in 0..count / 50 {
+        c.send(&e.repeat(50));
     }
-    bad.expect_closed_after(&[], "a Forward array past max_request_size");
-    expect_errors(&server, &[("oversized", 2)], "a huge Forward array");
+    c.send(&e.repeat(count % 50));
+    c.send(&chunk_option("many"));
+    c.expect(
+        &ack("many"),
+        "a Forward array past max_request_size, read entry by entry",
+    );
 
     let lines = good_client_is_served(&server, "after oversized requests");
     assert_eq!(
         lines.len(),
-        2,
-        "the 64KiB request and the good client: {lines:?}"
+        2 + count,
+        "the 64KiB request, the long Forward array and the good client"
     );
     assert!(
-        lines.iter().all(|v| v["message"] != json!("one-byte-over")
-            && v["message"] != json!("many small entries")),
+        lines.iter().all(
+            |v| v["message"] != json!("one-byte-over") && v["message"] != json!("huge message")
+        ),
         "nothing of an oversized request is written"
     );
     server.finish();

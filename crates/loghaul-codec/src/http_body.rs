@@ -17,8 +17,6 @@
 //! containers' children after them, the top-level `message` string lifted into the event's
 //! message); strings are copied into the batch's arena. Text lines are spans of the body itself.
 
-use std::io::Read as _;
-
 use crate::record::RecordBuilder;
 use bytes::Bytes;
 use loghaul_core::{Event, EventBatch, Field, OptSpan, Span, Value};
@@ -180,87 +178,37 @@ pub fn decode(
     Ok(b.records.finish(source, "http_server"))
 }
 
-/// A `Content-Encoding` the decoder inflates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Encoding {
-    /// gzip, possibly several members back to back.
-    Gzip,
-    /// A zstd frame (or several).
-    Zstd,
-}
+pub use crate::inflate::{Encoding, InflateError};
 
-impl Encoding {
-    /// The encoding a `Content-Encoding` token (already trimmed and lower-cased) names, if it is
-    /// one of these.
-    pub fn from_name(name: &str) -> Option<Encoding> {
-        match name {
-            "gzip" => Some(Encoding::Gzip),
-            "zstd" => Some(Encoding::Zstd),
-            _ => None,
-        }
-    }
-
-    /// The token as written in `Content-Encoding`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Encoding::Gzip => "gzip",
-            Encoding::Zstd => "zstd",
-        }
-    }
-}
-
-impl std::fmt::Display for Encoding {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Why a compressed body was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum InflateError {
-    /// It inflates past the limit.
-    TooLarge,
-    /// It is not valid gzip or zstd; the decompressor's reason.
-    Broken(String),
-}
-
-impl std::fmt::Display for InflateError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            InflateError::TooLarge => f.write_str("the body inflates past its limit"),
-            InflateError::Broken(why) => f.write_str(why),
-        }
-    }
-}
-
-impl std::error::Error for InflateError {}
-
-/// Inflates `body` reading at most one byte past `limit`, so a bomb costs `limit` bytes.
+/// Inflates `body` whole, reading at most one byte past `limit`, so a bomb costs `limit` bytes.
 ///
 /// It blocks for as long as decompression takes; a caller on an async runtime runs it where
-/// blocking is allowed.
+/// blocking is allowed. A caller that charges memory as it grows uses
+/// [`crate::inflate::Inflater`] directly.
 ///
 /// # Errors
 ///
 /// [`InflateError::TooLarge`] when the body inflates past `limit`; [`InflateError::Broken`] when
 /// it does not decompress.
 pub fn inflate(encoding: Encoding, body: &[u8], limit: usize) -> Result<Bytes, InflateError> {
+    let mut inflater = crate::inflate::Inflater::new(encoding, limit)?;
     let mut out = Vec::new();
-    let cap = (limit as u64).saturating_add(1);
-    let read = match encoding {
-        Encoding::Gzip => flate2::read::MultiGzDecoder::new(body)
-            .take(cap)
-            .read_to_end(&mut out),
-        Encoding::Zstd => match zstd::stream::read::Decoder::with_buffer(body) {
-            Ok(d) => d.take(cap).read_to_end(&mut out),
-            Err(e) => Err(e),
-        },
-    };
-    match read {
-        Err(e) => Err(InflateError::Broken(e.to_string())),
-        Ok(_) if out.len() > limit => Err(InflateError::TooLarge),
-        Ok(_) => Ok(Bytes::from(out)),
+    let mut input = body;
+    loop {
+        let before = out.len();
+        let used = inflater.inflate(input, &mut out, 1 << 20)?;
+        input = input.get(used..).unwrap_or_default();
+        if used == 0 && out.len() == before {
+            break;
+        }
     }
+    if !input.is_empty() {
+        return Err(InflateError::Broken(
+            "bytes after the end of the compressed data".to_owned(),
+        ));
+    }
+    inflater.finish()?;
+    Ok(Bytes::from(out))
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@
 //! - [`framing`]: newline and RFC 6587 octet-counted framing, with per-message auto-detection.
 //! - [`syslog`]: RFC 5424 and RFC 3164 decoders (strict or lenient), zero-copy.
 //! - [`forward`]: the Fluentd forward protocol (all modes, gzip and zstd entries).
-//! - [`http_body`]: HTTP request bodies (JSON, NDJSON, text; gzip or zstd), bounded inflating.
+//! - [`http_body`]: HTTP request bodies (JSON, NDJSON, text).
+//! - [`inflate`]: bounded, incremental gzip and zstd decompression (HTTP bodies, forward entries).
 //! - [`record`]: JSON records into a batch's fields table (HTTP bodies, Kafka messages).
 //! - [`encode`]: hand-written JSON and text encoders.
 //!
@@ -20,6 +21,7 @@ pub mod encode;
 pub mod forward;
 pub mod framing;
 pub mod http_body;
+pub mod inflate;
 pub mod record;
 mod scan;
 pub use scan::is_ascii;

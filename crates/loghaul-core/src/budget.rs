@@ -121,6 +121,14 @@ impl Charge {
         }
     }
 
+    /// Takes over what `other` holds, charged to the same budget, without touching the budget:
+    /// a step's charge joins the batch it was taken for.
+    pub fn absorb(&self, other: Charge) {
+        debug_assert!(Arc::ptr_eq(&self.budget, &other.budget));
+        let bytes = other.bytes.swap(0, Ordering::Relaxed);
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     /// The bytes held.
     pub fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
@@ -169,6 +177,14 @@ mod tests {
         }
         assert_eq!(budget.used(), 10);
         drop(b);
+        assert_eq!(budget.used(), 0);
+        // A step's charge joins its batch's: nothing changes in the budget.
+        let (batch, step) = (budget.try_charge(10), budget.try_charge(20));
+        if let (Some(batch), Some(step)) = (&batch, step) {
+            batch.absorb(step);
+            assert_eq!((batch.bytes(), budget.used()), (30, 30));
+        }
+        drop(batch);
         assert_eq!(budget.used(), 0);
         // Alone, an oversized charge moves.
         let big = budget.try_charge(1000);

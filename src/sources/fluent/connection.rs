@@ -2,22 +2,38 @@
 //! batches out, and acknowledgements back in request order.
 //!
 //! ```text
-//! read ─► Splitter (complete requests) ─► Decoder ─► EventBatch ─► fan-out (waits when full)
-//!                                                        └─ chunk ids ─► pending (FIFO)
+//! read ─► Splitter: a whole request? ─┬─ Message, heartbeat ─► Decoder (whole) ─┐
+//!                                     └─ Forward, PackedForward ─► Stream ───────┤ (steps, each
+//!         a request still arriving, once STREAM_FROM of it is here ─► Stream ────┤  charged to the
+//!                                                                                │  memory budget
+//!                                                                                ▼  first)
+//!             batch ─► fan-out (waits when full) ─► pending (FIFO, with the chunk ids of the
+//!                                                   requests that end in it)
 //! pending front resolves (every sink committed) ─► {"ack": chunk} for each of its requests
 //! ```
 //!
 //! Acknowledgements never lie: a chunk is answered only after every sink fed by the source has
-//! committed the events of its request (with `acknowledgements: false`, once they are queued). A
-//! batch that a sink could not commit gets no ack, and the connection is closed after the acks
-//! owed before it, so the client resends what was not acknowledged (on a keep-alive socket a
-//! skipped ack would shift every later one). At most [`MAX_PENDING`] batches wait for their
-//! acks; beyond that the connection stops reading, and TCP pushes back on the client.
+//! committed the events of its request (with `acknowledgements: false`, once they are queued),
+//! in all the batches the request's events went out in. A batch that a sink could not commit
+//! gets no ack, and the connection is closed after the acks owed before it, so the client
+//! resends what was not acknowledged (on a keep-alive socket a skipped ack would shift every
+//! later one). At most [`MAX_PENDING`] batches wait for their acks; beyond that the connection
+//! stops reading, and TCP pushes back on the client.
 //!
-//! A stream that breaks the protocol (broken msgpack, the wrong shape, a request past
+//! Memory: every decoding step first takes what it may decode from the memory budget
+//! (`limits.memory`); when the budget is spent the batch filled so far goes out and the
+//! connection waits, reading nothing. A request of any size costs one step at a time, so the
+//! 256 MB chunks of fluentd's file buffer are read as they come. A request is written whole or
+//! not at all when it arrives whole before [`STREAM_FROM`] of it is buffered and decodes to less
+//! than [`BATCH_MEMORY`] (and the budget lasts while it is decoded); otherwise its events go out
+//! in several batches, and when it breaks part way, what went out of it stays (it is never
+//! acknowledged, so the client sends it again: at least once).
+//!
+//! A stream that breaks the protocol (broken msgpack, the wrong shape, a value past
 //! `max_request_size`, entries that do not decompress or decompress past
-//! `max_decompressed_size`) closes this connection only, after the requests before it were
-//! handled; it is counted and logged at a limited rate.
+//! `max_decompressed_size`, a request that is mostly invalid entries) closes this connection
+//! only, after the requests before it were handled; it is counted and logged at a limited rate,
+//! naming the limit and its value.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -25,7 +41,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use loghaul_codec::forward::{Decoder, RequestError, SplitError, Splitter, handshake, write_ack};
+use loghaul_codec::forward::{
+    Decoder, RequestError, SplitError, Splitter, Step, Stream, carries_entries, entry_cost,
+    handshake, write_ack,
+};
+use loghaul_core::budget::Charge;
 use loghaul_core::{BatchNotifier, BatchStatus, BatchStatusReceiver, EventBatch, Timestamp};
 use tokio::io::AsyncWriteExt;
 
@@ -34,13 +54,18 @@ use super::config::Security;
 use crate::metrics::{DiscardReason, ErrorKind};
 use crate::net::listener::{Conn, Read};
 
-/// Bytes read per syscall (and so about the largest arena one read produces).
+/// Bytes read per syscall.
 const READ_SIZE: usize = 128 * 1024;
 /// Read again only when at least this much buffer space is free; otherwise grow first.
 const MIN_READ_SPACE: usize = 16 * 1024;
-/// A batch is cut once its arena (wire bytes and decompressed entries) passes this, so a read
-/// holding many compressed requests does not become one huge batch.
-const BATCH_BYTES: usize = 8 << 20;
+/// A batch goes out once what it holds (events, fields, arena) passes this.
+const BATCH_MEMORY: usize = 8 << 20;
+/// What one decoding step may take from the memory budget (it decodes at most this divided by
+/// `WORST_PER_BYTE` bytes of entries: 31 KiB).
+const STEP: usize = 1 << 20;
+/// A request still arriving is read as it comes once this much of it is buffered; a smaller
+/// one waits until it is whole.
+const STREAM_FROM: usize = 1 << 20;
 /// Batches of one connection waiting for their acks before reading pauses.
 const MAX_PENDING: usize = 64;
 /// How long a client has to complete the handshake.
@@ -48,7 +73,8 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest PING accepted.
 const MAX_PING: usize = 64 * 1024;
 
-/// Requests of one batch waiting for the batch's fate, to be acknowledged in order.
+/// A batch sent on, waiting for its fate; the requests whose last events it holds are
+/// acknowledged, in order, once it is delivered.
 struct Pending {
     status: Option<BatchStatusReceiver>,
     result: Option<BatchStatus>,
@@ -74,7 +100,16 @@ pub async fn serve(mut conn: Conn, ctx: Arc<FluentContext>) {
         tls_subject: conn.tls_subject.clone(),
         splitter: Splitter::new(ctx.config.max_request_size),
         decoder: Decoder::new(ctx.limits),
+        stream: Stream::new(
+            ctx.config.max_request_size,
+            ctx.limits.max_decompressed_size,
+        ),
         pending: VecDeque::new(),
+        arena: BytesMut::new(),
+        batch: new_batch(&ctx, conn.peer),
+        chunks: Vec::new(),
+        wire: 0,
+        charge: None,
         ctx,
         close: false,
         failed: false,
@@ -82,14 +117,31 @@ pub async fn serve(mut conn: Conn, ctx: Arc<FluentContext>) {
     c.run(&mut conn, &mut buf).await;
 }
 
+fn new_batch(ctx: &FluentContext, peer: SocketAddr) -> EventBatch {
+    let mut batch = EventBatch::new(bytes::Bytes::new(), ctx.id.clone(), "fluent");
+    batch.peers.push(peer.ip());
+    batch
+}
+
 struct Connection {
     ctx: Arc<FluentContext>,
     peer: SocketAddr,
     /// The subject of the client's TLS certificate: every event gets it as `tls_subject`.
     tls_subject: Option<Arc<str>>,
+    /// Finds where whole requests end (Message mode is decoded whole; the entry-carrying
+    /// modes are read whole when they are small).
     splitter: Splitter,
     decoder: Decoder,
+    /// Reads Forward and PackedForward requests entry by entry.
+    stream: Stream,
     pending: VecDeque<Pending>,
+    /// The batch being filled, its arena, the chunk ids of the requests that ended in it, the
+    /// wire bytes it came from, and what it holds of the memory budget.
+    arena: BytesMut,
+    batch: EventBatch,
+    chunks: Vec<Vec<u8>>,
+    wire: usize,
+    charge: Option<Charge>,
     /// Stop reading: the stream broke, or an ack could not be given.
     close: bool,
     /// An ack could not be given: answer nothing more on this connection.
@@ -131,9 +183,10 @@ impl Connection {
                 },
             }
         }
-        if !buf.is_empty() && !self.close {
-            // The client went away (or stopped) in the middle of a request: nothing of it is
-            // kept, and it was never acknowledged, so a real client resends it.
+        if (!buf.is_empty() || self.stream.in_request()) && !self.close {
+            // The client went away (or stopped) in the middle of a request: it was never
+            // acknowledged, so a real client resends it. Nothing of it is kept, unless it was
+            // large enough to be read as it came (what went out of it stays).
             self.ctx.metrics.error(ErrorKind::Protocol, 1);
             crate::warn_limited!(self.ctx.metrics, peer = %self.peer, bytes = buf.len(), "A forward connection ended in the middle of a request.");
         }
@@ -150,89 +203,201 @@ impl Connection {
         let _ = conn.stream.shutdown().await;
     }
 
-    /// Splits and decodes every complete request in `buf` into batches and sends them on.
+    /// Decodes what `buf` holds into batches and sends them on: whole requests, and a request
+    /// still arriving once it is large.
     async fn process(&mut self, conn: &mut Conn, buf: &mut BytesMut) {
-        let mut arena = BytesMut::new();
-        let mut batch = self.new_batch();
-        let mut chunks: Vec<Vec<u8>> = Vec::new();
-        let mut wire = 0;
         while !self.close {
-            let n = match self.splitter.split(buf) {
-                Ok(Some(n)) => n,
-                Ok(None) => break,
-                Err(e) => {
-                    self.broken_stream(e);
+            if self.stream.in_request() {
+                if !self.step(conn, buf).await {
                     break;
                 }
+                continue;
+            }
+            if self.filled() >= BATCH_MEMORY {
+                self.emit(conn).await;
+            }
+            match self.splitter.split(buf) {
+                Ok(Some(n)) if carries_entries(&buf[..n]) == Some(true) => self.begin(buf),
+                Ok(Some(n)) => self.whole(conn, buf, n).await,
+                Ok(None) if buf.len() >= STREAM_FROM && carries_entries(buf) == Some(true) => {
+                    self.begin(buf);
+                }
+                Ok(None) => break,
+                // Too large to be held whole, but read entry by entry it needs no more than a
+                // step at a time.
+                Err(SplitError::TooLarge { .. }) if carries_entries(buf) == Some(true) => {
+                    self.begin(buf);
+                }
+                Err(e) => self.broken_stream(e),
+            }
+        }
+        // What is complete goes out now (the requests before a broken one too). A request
+        // still arriving goes out in part: waiting for its end would hold its memory for as
+        // long as the client takes.
+        self.emit(conn).await;
+        self.account();
+    }
+
+    /// Starts reading the request at the front of `buf` entry by entry.
+    fn begin(&mut self, buf: &mut BytesMut) {
+        // The splitter walked part of this request; the stream reads it from its start.
+        self.splitter = Splitter::new(self.ctx.config.max_request_size);
+        let before = buf.len();
+        let begun = self.stream.begin(buf, &mut self.arena, &self.batch);
+        self.wire += before - buf.len();
+        match begun {
+            Ok(true) => {}
+            // The splitter saw the head whole, so it is here.
+            Ok(false) => self.broken_request(&RequestError::Malformed(
+                "a request's head runs past what arrived",
+            )),
+            Err(e) => self.broken_request(&e),
+        }
+    }
+
+    /// One step of the request being read; false when it needs more input.
+    async fn step(&mut self, conn: &mut Conn, buf: &mut BytesMut) -> bool {
+        let mut allowance = STEP;
+        loop {
+            let Some(step_charge) = self.reserve(conn, allowance).await else {
+                return false;
             };
-            let start = arena.len();
-            arena.unsplit(buf.split_to(n));
-            wire += n;
-            // Inflating can take a worker for a long time (256MiB is about half a second):
-            // other connections on the same worker must not wait for it.
-            let compressed = arena
-                .get(start..start + n)
-                .is_some_and(loghaul_codec::forward::is_compressed);
-            let decoder = &mut self.decoder;
-            let mut decode = || decoder.decode(&mut arena, start, start + n, &mut batch, 0);
-            let decoded = if compressed {
-                crate::pipeline::cpu_heavy(decode)
-            } else {
-                decode()
-            };
-            match decoded {
-                Ok(request) => {
+            let before = buf.len();
+            let step = self
+                .stream
+                .step(buf, &mut self.arena, &mut self.batch, allowance);
+            // Bytes can go back into `buf` (those after a Forward array's last entry).
+            self.wire = (self.wire + before).saturating_sub(buf.len());
+            self.settle(step_charge);
+            match step {
+                Ok(Step::NeedInput) => return false,
+                Ok(Step::Progress) => {}
+                Ok(Step::NeedRoom(cost)) => {
+                    allowance = cost;
+                    continue;
+                }
+                Ok(Step::Done(request)) => {
                     if let Some((s, e)) = request.chunk {
-                        chunks.push(arena.get(s..e).unwrap_or_default().to_vec());
+                        self.chunks
+                            .push(self.arena.get(s..e).unwrap_or_default().to_vec());
                     }
                 }
                 Err(e) => {
                     self.broken_request(&e);
-                    break;
+                    return false;
                 }
             }
-            if arena.len() >= BATCH_BYTES {
-                let full = std::mem::replace(&mut batch, self.new_batch());
-                self.emit(
-                    conn,
-                    std::mem::take(&mut arena),
-                    full,
-                    std::mem::take(&mut chunks),
-                    wire,
-                )
-                .await;
-                wire = 0;
+            if self.filled() >= BATCH_MEMORY {
+                self.emit(conn).await;
             }
+            return true;
         }
-        self.emit(conn, arena, batch, chunks, wire).await;
-        self.account();
     }
 
-    fn new_batch(&self) -> EventBatch {
-        let mut batch = EventBatch::new(bytes::Bytes::new(), self.ctx.id.clone(), "fluent");
-        batch.peers.push(self.peer.ip());
-        batch
+    /// A request decoded whole: Message mode, a heartbeat (or a request that is broken).
+    async fn whole(&mut self, conn: &mut Conn, buf: &mut BytesMut, n: usize) {
+        let cost = entry_cost(n, self.splitter.last_nodes());
+        let Some(step_charge) = self.reserve(conn, cost).await else {
+            return;
+        };
+        let start = self.arena.len();
+        self.arena.unsplit(buf.split_to(n));
+        self.wire += n;
+        let decoded = self
+            .decoder
+            .decode(&mut self.arena, start, start + n, &mut self.batch, 0);
+        self.settle(step_charge);
+        match decoded {
+            Ok(request) => {
+                if let Some((s, e)) = request.chunk {
+                    self.chunks
+                        .push(self.arena.get(s..e).unwrap_or_default().to_vec());
+                }
+            }
+            Err(e) => self.broken_request(&e),
+        }
     }
 
-    /// Sends one batch on, and queues (or writes) the acks of its requests.
-    async fn emit(
-        &mut self,
-        conn: &mut Conn,
-        arena: BytesMut,
-        mut batch: EventBatch,
-        chunks: Vec<Vec<u8>>,
-        wire: usize,
-    ) {
+    /// Memory the batch being filled holds.
+    fn filled(&self) -> usize {
+        loghaul_core::budget::batch_bytes(&self.batch) + self.arena.len()
+    }
+
+    /// Takes `bytes` of the memory budget for the next decoding step: at once when they fit;
+    /// otherwise the batch filled so far goes out first (so that this connection holds nothing
+    /// while it waits), and then it waits. `Some` without a charge when the source has no
+    /// budget; `None` when the step can never be allowed (it needs more than the whole budget:
+    /// the connection is closed).
+    async fn reserve(&mut self, conn: &mut Conn, bytes: usize) -> Option<Option<Charge>> {
+        let Some(budget) = self.ctx.fanout.budget().cloned() else {
+            return Some(None);
+        };
+        if bytes > budget.limit() {
+            self.ctx.metrics.error(ErrorKind::Oversized, 1);
+            crate::warn_limited!(self.ctx.metrics, peer = %self.peer, needs = bytes, limit = budget.limit(), "Closing a forward connection: an entry needs more memory to decode than limits.memory allows.");
+            self.close = true;
+            return None;
+        }
+        if let Some(charge) = budget.try_charge(bytes) {
+            return Some(Some(charge));
+        }
+        if !self.batch.is_empty() {
+            self.emit(conn).await;
+        }
+        Some(Some(budget.charge(bytes).await))
+    }
+
+    /// After a step: the batch's charge takes over the step's, made exact.
+    fn settle(&mut self, step: Option<Charge>) {
+        let Some(step) = step else {
+            return;
+        };
+        let filled = self.filled();
+        match &self.charge {
+            Some(charge) => charge.absorb(step),
+            None => self.charge = Some(step),
+        }
+        if let Some(charge) = &self.charge {
+            charge.resize(filled);
+        }
+    }
+
+    /// Sends the batch being filled on (with the acks of the requests that ended in it), and
+    /// starts a new one; a request still being read goes on in the new one.
+    async fn emit(&mut self, conn: &mut Conn) {
+        if self.batch.is_empty() && self.chunks.is_empty() {
+            // Nothing to send. Between requests, what was read (heartbeats, dropped entries) is
+            // counted and its bytes let go; within one, they are the request's and stay.
+            if !self.stream.in_request() {
+                self.ctx.metrics.received(0, std::mem::take(&mut self.wire));
+                self.arena = BytesMut::new();
+                self.charge = None;
+            }
+            return;
+        }
+        let mut arena = std::mem::take(&mut self.arena);
+        self.stream.carry(&mut arena, &mut self.arena);
+        let in_request = self.stream.in_request();
+        let mut batch = std::mem::replace(&mut self.batch, new_batch(&self.ctx, self.peer));
+        let chunks = std::mem::take(&mut self.chunks);
+        let wire = std::mem::take(&mut self.wire);
+        let charge = self.charge.take();
         batch.arena = arena.freeze();
         batch.received = Timestamp::now();
         if let Some(subject) = &self.tls_subject {
             batch.add_field(crate::net::tls::TLS_SUBJECT, subject);
         }
+        if let Some(charge) = charge {
+            charge.resize(loghaul_core::budget::batch_bytes(&batch));
+            batch.charge = Some(Arc::new(charge));
+        }
         if wire > 0 {
             // Wire bytes count even when no event came of them (heartbeats, other signals).
             self.ctx.metrics.received(batch.len(), wire);
         }
-        if self.ctx.acknowledgements && !chunks.is_empty() && !batch.is_empty() {
+        // A batch holding part of a request still being read is tracked too: that request's
+        // ack, given with a later batch, must wait for this one.
+        if self.ctx.acknowledgements && (!chunks.is_empty() || in_request) && !batch.is_empty() {
             let (finalizer, status) = BatchNotifier::new_with_receiver();
             batch.finalizer = finalizer;
             self.ctx.fanout.send(batch).await;
@@ -301,28 +466,33 @@ impl Connection {
 
     fn broken_request(&mut self, e: &RequestError) {
         let kind = match e {
-            RequestError::Malformed(_) => ErrorKind::Protocol,
+            RequestError::Malformed(_) | RequestError::MostlyInvalid { .. } => ErrorKind::Protocol,
             RequestError::UnknownCompression(_) | RequestError::Decompress(_) => {
                 ErrorKind::Decompression
             }
-            RequestError::TooLarge { .. } => ErrorKind::Oversized,
+            RequestError::TooLarge { .. } | RequestError::ValueTooLarge { .. } => {
+                ErrorKind::Oversized
+            }
         };
         self.ctx.metrics.error(kind, 1);
         crate::warn_limited!(self.ctx.metrics, error = %e, peer = %self.peer, "Closing a forward connection: a request cannot be processed.");
         self.close = true;
     }
 
-    /// Moves the decoder's counts into the metrics.
+    /// Moves the decoders' counts into the metrics.
     fn account(&mut self) {
-        let s = std::mem::take(&mut self.decoder.stats);
+        let whole = std::mem::take(&mut self.decoder.stats);
+        let streamed = self.stream.take_stats();
+        let invalid = whole.invalid_events + streamed.invalid_events;
+        let other = whole.other_signals + streamed.other_signals;
         let m = &self.ctx.metrics;
-        if s.invalid_events > 0 {
-            m.error(ErrorKind::Parse, s.invalid_events);
-            m.discarded(DiscardReason::Invalid, s.invalid_events);
-            crate::warn_limited!(m, peer = %self.peer, count = s.invalid_events, "Dropped forward entries that are no valid event (time, record or tag of the wrong type).");
+        if invalid > 0 {
+            m.error(ErrorKind::Parse, invalid);
+            m.discarded(DiscardReason::Invalid, invalid);
+            crate::warn_limited!(m, peer = %self.peer, count = invalid, "Dropped forward entries that are no valid event (time, record or tag of the wrong type).");
         }
-        if s.other_signals > 0 {
-            m.discarded(DiscardReason::Unsupported, s.other_signals);
+        if other > 0 {
+            m.discarded(DiscardReason::Unsupported, other);
         }
     }
 }

@@ -22,8 +22,6 @@
 //!   like fluentd's `skip_invalid_event`, and the rest of the request is accepted (and acked: a
 //!   retry could never fix it).
 
-use std::io::Read as _;
-
 use bytes::BytesMut;
 use loghaul_core::{Event, EventBatch, Field, OptSpan, Span, Timestamp, Value};
 
@@ -33,8 +31,8 @@ use super::msgpack::{Head, ReadError, Reader};
 /// events. Deep enough for real documents, shallow enough to bound the decoder's recursion.
 pub const MAX_RECORD_DEPTH: usize = 64;
 
-/// Decompression output kept allocated between requests; larger buffers are freed after use.
-const SCRATCH_KEPT: usize = 4 << 20;
+/// The memory one step of a whole request's entries may decode (see [`super::Stream`]).
+const STEP: usize = 1 << 20;
 
 /// What decoding may create.
 #[derive(Debug, Clone, Copy)]
@@ -78,7 +76,17 @@ pub enum RequestError {
     Decompress(String),
     /// Decompressing the entries, or decoding them, would take more than `max_decompressed_size`.
     TooLarge { limit: usize },
+    /// One entry, the head or the option of a request is longer than `max_request_size` (what
+    /// is held whole while it arrives).
+    ValueTooLarge { limit: usize },
+    /// Most of the request's entries are no valid event (at least [`MAX_INVALID`] of them, and
+    /// more than the valid ones): garbage, not a client's mistake in a few records.
+    MostlyInvalid { invalid: u64, valid: u64 },
 }
+
+/// Invalid entries a request may hold before it is refused as mostly invalid (when they are
+/// also more than its valid ones); until then they are dropped and counted, as fluentd does.
+pub const MAX_INVALID: u64 = 1000;
 
 impl std::fmt::Display for RequestError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -95,14 +103,32 @@ impl std::fmt::Display for RequestError {
                 f,
                 "decompressed entries, or their decoded events, larger than max_decompressed_size ({limit} bytes)"
             ),
+            RequestError::ValueTooLarge { limit } => write!(
+                f,
+                "an entry, or a request's head or option, larger than max_request_size ({limit} bytes)"
+            ),
+            RequestError::MostlyInvalid { invalid, valid } => write!(
+                f,
+                "{invalid} of the request's entries are no valid event ({valid} valid): refused"
+            ),
         }
+    }
+}
+
+/// What a value cut short by the end of the bytes given is reported as.
+pub(super) const TRUNCATED: &str = "a value runs past the end of the request";
+
+impl RequestError {
+    /// Whether this is a value cut short: more bytes may complete it.
+    pub(super) fn is_truncation(&self) -> bool {
+        matches!(self, RequestError::Malformed(why) if *why == TRUNCATED)
     }
 }
 
 impl From<ReadError> for RequestError {
     fn from(e: ReadError) -> RequestError {
         RequestError::Malformed(match e {
-            ReadError::Truncated => "a value runs past the end of the request",
+            ReadError::Truncated => TRUNCATED,
             ReadError::InvalidMarker => "invalid msgpack marker 0xc1",
         })
     }
@@ -120,10 +146,10 @@ pub struct DecodeStats {
 
 /// The parsed option map.
 #[derive(Debug)]
-struct Options {
-    chunk: Option<(usize, usize)>,
-    compression: Compression,
-    logs: bool,
+pub(super) struct Options {
+    pub(super) chunk: Option<(usize, usize)>,
+    pub(super) compression: Compression,
+    pub(super) logs: bool,
 }
 
 impl Default for Options {
@@ -138,7 +164,7 @@ impl Default for Options {
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum Compression {
+pub(super) enum Compression {
     #[default]
     None,
     Gzip,
@@ -178,11 +204,10 @@ pub fn is_compressed(request: &[u8]) -> bool {
     false
 }
 
-/// Decodes requests of one connection; keeps a scratch buffer for decompression.
+/// Decodes requests of one connection.
 #[derive(Debug)]
 pub struct Decoder {
     limits: Limits,
-    scratch: Vec<u8>,
     pub stats: DecodeStats,
     /// Where the current request's events and fields start in the batch (for its budget).
     request_start: (usize, usize),
@@ -192,7 +217,6 @@ impl Decoder {
     pub fn new(limits: Limits) -> Decoder {
         Decoder {
             limits,
-            scratch: Vec::new(),
             stats: DecodeStats::default(),
             request_start: (0, 0),
         }
@@ -235,6 +259,9 @@ impl Decoder {
         batch: &mut EventBatch,
         peer: u16,
     ) -> Result<Request, RequestError> {
+        if super::stream::carries_entries(arena.get(start..end).unwrap_or_default()) == Some(true) {
+            return self.decode_entries(arena, start, end, batch, peer);
+        }
         let mut r = Reader::new(arena.get(..end).unwrap_or_default(), start);
         let n = match r.head()? {
             Head::Nil => {
@@ -271,24 +298,19 @@ impl Decoder {
                 None
             }
         };
-        let body = r.pos();
-        let mode = match r.clone().head()? {
-            Head::Str(_) | Head::Bin(_) => Mode::PackedForward,
-            Head::Array(_) => Mode::Forward,
-            _ => Mode::Message,
-        };
-        let option_index = if mode == Mode::Message { 3 } else { 2 };
-        if n > option_index + 1 || (mode == Mode::Message && n < 3) {
+        // Message mode (the entry-carrying modes went to the stream above):
+        // [tag, time, record, option?].
+        if n < 3 {
             return Err(RequestError::Malformed(
                 "wrong number of elements for the request's mode",
             ));
         }
-        // The option comes last: skip to it first, since it says how to read the entries.
-        for _ in 1..option_index {
-            r.skip()?;
-        }
-        let options = if n > option_index {
-            self.options(&mut r)?
+        // The option comes last: skip to it first.
+        let body = r.pos();
+        r.skip()?;
+        r.skip()?;
+        let options = if n == 4 {
+            read_options(&mut r)?
         } else {
             Options::default()
         };
@@ -298,131 +320,81 @@ impl Decoder {
             ));
         }
         let mut r = Reader::new(arena.get(..end).unwrap_or_default(), body);
-        let (mode, events) = match mode {
-            Mode::Message => {
-                let valid_from = batch.events.len();
-                self.entry_parts(&mut r, batch, tag, peer)?;
-                (Mode::Message, batch.events.len() - valid_from)
-            }
-            Mode::Forward => {
-                let Head::Array(entries) = r.head()? else {
-                    return Err(RequestError::Malformed("Forward entries are not an array"));
-                };
-                let before = batch.events.len();
-                for _ in 0..entries {
-                    self.entry(&mut r, batch, tag, peer)?;
-                }
-                (Mode::Forward, batch.events.len() - before)
-            }
-            _ => {
-                let Some((blob_start, blob_end)) = r.blob()? else {
-                    return Err(RequestError::Malformed(
-                        "PackedForward entries are not a blob",
-                    ));
-                };
-                let (mode, from, to) = match options.compression {
-                    Compression::None => (Mode::PackedForward, blob_start, blob_end),
-                    c => {
-                        self.decompress(c, arena.get(blob_start..blob_end).unwrap_or_default())?;
-                        let base = arena.len();
-                        arena.extend_from_slice(&self.scratch);
-                        if self.scratch.capacity() > SCRATCH_KEPT {
-                            // One large request must not pin its size for the connection's life.
-                            self.scratch = Vec::new();
-                        }
-                        (Mode::CompressedPackedForward, base, arena.len())
-                    }
-                };
-                let before = batch.events.len();
-                let mut r = Reader::new(arena.get(..to).unwrap_or_default(), from);
-                while !r.at(to) {
-                    self.entry(&mut r, batch, tag, peer)?;
-                }
-                (mode, batch.events.len() - before)
-            }
-        };
+        let valid_from = batch.events.len();
+        self.entry_parts(&mut r, batch, tag, peer)?;
+        let mut events = batch.events.len() - valid_from;
         if !options.logs {
             // Metrics or traces: counted and skipped, never written as log events.
-            batch.events.truncate(batch.events.len() - events);
+            batch.events.truncate(valid_from);
             self.stats.other_signals += events as u64;
-            return Ok(Request {
-                mode,
-                chunk: options.chunk,
-                events: 0,
-            });
+            events = 0;
         }
         Ok(Request {
-            mode,
+            mode: Mode::Message,
             chunk: options.chunk,
             events,
         })
     }
 
-    fn options(&mut self, r: &mut Reader<'_>) -> Result<Options, RequestError> {
-        let mut o = Options::default();
-        let n = match r.head()? {
-            Head::Map(n) => n,
-            Head::Nil => return Ok(o),
-            _ => return Err(RequestError::Malformed("the option is not a map")),
-        };
-        for _ in 0..n {
-            let key = r.blob()?.map(|k| r.slice(k));
-            match key {
-                Some(b"chunk") => match r.blob()? {
-                    Some(chunk) => o.chunk = Some(chunk),
-                    None => return Err(RequestError::Malformed("chunk is not a string")),
-                },
-                Some(b"compressed") => match r.blob()?.map(|c| r.slice(c)) {
-                    Some(b"gzip") => o.compression = Compression::Gzip,
-                    Some(b"zstd") => o.compression = Compression::Zstd,
-                    // fluentd's out_forward always sends the key: "text" means uncompressed.
-                    Some(b"text") => o.compression = Compression::None,
-                    Some(other) => {
-                        return Err(RequestError::UnknownCompression(
-                            String::from_utf8_lossy(other).into_owned(),
-                        ));
-                    }
-                    None => return Err(RequestError::Malformed("compressed is not a string")),
-                },
-                Some(b"fluent_signal") => match r.head()? {
-                    Head::Int(signal) => o.logs = signal == 0,
-                    Head::Nil => {}
-                    _ => return Err(RequestError::Malformed("fluent_signal is not an integer")),
-                },
-                _ => r.skip()?,
-            }
-        }
-        Ok(o)
-    }
-
-    fn decompress(&mut self, c: Compression, blob: &[u8]) -> Result<(), RequestError> {
+    /// A Forward or PackedForward request, whole, through the connection's own entry reader
+    /// ([`super::Stream`]), with its decoded events and fields bounded by
+    /// `max_decompressed_size` (what the stream leaves to a memory budget).
+    fn decode_entries(
+        &mut self,
+        arena: &mut BytesMut,
+        start: usize,
+        end: usize,
+        batch: &mut EventBatch,
+        peer: u16,
+    ) -> Result<Request, RequestError> {
         let limit = self.limits.max_decompressed_size;
-        self.scratch.clear();
-        // Read one byte past the limit: reaching it means the output is too large, whatever
-        // the rest would have been (the reader stops there, so a bomb costs `limit` bytes).
-        let cap = limit as u64 + 1;
-        let read = match c {
-            Compression::Gzip => flate2::read::MultiGzDecoder::new(blob)
-                .take(cap)
-                .read_to_end(&mut self.scratch),
-            Compression::Zstd => match zstd::stream::read::Decoder::with_buffer(blob) {
-                Ok(d) => d.take(cap).read_to_end(&mut self.scratch),
-                Err(e) => Err(e),
-            },
-            Compression::None => return Ok(()),
+        // The stream moves the request's bytes into the arena as it reads them (inflated
+        // entries take the place of compressed ones). When the request is the arena's last,
+        // they are its own bytes, moved back in place; otherwise a copy is read and lands at
+        // the end, so the bytes after the request keep their offsets.
+        let mut buf = if end == arena.len() {
+            arena.split_off(start)
+        } else {
+            BytesMut::from(arena.get(start..end).unwrap_or_default())
         };
-        if let Err(e) = read {
-            return Err(RequestError::Decompress(e.to_string()));
+        let mut stream = super::Stream::new(usize::MAX, limit);
+        stream.set_peer(peer);
+        let (events_from, fields_from) = self.request_start;
+        let result = (|| {
+            if !stream.begin(&mut buf, arena, batch)? {
+                return Err(RequestError::from(ReadError::Truncated));
+            }
+            let mut allowance = STEP;
+            loop {
+                let step = stream.step(&mut buf, arena, batch, allowance)?;
+                allowance = STEP;
+                let decoded = (batch.events.len() - events_from) * std::mem::size_of::<Event>()
+                    + (batch.fields.len() - fields_from) * std::mem::size_of::<Field>();
+                if decoded > limit {
+                    return Err(RequestError::TooLarge { limit });
+                }
+                match step {
+                    super::Step::Done(request) => return Ok(request),
+                    super::Step::Progress => {}
+                    super::Step::NeedRoom(cost) => allowance = cost,
+                    // The request is all here: wanting more is a value that runs past its end.
+                    super::Step::NeedInput => {
+                        return Err(RequestError::from(ReadError::Truncated));
+                    }
+                }
+            }
+        })();
+        if result.is_ok() {
+            let stats = stream.take_stats();
+            self.stats.invalid_events += stats.invalid_events;
+            self.stats.other_signals += stats.other_signals;
         }
-        if self.scratch.len() > limit {
-            self.scratch = Vec::new();
-            return Err(RequestError::TooLarge { limit });
-        }
-        Ok(())
+        arena.unsplit(buf);
+        result
     }
 
     /// One `[time, record]` entry.
-    fn entry(
+    pub(super) fn entry(
         &mut self,
         r: &mut Reader<'_>,
         batch: &mut EventBatch,
@@ -490,8 +462,46 @@ impl Decoder {
     }
 }
 
+/// Reads the option map (or `nil`).
+pub(super) fn read_options(r: &mut Reader<'_>) -> Result<Options, RequestError> {
+    let mut o = Options::default();
+    let n = match r.head()? {
+        Head::Map(n) => n,
+        Head::Nil => return Ok(o),
+        _ => return Err(RequestError::Malformed("the option is not a map")),
+    };
+    for _ in 0..n {
+        let key = r.blob()?.map(|k| r.slice(k));
+        match key {
+            Some(b"chunk") => match r.blob()? {
+                Some(chunk) => o.chunk = Some(chunk),
+                None => return Err(RequestError::Malformed("chunk is not a string")),
+            },
+            Some(b"compressed") => match r.blob()?.map(|c| r.slice(c)) {
+                Some(b"gzip") => o.compression = Compression::Gzip,
+                Some(b"zstd") => o.compression = Compression::Zstd,
+                // fluentd's out_forward always sends the key: "text" means uncompressed.
+                Some(b"text") => o.compression = Compression::None,
+                Some(other) => {
+                    return Err(RequestError::UnknownCompression(
+                        String::from_utf8_lossy(other).into_owned(),
+                    ));
+                }
+                None => return Err(RequestError::Malformed("compressed is not a string")),
+            },
+            Some(b"fluent_signal") => match r.head()? {
+                Head::Int(signal) => o.logs = signal == 0,
+                Head::Nil => {}
+                _ => return Err(RequestError::Malformed("fluent_signal is not an integer")),
+            },
+            _ => r.skip()?,
+        }
+    }
+    Ok(o)
+}
+
 /// Skips the payload and children of a value whose header `head` was just read.
-fn skip_after_head(r: &mut Reader<'_>, head: Head) -> Result<(), ReadError> {
+pub(super) fn skip_after_head(r: &mut Reader<'_>, head: Head) -> Result<(), ReadError> {
     match head {
         Head::Str(n) | Head::Bin(n) | Head::Ext(_, n) => r.take(n).map(|_| ()),
         Head::Array(n) => (0..n).try_for_each(|_| r.skip()),

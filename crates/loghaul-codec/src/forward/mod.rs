@@ -14,15 +14,18 @@ mod encode;
 pub mod handshake;
 pub mod msgpack;
 mod split;
+mod stream;
 
 pub use decode::{
-    DecodeStats, Decoder, Limits, MAX_RECORD_DEPTH, Mode, Request, RequestError, is_compressed,
+    DecodeStats, Decoder, Limits, MAX_INVALID, MAX_RECORD_DEPTH, Mode, Request, RequestError,
+    is_compressed,
 };
 pub use encode::{
     CHUNK_ID_LEN, PackedStart, begin_packed, chunk_id, encode_entry, encode_record, finish_packed,
     read_ack, write_ack,
 };
 pub use split::{MAX_DEPTH, SplitError, Splitter};
+pub use stream::{Step, Stream, WORST_PER_BYTE, carries_entries, entry_cost};
 
 #[cfg(test)]
 mod tests;

@@ -54,6 +54,10 @@ pub struct Splitter {
     stack: Vec<u64>,
     /// The request's structure is complete; its last blob may still be arriving.
     done: bool,
+    /// Values walked in the current request (every header read counts one), and in the last
+    /// complete one: an upper bound on the fields decoding it can make.
+    nodes: u64,
+    last_nodes: u64,
 }
 
 impl Splitter {
@@ -64,6 +68,8 @@ impl Splitter {
             pos: 0,
             stack: Vec::new(),
             done: false,
+            nodes: 0,
+            last_nodes: 0,
         }
     }
 
@@ -89,6 +95,7 @@ impl Splitter {
                 let len = self.pos;
                 self.pos = 0;
                 self.done = false;
+                self.last_nodes = std::mem::take(&mut self.nodes);
                 return Ok(Some(len));
             }
             let Some(rest) = buf.get(self.pos..) else {
@@ -98,6 +105,7 @@ impl Splitter {
             let Some(e) = extent(rest).map_err(|_: ReadError| SplitError::Invalid)? else {
                 return Ok(None);
             };
+            self.nodes += 1;
             match e {
                 Extent::Leaf(n) => {
                     self.pos += n;
@@ -135,6 +143,12 @@ impl Splitter {
     /// Bytes of the current request walked so far (0 between requests).
     pub fn pending(&self) -> usize {
         self.pos
+    }
+
+    /// The number of msgpack values in the value [`Splitter::split`] last returned: no
+    /// decoding of it can make more fields than this.
+    pub fn last_nodes(&self) -> u64 {
+        self.last_nodes
     }
 }
 

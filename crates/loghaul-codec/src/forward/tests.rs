@@ -491,12 +491,24 @@ fn bad_requests_are_errors_that_keep_nothing() {
 
 #[test]
 fn a_gzip_bomb_stops_at_the_limit() {
+    // Of zeros: every entry is invalid, so it is refused long before the limit.
     let zeros = vec![0u8; 4 << 20];
     let bomb = gzip(&zeros);
     assert!(bomb.len() < 64 << 10, "{}", bomb.len());
     let req = packed_request("t", &bomb, false, Some(&[("compressed", "gzip")]));
-    let (_, _, _, err) = decode_stream(&req);
+    let (_, batch, stats, err) = decode_stream(&req);
+    assert!(err.unwrap_or_default().contains("no valid event"));
+    assert_eq!(batch.len(), 0);
+    assert_eq!(stats.invalid_events, 0, "a refused request counts nothing");
+    // Of valid entries with a long string each: the inflated size is what stops it.
+    let mut entries = Vec::new();
+    while entries.len() < 4 << 20 {
+        entry(&mut entries, &[0x01], &"x".repeat(60_000), 1);
+    }
+    let req = packed_request("t", &gzip(&entries), false, Some(&[("compressed", "gzip")]));
+    let (_, batch, _, err) = decode_stream(&req);
     assert!(err.unwrap_or_default().contains("max_decompressed_size"));
+    assert_eq!(batch.len(), 0, "nothing of the refused request stays");
 }
 
 #[test]
@@ -645,4 +657,294 @@ fn chunk_ids_are_padded_base64_of_16_bytes() {
     raw[..6].copy_from_slice(b"foobar");
     assert_eq!(&chunk_id(&raw), b"Zm9vYmFyAAAAAAAAAAAAAA==");
     assert_eq!(&chunk_id(&[0xff; 16]), b"/////////////////////w==");
+}
+
+// ---- the entry stream -------------------------------------------------------------------------
+
+/// Every event of `batch` as a JSON line, with its tag.
+fn json_lines(batch: &EventBatch) -> Vec<String> {
+    batch
+        .events
+        .iter()
+        .map(|e| {
+            let mut out = Vec::new();
+            crate::encode::encode_json(batch, e, &mut out);
+            let tag = String::from_utf8_lossy(batch.str(e.tag.or_empty())).into_owned();
+            format!("{tag} {}", String::from_utf8_lossy(&out))
+        })
+        .collect()
+}
+
+/// What reading `stream` as a connection does: fed `piece` bytes at a time, each step allowed
+/// `allowance` bytes, a new batch started after every `every` steps (0: never). Returns every
+/// event as a JSON line, every chunk, and the first error.
+fn read_as_stream(
+    stream: &[u8],
+    piece: usize,
+    allowance: usize,
+    every: usize,
+) -> (Vec<String>, Vec<Vec<u8>>, Option<RequestError>) {
+    let mut reader = Stream::new(1 << 20, 1 << 20);
+    let mut buf = BytesMut::new();
+    let mut arena = BytesMut::new();
+    let mut batch = EventBatch::new(Bytes::new(), "src".into(), "fluent");
+    let (mut lines, mut chunks) = (Vec::new(), Vec::new());
+    let mut fed = 0;
+    let mut steps = 0;
+    let mut emit = |reader: &mut Stream, arena: &mut BytesMut, batch: &mut EventBatch| {
+        let mut old = std::mem::take(arena);
+        reader.carry(&mut old, arena);
+        let mut full =
+            std::mem::replace(batch, EventBatch::new(Bytes::new(), "src".into(), "fluent"));
+        full.arena = old.freeze();
+        lines.extend(json_lines(&full));
+    };
+    loop {
+        if !reader.in_request() {
+            match carries_entries(&buf) {
+                Some(true) => match reader.begin(&mut buf, &mut arena, &batch) {
+                    Ok(true) => continue,
+                    Ok(false) => {}
+                    Err(e) => {
+                        emit(&mut reader, &mut arena, &mut batch);
+                        return (lines, chunks, Some(e));
+                    }
+                },
+                Some(false) => panic!("only entry-carrying requests here"),
+                None => {}
+            }
+        } else {
+            let mut room = allowance;
+            loop {
+                match reader.step(&mut buf, &mut arena, &mut batch, room) {
+                    Ok(Step::NeedRoom(cost)) => {
+                        assert!(cost > room, "asked for no more than it had");
+                        room = cost;
+                    }
+                    Ok(Step::Progress) => break,
+                    Ok(Step::Done(r)) => {
+                        chunks.extend(r.chunk.map(|(s, e)| arena[s..e].to_vec()));
+                        break;
+                    }
+                    Ok(Step::NeedInput) => {
+                        room = 0;
+                        break;
+                    }
+                    Err(e) => {
+                        emit(&mut reader, &mut arena, &mut batch);
+                        return (lines, chunks, Some(e));
+                    }
+                }
+            }
+            steps += 1;
+            if every > 0 && steps % every == 0 {
+                emit(&mut reader, &mut arena, &mut batch);
+            }
+            if room != 0 {
+                continue;
+            }
+        }
+        if fed == stream.len() {
+            break;
+        }
+        let end = (fed + piece).min(stream.len());
+        buf.extend_from_slice(&stream[fed..end]);
+        fed = end;
+    }
+    emit(&mut reader, &mut arena, &mut batch);
+    assert!(!reader.in_request(), "the stream ended inside a request");
+    (lines, chunks, None)
+}
+
+/// Requests of every entry-carrying kind, with small, large and very large entries.
+fn mixed_stream() -> Vec<u8> {
+    let (list, blob) = entries(40);
+    let mut big = Vec::new();
+    entry(
+        &mut big,
+        &event_time(1_700_000_000, 5),
+        &"y".repeat(300_000),
+        7,
+    );
+    let mut with_big = blob.clone();
+    with_big.extend_from_slice(&big);
+    with_big.extend_from_slice(&blob);
+    let mut stream = forward_request("fwd", &list, Some(&[("chunk", "c1")]));
+    stream.extend(packed_request(
+        "bin",
+        &with_big,
+        false,
+        Some(&[("chunk", "c2")]),
+    ));
+    stream.extend(packed_request(
+        "str",
+        &blob,
+        true,
+        Some(&[("compressed", "text")]),
+    ));
+    stream.extend(packed_request(
+        "gz",
+        &[gzip(&with_big), gzip(&blob)].concat(),
+        true,
+        Some(&[("compressed", "gzip"), ("chunk", "c3")]),
+    ));
+    stream.extend(packed_request(
+        "zs",
+        &zstd::bulk::compress(&with_big, 3).unwrap(),
+        false,
+        Some(&[("compressed", "zstd"), ("chunk", "c4")]),
+    ));
+    stream.extend(forward_request(
+        "fwd2",
+        &[big.clone(), list[0].clone()],
+        None,
+    ));
+    stream.extend(packed_request(
+        "empty",
+        &[],
+        false,
+        Some(&[("compressed", "gzip")]),
+    ));
+    stream
+}
+
+/// However the bytes arrive, however little each step may decode and wherever new batches
+/// start, the stream reads the same events as the whole decode, and the same chunks.
+#[test]
+fn the_stream_reads_what_the_whole_decode_reads() {
+    let stream = mixed_stream();
+    let (reqs, whole, _, err) = decode_stream(&stream);
+    assert_eq!(err, None);
+    let want = json_lines(&whole);
+    let want_chunks: Vec<Vec<u8>> = reqs
+        .iter()
+        .filter_map(|r| r.chunk.map(|(s, e)| whole.arena[s..e].to_vec()))
+        .collect();
+    assert_eq!(want.len(), 40 + 81 + 40 + 121 + 81 + 2);
+    for (piece, allowance, every) in [
+        (stream.len(), 1 << 20, 0),
+        (1, 1 << 20, 0),
+        (7, 4096, 3),
+        (1000, 100, 1),
+        (65_536, 1 << 20, 2),
+        (3000, 64 << 10, 5),
+    ] {
+        let (lines, chunks, err) = read_as_stream(&stream, piece, allowance, every);
+        assert_eq!(
+            err, None,
+            "piece {piece} allowance {allowance} every {every}"
+        );
+        assert_eq!(
+            lines, want,
+            "piece {piece} allowance {allowance} every {every}"
+        );
+        assert_eq!(chunks, want_chunks);
+    }
+}
+
+/// A step decodes no more than its allowance can hold: the memory the batch gains in one step
+/// stays within it (one entry larger than that is asked for with its exact cost first).
+#[test]
+fn a_step_stays_within_its_allowance() {
+    let (_, blob) = entries(2000);
+    let tiny: Vec<u8> = [0x92, 0x00, 0x80].repeat(50_000);
+    for body in [blob, tiny] {
+        let req = packed_request("t", &body, false, None);
+        let mut reader = Stream::new(1 << 20, 1 << 20);
+        let mut buf = BytesMut::from(&req[..]);
+        let mut arena = BytesMut::new();
+        let mut batch = EventBatch::new(Bytes::new(), "src".into(), "fluent");
+        assert_eq!(reader.begin(&mut buf, &mut arena, &batch), Ok(true));
+        let held = |batch: &EventBatch, arena: &BytesMut| {
+            batch.events.len() * std::mem::size_of::<loghaul_core::Event>()
+                + batch.fields.len() * std::mem::size_of::<loghaul_core::Field>()
+                + arena.len()
+        };
+        let allowance = 64 << 10;
+        loop {
+            let before = held(&batch, &arena);
+            let step = reader
+                .step(&mut buf, &mut arena, &mut batch, allowance)
+                .unwrap();
+            assert!(
+                held(&batch, &arena) - before <= allowance,
+                "a step took {} bytes, allowed {allowance}",
+                held(&batch, &arena) - before
+            );
+            if matches!(step, Step::Done(_)) {
+                break;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_stream_of_mostly_invalid_entries_is_refused_early() {
+    let mut body = vec![0x00; 10_000];
+    let (_, good) = entries(5);
+    body.splice(0..0, good);
+    let req = packed_request("t", &body, false, Some(&[("chunk", "z")]));
+    let (lines, chunks, err) = read_as_stream(&req, 4096, 1 << 20, 0);
+    assert_eq!(
+        err,
+        Some(RequestError::MostlyInvalid {
+            invalid: MAX_INVALID,
+            valid: 5
+        })
+    );
+    assert!(lines.is_empty() && chunks.is_empty(), "nothing of it stays");
+    // A few invalid entries among many valid ones are dropped and counted, as fluentd does.
+    let (_, mut blob) = entries(3000);
+    blob.extend([0x00; 999]);
+    let req = packed_request("t", &blob, false, None);
+    let (lines, _, err) = read_as_stream(&req, 4096, 1 << 20, 0);
+    assert_eq!((lines.len(), err), (3000, None));
+}
+
+#[test]
+fn the_option_must_agree_with_the_entries() {
+    let (_, blob) = entries(3);
+    for (body, option, want) in [
+        (blob.clone(), "gzip", "decompression"),
+        (gzip(&blob), "text", "malformed"),
+        (gzip(&blob), "zstd", "decompression"),
+        (blob.clone(), "snappy", "unknown"),
+    ] {
+        let req = packed_request("t", &body, false, Some(&[("compressed", option)]));
+        let (lines, _, err) = read_as_stream(&req, 100, 1 << 20, 0);
+        let err = err.map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            err.contains(want) || err.contains("decompress"),
+            "{option}: {err}"
+        );
+        assert!(lines.is_empty(), "{option}: nothing of it stays");
+    }
+}
+
+/// What went out with an earlier batch stays when the request then breaks; the rest of it goes.
+#[test]
+fn a_break_takes_back_only_what_is_still_in_the_batch() {
+    let (_, mut blob) = entries(200);
+    blob.extend([0xc1, 0x00]);
+    let req = packed_request("t", &blob, false, Some(&[("chunk", "x")]));
+    // A few entries per step, a new batch every 7 steps: the steps since the last one are
+    // taken back.
+    let (lines, chunks, err) = read_as_stream(&req, 512, 2048, 7);
+    assert!(err.is_some());
+    assert!(chunks.is_empty());
+    assert!(!lines.is_empty() && lines.len() < 200, "{}", lines.len());
+}
+
+#[test]
+fn an_entry_over_max_value_is_refused() {
+    let mut big = Vec::new();
+    entry(
+        &mut big,
+        &event_time(1_700_000_000, 0),
+        &"z".repeat(2 << 20),
+        1,
+    );
+    let req = packed_request("t", &big, false, None);
+    let (_, _, err) = read_as_stream(&req, 64 << 10, 1 << 20, 0);
+    assert_eq!(err, Some(RequestError::ValueTooLarge { limit: 1 << 20 }));
 }
