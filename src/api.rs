@@ -124,13 +124,14 @@ pub fn serve(
     ))
 }
 
-/// Whether the request carries the expected `Authorization`, compared in constant time.
+/// Whether the request carries the expected `Authorization` (its credentials compared in
+/// constant time, its scheme in any case).
 fn authorized(req: &Request<Incoming>, expected: &str) -> bool {
     let given = req
         .headers()
         .get(hyper::header::AUTHORIZATION)
         .map_or(&b""[..], hyper::header::HeaderValue::as_bytes);
-    crate::net::http::constant_time_eq(given, expected.as_bytes())
+    crate::net::http::authorization_matches(given, expected)
 }
 
 fn unauthorized() -> Response<Full<Bytes>> {

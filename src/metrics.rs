@@ -42,10 +42,14 @@ pub enum ErrorKind {
     /// A TLS handshake that failed (garbage, a refused or missing client certificate) or did
     /// not finish within `tls.handshake_timeout`; or new TLS files that could not be loaded.
     Tls,
+    /// A request refused for the memory budget (`limits.memory`): it could never fit (HTTP
+    /// 413, a forward connection closed), or the budget stayed spent past its deadline (HTTP
+    /// 503 with `Retry-After`).
+    MemoryLimit,
 }
 
 impl ErrorKind {
-    const ALL: [ErrorKind; 12] = [
+    const ALL: [ErrorKind; 13] = [
         ErrorKind::Parse,
         ErrorKind::InvalidUtf8,
         ErrorKind::Oversized,
@@ -58,6 +62,7 @@ impl ErrorKind {
         ErrorKind::Ack,
         ErrorKind::Checkpoint,
         ErrorKind::Tls,
+        ErrorKind::MemoryLimit,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -74,6 +79,7 @@ impl ErrorKind {
             ErrorKind::Ack => "ack",
             ErrorKind::Checkpoint => "checkpoint",
             ErrorKind::Tls => "tls",
+            ErrorKind::MemoryLimit => "memory_limit",
         }
     }
 }

@@ -5,6 +5,24 @@
 /// much of a secret was right.
 pub use loghaul_codec::forward::handshake::constant_time_eq;
 
+/// Whether an `Authorization` header value `given` carries the credentials of `expected`
+/// (`Bearer TOKEN` or `Basic BASE64`, as [`authorization`] makes it). The scheme is compared
+/// without regard to case (RFC 9110 §11.1: `bearer t` is `Bearer t`) and may be followed by more
+/// than one space; the credentials are compared in constant time.
+pub fn authorization_matches(given: &[u8], expected: &str) -> bool {
+    let Some((want_scheme, want)) = expected.split_once(' ') else {
+        return constant_time_eq(given, expected.as_bytes());
+    };
+    let Some(space) = given.iter().position(|&b| b == b' ') else {
+        return false;
+    };
+    let (scheme, rest) = given.split_at(space);
+    let credentials = rest.trim_ascii_start();
+    // Checked either way, so the time taken does not tell whether the scheme was right.
+    let scheme_ok = scheme.eq_ignore_ascii_case(want_scheme.as_bytes());
+    constant_time_eq(credentials, want.as_bytes()) & scheme_ok
+}
+
 /// The `Authorization` value for a bearer token or a user and password: `Some(None)` when none
 /// of them is given, `None` when what is given is not one of the two (mixed, or empty).
 pub fn authorization(
@@ -62,6 +80,36 @@ mod tests {
         ] {
             assert_eq!(base64(i.as_bytes()), o);
         }
+    }
+
+    #[test]
+    fn the_scheme_is_case_insensitive_and_the_credentials_are_not() {
+        let expected = "Bearer s3cret";
+        for given in [
+            "Bearer s3cret",
+            "bearer s3cret",
+            "BEARER s3cret",
+            "Bearer   s3cret",
+        ] {
+            assert!(authorization_matches(given.as_bytes(), expected), "{given}");
+        }
+        for given in [
+            "Bearer S3CRET",
+            "Bearer s3cre",
+            "Basic s3cret",
+            "s3cret",
+            "Bearers3cret",
+            "",
+        ] {
+            assert!(
+                !authorization_matches(given.as_bytes(), expected),
+                "{given}"
+            );
+        }
+        assert!(authorization_matches(
+            b"basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==",
+            "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ=="
+        ));
     }
 
     #[test]

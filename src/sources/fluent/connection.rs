@@ -333,8 +333,8 @@ impl Connection {
             return Some(None);
         };
         if bytes > budget.limit() {
-            self.ctx.metrics.error(ErrorKind::Oversized, 1);
-            crate::warn_limited!(self.ctx.metrics, peer = %self.peer, needs = bytes, limit = budget.limit(), "Closing a forward connection: an entry needs more memory to decode than limits.memory allows.");
+            self.ctx.metrics.error(ErrorKind::MemoryLimit, 1);
+            crate::warn_limited!(self.ctx.metrics, peer = %self.peer, needs = bytes, limit = budget.limit(), "Closing a forward connection: a request needs more memory to decode than limits.memory holds.");
             self.close = true;
             return None;
         }

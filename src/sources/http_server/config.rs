@@ -17,6 +17,9 @@ pub const DEFAULT_MAX_BODY_SIZE: usize = 10 << 20;
 /// Default `max_decompressed_size`: 100MiB, so a gzip bomb costs at most that.
 pub const DEFAULT_MAX_DECOMPRESSED_SIZE: usize = 100 << 20;
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default `max_events_per_request`: a body of more events is refused (413). Half a million
+/// small events decode to about 50 MiB; real shippers send a few thousand per request.
+pub const DEFAULT_MAX_EVENTS_PER_REQUEST: usize = 500_000;
 /// Default `ack_timeout`: how long a request waits for its events to be committed before it is
 /// answered 503 (the client retries; the events may still be written: at least once).
 pub const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(30);
@@ -48,6 +51,9 @@ pub struct RawHttpServer {
     pub max_body_size: Option<RawSize>,
     #[serde(default)]
     pub max_decompressed_size: Option<RawSize>,
+    /// Most events one request may carry; more is answered 413. Default `500000`.
+    #[serde(default)]
+    pub max_events_per_request: Option<usize>,
     #[serde(default)]
     pub max_connections: Option<usize>,
     /// Most concurrent connections from one client address. Default: no limit of its own.
@@ -109,6 +115,7 @@ pub struct HttpServerConfig {
     pub response: ResponseMode,
     pub max_body_size: usize,
     pub max_decompressed_size: usize,
+    pub max_events_per_request: usize,
     pub max_connections: usize,
     /// Most concurrent connections from one address, if limited.
     pub max_connections_per_client: Option<usize>,
@@ -157,6 +164,11 @@ impl ComponentConfig for HttpServerConfig {
             "max_decompressed_size",
             DEFAULT_MAX_DECOMPRESSED_SIZE,
             true,
+        );
+        let max_events_per_request = cx.positive(
+            s.max_events_per_request,
+            "max_events_per_request",
+            DEFAULT_MAX_EVENTS_PER_REQUEST,
         );
         let max_connections = cx.positive(
             s.max_connections,
@@ -208,6 +220,7 @@ impl ComponentConfig for HttpServerConfig {
             response: s.response.unwrap_or(ResponseMode::Ack),
             max_body_size: max_body_size?,
             max_decompressed_size: max_decompressed_size?,
+            max_events_per_request: max_events_per_request?,
             max_connections: max_connections?,
             max_connections_per_client: per_client?,
             request_timeout: request_timeout?,

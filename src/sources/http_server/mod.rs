@@ -25,13 +25,15 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Full, Limited};
+use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
 use hyper::header::{self, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use loghaul_codec::http_body::{self, Encoding, Format, InflateError};
-use loghaul_core::{BatchNotifier, BatchStatus};
+use loghaul_codec::inflate::Inflater;
+use loghaul_core::budget::Charge;
+use loghaul_core::{BatchNotifier, BatchStatus, MemoryBudget};
 
 pub use config::HttpServerConfig;
 use config::{Auth, ResponseMode};
@@ -494,7 +496,7 @@ async fn handle(
             .headers
             .get(header::AUTHORIZATION)
             .map_or(&b""[..], HeaderValue::as_bytes);
-        if !crate::net::http::constant_time_eq(given, expected.as_bytes()) {
+        if !crate::net::http::authorization_matches(given, expected) {
             let scheme = if expected.starts_with("Basic ") {
                 "Basic realm=\"loghaul\""
             } else {
@@ -634,77 +636,48 @@ async fn handle(
             "the body was already read",
         );
     };
-    // The body's share of the memory budget is taken before the body is read: many clients
-    // sending large bodies at once wait here (and get 503 after ack_timeout) instead of each
-    // holding a body and its decoded batch outside the budget. The estimate (the body, the
-    // decoded copy of its strings and the event tables) is made exact after decoding.
-    let charge = match ctx.fanout.budget() {
-        Some(budget) => {
-            let deadline = tokio::time::Instant::now() + ctx.config.ack_timeout;
-            match tokio::time::timeout_at(deadline, budget.charge(body_estimate(&req.headers)))
-                .await
-            {
-                Ok(charge) => Some(charge),
-                Err(_) => return busy(ctx, "the memory budget is spent; try again"),
-            }
-        }
-        None => None,
-    };
-    let body = Limited::new(body, max);
-    let body = match tokio::time::timeout(ctx.config.request_timeout, body.collect()).await {
-        Err(_) => {
-            return refuse(
-                ctx,
-                StatusCode::REQUEST_TIMEOUT,
-                ErrorKind::Io,
-                "the body did not arrive within request_timeout",
-            );
-        }
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => return too_large(),
-        Ok(Err(e)) => {
-            return refuse(
-                ctx,
-                StatusCode::BAD_REQUEST,
-                ErrorKind::Protocol,
-                &format!("the body could not be read: {e}"),
-            );
-        }
-        Ok(Ok(collected)) => collected.to_bytes(),
+    // Every byte the request makes is charged to the memory budget before it exists: the body
+    // as it arrives, the inflated body step by step, then what decoding it can take at most
+    // (see `http_body::estimate`). Requests that do not fit now wait (503 after ack_timeout);
+    // one that could never fit is refused (413).
+    let mut share = Share::new(
+        ctx.fanout.budget().cloned(),
+        tokio::time::Instant::now() + ctx.config.ack_timeout,
+    );
+    let body = match read_body(body, declared_length(&req.headers), ctx, &mut share).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal.respond(ctx),
     };
     let wire_bytes = body.len();
     let body = match encoding {
         None => body,
-        Some(e) => match crate::pipeline::cpu_heavy(|| {
-            http_body::inflate(e, &body, ctx.config.max_decompressed_size)
-        }) {
-            Ok(b) => b,
-            Err(InflateError::TooLarge) => {
-                return refuse(
-                    ctx,
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    ErrorKind::Decompression,
-                    &format!(
-                        "the body inflates past max_decompressed_size ({} bytes)",
-                        ctx.config.max_decompressed_size
-                    ),
-                );
-            }
-            Err(InflateError::Broken(why)) => {
-                return refuse(
-                    ctx,
-                    StatusCode::BAD_REQUEST,
-                    ErrorKind::Decompression,
-                    &format!("the {e} body does not decompress: {why}"),
-                );
-            }
+        Some(e) => match inflate(e, body, ctx, &mut share).await {
+            Ok(inflated) => inflated,
+            Err(refusal) => return refusal.respond(ctx),
         },
     };
     let extra_refs: Vec<(&str, &str)> = extra
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
+    let estimate = http_body::estimate(&body, format, tag.as_deref(), &extra_refs);
+    let max_events = ctx.config.max_events_per_request;
+    if estimate.events > max_events && format != Format::Json {
+        return Refusal::TooManyEvents(max_events).respond(ctx);
+    }
+    // The body stays until its batch is made.
+    if let Err(refusal) = share.hold(body.len() + estimate.bytes()).await {
+        return refusal.respond(ctx);
+    }
     let decoded = crate::pipeline::cpu_heavy(|| {
-        http_body::decode(body, format, tag.as_deref(), &extra_refs, ctx.id.clone())
+        http_body::decode_within(
+            body,
+            format,
+            tag.as_deref(),
+            &extra_refs,
+            ctx.id.clone(),
+            Some(estimate),
+        )
     });
     let mut batch = match decoded {
         Ok(b) => b,
@@ -722,10 +695,13 @@ async fn handle(
             );
         }
     };
-    if let Some(charge) = charge {
-        charge.resize(loghaul_core::budget::batch_bytes(&batch));
-        batch.charge = Some(std::sync::Arc::new(charge));
+    if batch.len() > max_events {
+        // JSON arrays are counted once parsed: their estimate counts every object.
+        return Refusal::TooManyEvents(max_events).respond(ctx);
     }
+    batch.charge = share
+        .exactly(loghaul_core::budget::batch_bytes(&batch))
+        .map(Arc::new);
     let n = batch.len();
     ctx.metrics.received(n, wire_bytes);
     if n == 0 {
@@ -768,26 +744,244 @@ async fn handle(
     }
 }
 
-/// What a request's body will hold in memory until its batch is written, judged from its
-/// headers: the body, the strings decoding copies and the event tables, about three times the
-/// body (more when compressed). A body of unknown length is charged as 1 MiB.
-fn body_estimate(headers: &hyper::HeaderMap) -> usize {
-    let len = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(1 << 20);
-    let factor = if headers.contains_key(header::CONTENT_ENCODING) {
-        8
-    } else {
-        3
-    };
-    len.saturating_mul(factor)
-}
-
 fn busy(ctx: &Ctx, error: &str) -> Response<Full<Bytes>> {
     let mut resp = refuse(ctx, StatusCode::SERVICE_UNAVAILABLE, ErrorKind::Ack, error);
     resp.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     resp
+}
+
+/// The `Content-Length` a request declares, if any.
+fn declared_length(headers: &hyper::HeaderMap) -> Option<usize> {
+    headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+}
+
+/// Why a request was not taken, before its events were sent on.
+enum Refusal {
+    /// The body passed `max_body_size`.
+    TooLarge(usize),
+    /// The body inflates past `max_decompressed_size`.
+    InflatesPast(usize),
+    /// The body is no valid data of its `Content-Encoding`.
+    Broken(Encoding, String),
+    /// The body holds more events than `max_events_per_request`.
+    TooManyEvents(usize),
+    /// Decoding it needs more memory than the whole budget holds.
+    Memory { needs: usize, limit: usize },
+    /// The budget stayed spent until the deadline.
+    Busy,
+    /// The body did not arrive within `request_timeout`.
+    Slow,
+    /// Reading the body failed.
+    Read(String),
+}
+
+impl Refusal {
+    fn respond(self, ctx: &Ctx) -> Response<Full<Bytes>> {
+        match self {
+            Refusal::TooLarge(max) => refuse(
+                ctx,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorKind::Oversized,
+                &format!("the body is larger than max_body_size ({max} bytes)"),
+            ),
+            Refusal::InflatesPast(max) => refuse(
+                ctx,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorKind::Decompression,
+                &format!("the body inflates past max_decompressed_size ({max} bytes)"),
+            ),
+            Refusal::Broken(e, why) => refuse(
+                ctx,
+                StatusCode::BAD_REQUEST,
+                ErrorKind::Decompression,
+                &format!("the {e} body does not decompress: {why}"),
+            ),
+            Refusal::TooManyEvents(max) => refuse(
+                ctx,
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorKind::Oversized,
+                &format!(
+                    "the body holds more events than max_events_per_request ({max}); send them in smaller requests"
+                ),
+            ),
+            Refusal::Memory { needs, limit } => {
+                crate::warn_limited!(
+                    ctx.metrics,
+                    needs,
+                    limit,
+                    "Refused a request that needs more memory than limits.memory holds."
+                );
+                refuse(
+                    ctx,
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    ErrorKind::MemoryLimit,
+                    &format!(
+                        "decoding the body needs up to {needs} bytes of memory, more than limits.memory ({limit} bytes) holds; send smaller requests"
+                    ),
+                )
+            }
+            Refusal::Busy => {
+                let mut resp = refuse(
+                    ctx,
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    ErrorKind::MemoryLimit,
+                    "the memory budget (limits.memory) stayed spent; try again",
+                );
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                resp
+            }
+            Refusal::Slow => refuse(
+                ctx,
+                StatusCode::REQUEST_TIMEOUT,
+                ErrorKind::Io,
+                "the body did not arrive within request_timeout",
+            ),
+            Refusal::Read(why) => refuse(
+                ctx,
+                StatusCode::BAD_REQUEST,
+                ErrorKind::Protocol,
+                &format!("the body could not be read: {why}"),
+            ),
+        }
+    }
+}
+
+/// A request's share of the memory budget, grown before each allocation it covers.
+struct Share {
+    budget: Option<Arc<MemoryBudget>>,
+    charge: Option<Charge>,
+    /// How long growing it may wait for the budget.
+    deadline: tokio::time::Instant,
+}
+
+impl Share {
+    fn new(budget: Option<Arc<MemoryBudget>>, deadline: tokio::time::Instant) -> Share {
+        Share {
+            budget,
+            charge: None,
+            deadline,
+        }
+    }
+
+    /// Holds at least `total` bytes, waiting for them until the deadline.
+    async fn hold(&mut self, total: usize) -> Result<(), Refusal> {
+        let Some(budget) = &self.budget else {
+            return Ok(());
+        };
+        if total > budget.limit() {
+            return Err(Refusal::Memory {
+                needs: total,
+                limit: budget.limit(),
+            });
+        }
+        let held = self.charge.as_ref().map_or(0, Charge::bytes);
+        if total <= held {
+            return Ok(());
+        }
+        let more = match budget.try_charge(total - held) {
+            Some(more) => more,
+            None => tokio::time::timeout_at(self.deadline, budget.charge(total - held))
+                .await
+                .map_err(|_| Refusal::Busy)?,
+        };
+        match &self.charge {
+            Some(charge) => charge.absorb(more),
+            None => self.charge = Some(more),
+        }
+        Ok(())
+    }
+
+    /// Holds exactly `bytes` from now on (what is held beyond them goes back at once), and
+    /// hands the charge over.
+    fn exactly(self, bytes: usize) -> Option<Charge> {
+        let charge = self.charge?;
+        charge.resize(bytes);
+        Some(charge)
+    }
+
+    /// Holds exactly `bytes` from now on.
+    fn set(&self, bytes: usize) {
+        if let Some(charge) = &self.charge {
+            charge.resize(bytes);
+        }
+    }
+}
+
+/// Reads the body as it arrives, each piece charged before it is kept, within `max_body_size`
+/// and `request_timeout`.
+async fn read_body(
+    mut body: Incoming,
+    declared: Option<usize>,
+    ctx: &Ctx,
+    share: &mut Share,
+) -> Result<Bytes, Refusal> {
+    let max = ctx.config.max_body_size;
+    if let Some(len) = declared {
+        share.hold(len).await?;
+    }
+    let mut out = Vec::with_capacity(declared.unwrap_or(0).min(max));
+    let deadline = tokio::time::Instant::now() + ctx.config.request_timeout;
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => return Err(Refusal::Slow),
+            Ok(None) => break,
+            Ok(Some(Err(e))) => return Err(Refusal::Read(e.to_string())),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if out.len() + data.len() > max {
+            return Err(Refusal::TooLarge(max));
+        }
+        share.hold(out.len() + data.len()).await?;
+        out.extend_from_slice(&data);
+    }
+    Ok(Bytes::from(out))
+}
+
+/// Output inflated per step: each step is charged before it runs, and runs where blocking is
+/// allowed.
+const INFLATE_STEP: usize = 1 << 20;
+
+/// Inflates `body` within `max_decompressed_size`, charging each step before it runs; the
+/// compressed body is given back once it is inflated.
+async fn inflate(
+    encoding: Encoding,
+    body: Bytes,
+    ctx: &Ctx,
+    share: &mut Share,
+) -> Result<Bytes, Refusal> {
+    let max = ctx.config.max_decompressed_size;
+    let broken = |e: InflateError| match e {
+        InflateError::TooLarge => Refusal::InflatesPast(max),
+        InflateError::Broken(why) => Refusal::Broken(encoding, why),
+    };
+    let mut inflater = Inflater::new(encoding, max).map_err(broken)?;
+    let mut out = Vec::new();
+    let mut input = &body[..];
+    loop {
+        share.hold(body.len() + out.len() + INFLATE_STEP).await?;
+        let before = out.len();
+        let used = crate::pipeline::cpu_heavy(|| inflater.inflate(input, &mut out, INFLATE_STEP))
+            .map_err(broken)?;
+        input = input.get(used..).unwrap_or_default();
+        if used == 0 && out.len() == before {
+            break;
+        }
+    }
+    if !input.is_empty() {
+        return Err(Refusal::Broken(
+            encoding,
+            "bytes after the end of the compressed data".to_owned(),
+        ));
+    }
+    inflater.finish().map_err(broken)?;
+    share.set(out.len());
+    Ok(Bytes::from(out))
 }
