@@ -190,6 +190,8 @@ pub(super) fn log_config(dir: &Path, max_size: u64, sync: SyncMode) -> loghaul_b
             SyncMode::Interval(d) => loghaul_buffer::SyncMode::Interval(d),
             SyncMode::Never => loghaul_buffer::SyncMode::Never,
         },
+        // Records are encoded batches: what recovery loses is reported in events too.
+        event_count: Some(loghaul_buffer::EventCount(loghaul_core::encoded_len_events)),
     }
 }
 
