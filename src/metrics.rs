@@ -176,7 +176,25 @@ struct Series {
     /// Labels after the component's, already formatted (`pattern="*.log",reason="x"`); may be
     /// empty.
     labels: String,
-    value: Arc<AtomicI64>,
+    value: SeriesValue,
+}
+
+/// Where a series' value comes from.
+enum SeriesValue {
+    /// An atomic the component updates.
+    Stored(Arc<AtomicI64>),
+    /// Read when the series is rendered, from state the component keeps anyway (a disk
+    /// buffer's statistics): always current, whatever the component is doing meanwhile.
+    Read(Arc<dyn Fn() -> i64 + Send + Sync>),
+}
+
+impl SeriesValue {
+    fn get(&self) -> i64 {
+        match self {
+            SeriesValue::Stored(value) => value.load(Ordering::Relaxed),
+            SeriesValue::Read(read) => read(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -242,6 +260,31 @@ impl ComponentMetrics {
         self.series(name, help, SeriesKind::Gauge, labels)
     }
 
+    /// A counter of the component's own whose value `read` gives when the metrics are rendered
+    /// (see [`ComponentMetrics::gauge_read`]).
+    pub fn counter_read(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&str, &str)],
+        read: impl Fn() -> i64 + Send + Sync + 'static,
+    ) {
+        self.series_read(name, help, SeriesKind::Counter, labels, Arc::new(read));
+    }
+
+    /// A gauge of the component's own whose value `read` gives when the metrics are rendered,
+    /// for values the component keeps anyway: the series is never stale, even while the
+    /// component waits. Asked for again, the series reads from the new `read`.
+    pub fn gauge_read(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&str, &str)],
+        read: impl Fn() -> i64 + Send + Sync + 'static,
+    ) {
+        self.series_read(name, help, SeriesKind::Gauge, labels, Arc::new(read));
+    }
+
     fn series(
         &self,
         name: &'static str,
@@ -249,25 +292,47 @@ impl ComponentMetrics {
         kind: SeriesKind,
         labels: &[(&str, &str)],
     ) -> Arc<AtomicI64> {
-        let labels = labels
-            .iter()
-            .map(|(k, v)| format!(",{k}=\"{}\"", escape_label(v)))
-            .collect::<String>();
+        let labels = format_labels(labels);
         let value = Arc::new(AtomicI64::new(0));
         if let Ok(mut extra) = self.extra.lock() {
             // The same series asked for twice is one series.
-            if let Some(s) = extra.iter().find(|s| s.name == name && s.labels == labels) {
-                return s.value.clone();
+            if let Some(s) = extra.iter().find(|s| s.name == name && s.labels == labels)
+                && let SeriesValue::Stored(existing) = &s.value
+            {
+                return existing.clone();
             }
+            extra.retain(|s| !(s.name == name && s.labels == labels));
             extra.push(Series {
                 name,
                 help,
                 kind,
                 labels,
-                value: value.clone(),
+                value: SeriesValue::Stored(value.clone()),
             });
         }
         value
+    }
+
+    fn series_read(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        kind: SeriesKind,
+        labels: &[(&str, &str)],
+        read: Arc<dyn Fn() -> i64 + Send + Sync>,
+    ) {
+        let labels = format_labels(labels);
+        if let Ok(mut extra) = self.extra.lock() {
+            // A log opened again (a restart of the buffer) replaces what the series reads.
+            extra.retain(|s| !(s.name == name && s.labels == labels));
+            extra.push(Series {
+                name,
+                help,
+                kind,
+                labels,
+                value: SeriesValue::Read(read),
+            });
+        }
     }
 
     #[inline]
@@ -557,7 +622,7 @@ impl Registry {
                     s.name,
                     labels(c),
                     s.labels,
-                    s.value.load(Ordering::Relaxed)
+                    s.value.get()
                 );
             }
         }
@@ -580,6 +645,14 @@ impl Registry {
         }
         out
     }
+}
+
+/// Labels after the component's: `,name="value"` each.
+fn format_labels(labels: &[(&str, &str)]) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!(",{k}=\"{}\"", escape_label(v)))
+        .collect()
 }
 
 fn escape_label(s: &str) -> String {
@@ -629,6 +702,29 @@ mod tests {
         m.track_kernel_drops();
         m.kernel_dropped(7);
         assert!(reg.render().contains(&format!("{drops}{labels}}} 7")));
+    }
+
+    #[test]
+    fn read_series_are_current_at_every_render() {
+        let reg = Registry::default();
+        let m = reg.register("out", ComponentKind::Sink, "http");
+        let state = Arc::new(AtomicU64::new(3));
+        let read = state.clone();
+        m.gauge_read("x_records", "Records.", &[], move || {
+            read.load(Ordering::Relaxed) as i64
+        });
+        let series =
+            "x_records{component_id=\"out\",component_kind=\"sink\",component_type=\"http\"}";
+        assert!(reg.render().contains(&format!("{series} 3\n")));
+        // Nothing refreshes it: the value is read when rendered.
+        state.store(120, Ordering::Relaxed);
+        assert!(reg.render().contains(&format!("{series} 120\n")));
+        // Registered again (the log opened again), it reads from the new source, once.
+        m.gauge_read("x_records", "Records.", &[], || 7);
+        let text = reg.render();
+        assert!(text.contains(&format!("{series} 7\n")), "{text}");
+        assert_eq!(text.matches("x_records{").count(), 1, "{text}");
+        assert_eq!(text.matches("# TYPE x_records gauge").count(), 1, "{text}");
     }
 
     #[test]
