@@ -136,6 +136,18 @@ pub enum Health {
     Stopped = 3,
 }
 
+impl Health {
+    /// How `/health` names the state when there is no reason to give.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Starting => "starting",
+            Health::Running => "running",
+            Health::Degraded => "degraded",
+            Health::Stopped => "stopped",
+        }
+    }
+}
+
 /// The metrics and health of one component.
 pub struct ComponentMetrics {
     pub id: String,
@@ -161,6 +173,10 @@ pub struct ComponentMetrics {
     kernel_drops_tracked: AtomicBool,
     health: AtomicU8,
     reason: Mutex<Option<String>>,
+    /// Why the component's buffer fails, while it does: reported beside the component's own
+    /// health, so that a sink whose server is down and whose disk buffer cannot write shows
+    /// both, and neither clears the other when it recovers.
+    buffer_failure: Mutex<Option<String>>,
     log_limiter: Mutex<Option<Instant>>,
     suppressed: AtomicU64,
     /// Series of the component's own (the file source's per-pattern counters), rendered after
@@ -233,6 +249,7 @@ impl ComponentMetrics {
             kernel_drops_tracked: AtomicBool::new(false),
             health: AtomicU8::new(Health::Starting as u8),
             reason: Mutex::new(None),
+            buffer_failure: Mutex::new(None),
             log_limiter: Mutex::new(None),
             suppressed: AtomicU64::new(0),
             extra: Mutex::new(Vec::new()),
@@ -400,6 +417,31 @@ impl ComponentMetrics {
         (h, reason)
     }
 
+    /// Reports that the component's buffer fails (`Some(reason)`) or works again (`None`).
+    /// The component's own health ([`ComponentMetrics::set_health`]) is left as it is.
+    pub fn set_buffer_failure(&self, reason: Option<String>) {
+        if let Ok(mut failure) = self.buffer_failure.lock() {
+            *failure = reason;
+        }
+    }
+
+    /// The health `/health` and `loghaul_component_up` report: the component's own, and its
+    /// buffer's failure beside it. A running component whose buffer fails is degraded with the
+    /// buffer's reason; one that is not running reports both reasons, its own first.
+    pub fn reported_health(&self) -> (Health, Option<String>) {
+        let (health, reason) = self.health();
+        let Some(failure) = self.buffer_failure.lock().ok().and_then(|f| f.clone()) else {
+            return (health, reason);
+        };
+        match health {
+            Health::Running => (Health::Degraded, Some(failure)),
+            _ => {
+                let own = reason.unwrap_or_else(|| health.as_str().to_owned());
+                (health, Some(format!("{own}; {failure}")))
+            }
+        }
+    }
+
     /// Whether a warning about bad input may be logged now: at most one every 5 seconds per
     /// component, so a flood of garbage cannot flood the log. Returns how many were suppressed
     /// since the last one that was allowed.
@@ -464,12 +506,9 @@ impl Registry {
         let bad: Vec<(String, String)> = self
             .components()
             .iter()
-            .filter_map(|c| match c.health() {
+            .filter_map(|c| match c.reported_health() {
                 (Health::Running, _) => None,
-                (h, reason) => Some((
-                    c.id.clone(),
-                    reason.unwrap_or_else(|| format!("{h:?}").to_lowercase()),
-                )),
+                (h, reason) => Some((c.id.clone(), reason.unwrap_or_else(|| h.as_str().into()))),
             })
             .collect();
         if bad.is_empty() { Ok(()) } else { Err(bad) }
@@ -640,7 +679,7 @@ impl Registry {
             "# HELP {name} 1 when the component runs healthily.\n# TYPE {name} gauge"
         );
         for c in &comps {
-            let up = matches!(c.health().0, Health::Running) as u8;
+            let up = matches!(c.reported_health().0, Health::Running) as u8;
             let _ = writeln!(out, "{name}{{{}}} {up}", labels(c));
         }
         out
@@ -725,6 +764,43 @@ mod tests {
         assert!(text.contains(&format!("{series} 7\n")), "{text}");
         assert_eq!(text.matches("x_records{").count(), 1, "{text}");
         assert_eq!(text.matches("# TYPE x_records gauge").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn a_buffer_failure_shows_beside_the_components_own_health() {
+        let reg = Registry::default();
+        let m = reg.register("out", ComponentKind::Sink, "http");
+        m.set_health(Health::Running, None);
+        let up = "loghaul_component_up{component_id=\"out\",component_kind=\"sink\",component_type=\"http\"}";
+        let buffer = "disk buffer: cannot write: No space left on device";
+        m.set_buffer_failure(Some(buffer.into()));
+        assert_eq!(reg.health(), Err(vec![("out".into(), buffer.into())]));
+        assert!(reg.render().contains(&format!("{up} 0\n")));
+        // The sink fails too: both reasons, neither hiding the other.
+        m.set_health(Health::Degraded, Some("connection refused".into()));
+        assert_eq!(
+            reg.health(),
+            Err(vec![(
+                "out".into(),
+                format!("connection refused; {buffer}")
+            )])
+        );
+        // The sink recovering leaves the buffer's failure...
+        m.set_health(Health::Running, None);
+        assert_eq!(reg.health(), Err(vec![("out".into(), buffer.into())]));
+        // ...and the buffer recovering leaves the sink's.
+        m.set_health(Health::Degraded, Some("connection refused".into()));
+        m.set_buffer_failure(None);
+        assert_eq!(
+            reg.health(),
+            Err(vec![("out".into(), "connection refused".into())])
+        );
+        m.set_health(Health::Running, None);
+        assert_eq!(reg.health(), Ok(()));
+        assert!(reg.render().contains(&format!("{up} 1\n")));
+        // The component's own view is its own.
+        m.set_buffer_failure(Some(buffer.into()));
+        assert_eq!(m.health(), (Health::Running, None));
     }
 
     #[test]

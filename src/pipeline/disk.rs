@@ -33,7 +33,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::fanout::Fanout;
 use super::queue::{Delivery, InputSender, Prepare, Prepared};
-use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
+use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind};
 
 /// Batches queued for the writer thread.
 const WRITER_QUEUE: usize = 64;
@@ -449,17 +449,8 @@ async fn write_loop<F: FileSystem>(
     }
 }
 
-/// The buffer reports on its sink's health. A write that works again clears what the buffer
-/// reported, never what the sink itself did (its server being down, say).
-fn clear_own_degradation(metrics: &ComponentMetrics) {
-    let (health, reason) = metrics.health();
-    if health == Health::Degraded && reason.is_some_and(|r| r.starts_with(OWN_REASON)) {
-        metrics.set_health(Health::Running, None);
-    }
-}
-
-/// How the buffer's own health reasons start.
-const OWN_REASON: &str = "disk buffer: ";
+/// How the buffer's health reasons start, beside the sink's own in `/health`.
+const REASON_PREFIX: &str = "disk buffer: ";
 
 /// A batch's record: what the sender's prepare step encoded.
 fn payload(d: &Delivery) -> &[u8] {
@@ -508,7 +499,8 @@ pub(super) async fn append<F: FileSystem>(
         let payloads: Vec<&[u8]> = group[done..end].iter().map(payload).collect();
         match writer.append(&payloads) {
             Ok(_) => {
-                clear_own_degradation(metrics);
+                // The buffer's failure only: the sink's own reason (its server down) stays.
+                metrics.set_buffer_failure(None);
                 done = end;
                 backoff = FIRST_BACKOFF;
             }
@@ -563,12 +555,13 @@ pub(super) async fn sync_and_commit<F: FileSystem>(
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Reports a failed write or fsync (counted, the sink degraded with the buffer's `reason`, a
-/// rate-limited warning), then waits `backoff`, which doubles up to [`MAX_BACKOFF`].
+/// Reports a failed write or fsync (counted, the buffer's `reason` shown in the sink's health
+/// beside the sink's own, a rate-limited warning), then waits `backoff`, which doubles up to
+/// [`MAX_BACKOFF`].
 async fn fail_and_back_off(metrics: &ComponentMetrics, reason: String, backoff: &mut Duration) {
     metrics.error(ErrorKind::Io, 1);
     crate::warn_limited!(metrics, %reason, "The disk buffer failed; the sources wait while it retries.");
-    metrics.set_health(Health::Degraded, Some(format!("{OWN_REASON}{reason}")));
+    metrics.set_buffer_failure(Some(format!("{REASON_PREFIX}{reason}")));
     tokio::time::sleep(*backoff).await;
     *backoff = (*backoff * 2).min(MAX_BACKOFF);
 }
