@@ -142,6 +142,18 @@ pub enum Health {
     Stopped = 3,
 }
 
+impl Health {
+    /// How `/health` names the state when there is no reason to give.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Starting => "starting",
+            Health::Running => "running",
+            Health::Degraded => "degraded",
+            Health::Stopped => "stopped",
+        }
+    }
+}
+
 /// The metrics and health of one component.
 pub struct ComponentMetrics {
     pub id: String,
@@ -167,6 +179,10 @@ pub struct ComponentMetrics {
     kernel_drops_tracked: AtomicBool,
     health: AtomicU8,
     reason: Mutex<Option<String>>,
+    /// Why the component's buffer fails, while it does: reported beside the component's own
+    /// health, so that a sink whose server is down and whose disk buffer cannot write shows
+    /// both, and neither clears the other when it recovers.
+    buffer_failure: Mutex<Option<String>>,
     log_limiter: Mutex<Option<Instant>>,
     suppressed: AtomicU64,
     /// Series of the component's own (the file source's per-pattern counters), rendered after
@@ -182,7 +198,25 @@ struct Series {
     /// Labels after the component's, already formatted (`pattern="*.log",reason="x"`); may be
     /// empty.
     labels: String,
-    value: Arc<AtomicI64>,
+    value: SeriesValue,
+}
+
+/// Where a series' value comes from.
+enum SeriesValue {
+    /// An atomic the component updates.
+    Stored(Arc<AtomicI64>),
+    /// Read when the series is rendered, from state the component keeps anyway (a disk
+    /// buffer's statistics): always current, whatever the component is doing meanwhile.
+    Read(Arc<dyn Fn() -> i64 + Send + Sync>),
+}
+
+impl SeriesValue {
+    fn get(&self) -> i64 {
+        match self {
+            SeriesValue::Stored(value) => value.load(Ordering::Relaxed),
+            SeriesValue::Read(read) => read(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -221,6 +255,7 @@ impl ComponentMetrics {
             kernel_drops_tracked: AtomicBool::new(false),
             health: AtomicU8::new(Health::Starting as u8),
             reason: Mutex::new(None),
+            buffer_failure: Mutex::new(None),
             log_limiter: Mutex::new(None),
             suppressed: AtomicU64::new(0),
             extra: Mutex::new(Vec::new()),
@@ -248,6 +283,31 @@ impl ComponentMetrics {
         self.series(name, help, SeriesKind::Gauge, labels)
     }
 
+    /// A counter of the component's own whose value `read` gives when the metrics are rendered
+    /// (see [`ComponentMetrics::gauge_read`]).
+    pub fn counter_read(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&str, &str)],
+        read: impl Fn() -> i64 + Send + Sync + 'static,
+    ) {
+        self.series_read(name, help, SeriesKind::Counter, labels, Arc::new(read));
+    }
+
+    /// A gauge of the component's own whose value `read` gives when the metrics are rendered,
+    /// for values the component keeps anyway: the series is never stale, even while the
+    /// component waits. Asked for again, the series reads from the new `read`.
+    pub fn gauge_read(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[(&str, &str)],
+        read: impl Fn() -> i64 + Send + Sync + 'static,
+    ) {
+        self.series_read(name, help, SeriesKind::Gauge, labels, Arc::new(read));
+    }
+
     fn series(
         &self,
         name: &'static str,
@@ -255,25 +315,47 @@ impl ComponentMetrics {
         kind: SeriesKind,
         labels: &[(&str, &str)],
     ) -> Arc<AtomicI64> {
-        let labels = labels
-            .iter()
-            .map(|(k, v)| format!(",{k}=\"{}\"", escape_label(v)))
-            .collect::<String>();
+        let labels = format_labels(labels);
         let value = Arc::new(AtomicI64::new(0));
         if let Ok(mut extra) = self.extra.lock() {
             // The same series asked for twice is one series.
-            if let Some(s) = extra.iter().find(|s| s.name == name && s.labels == labels) {
-                return s.value.clone();
+            if let Some(s) = extra.iter().find(|s| s.name == name && s.labels == labels)
+                && let SeriesValue::Stored(existing) = &s.value
+            {
+                return existing.clone();
             }
+            extra.retain(|s| !(s.name == name && s.labels == labels));
             extra.push(Series {
                 name,
                 help,
                 kind,
                 labels,
-                value: value.clone(),
+                value: SeriesValue::Stored(value.clone()),
             });
         }
         value
+    }
+
+    fn series_read(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        kind: SeriesKind,
+        labels: &[(&str, &str)],
+        read: Arc<dyn Fn() -> i64 + Send + Sync>,
+    ) {
+        let labels = format_labels(labels);
+        if let Ok(mut extra) = self.extra.lock() {
+            // A log opened again (a restart of the buffer) replaces what the series reads.
+            extra.retain(|s| !(s.name == name && s.labels == labels));
+            extra.push(Series {
+                name,
+                help,
+                kind,
+                labels,
+                value: SeriesValue::Read(read),
+            });
+        }
     }
 
     #[inline]
@@ -341,6 +423,31 @@ impl ComponentMetrics {
         (h, reason)
     }
 
+    /// Reports that the component's buffer fails (`Some(reason)`) or works again (`None`).
+    /// The component's own health ([`ComponentMetrics::set_health`]) is left as it is.
+    pub fn set_buffer_failure(&self, reason: Option<String>) {
+        if let Ok(mut failure) = self.buffer_failure.lock() {
+            *failure = reason;
+        }
+    }
+
+    /// The health `/health` and `loghaul_component_up` report: the component's own, and its
+    /// buffer's failure beside it. A running component whose buffer fails is degraded with the
+    /// buffer's reason; one that is not running reports both reasons, its own first.
+    pub fn reported_health(&self) -> (Health, Option<String>) {
+        let (health, reason) = self.health();
+        let Some(failure) = self.buffer_failure.lock().ok().and_then(|f| f.clone()) else {
+            return (health, reason);
+        };
+        match health {
+            Health::Running => (Health::Degraded, Some(failure)),
+            _ => {
+                let own = reason.unwrap_or_else(|| health.as_str().to_owned());
+                (health, Some(format!("{own}; {failure}")))
+            }
+        }
+    }
+
     /// Whether a warning about bad input may be logged now: at most one every 5 seconds per
     /// component, so a flood of garbage cannot flood the log. Returns how many were suppressed
     /// since the last one that was allowed.
@@ -405,12 +512,9 @@ impl Registry {
         let bad: Vec<(String, String)> = self
             .components()
             .iter()
-            .filter_map(|c| match c.health() {
+            .filter_map(|c| match c.reported_health() {
                 (Health::Running, _) => None,
-                (h, reason) => Some((
-                    c.id.clone(),
-                    reason.unwrap_or_else(|| format!("{h:?}").to_lowercase()),
-                )),
+                (h, reason) => Some((c.id.clone(), reason.unwrap_or_else(|| h.as_str().into()))),
             })
             .collect();
         if bad.is_empty() { Ok(()) } else { Err(bad) }
@@ -563,7 +667,7 @@ impl Registry {
                     s.name,
                     labels(c),
                     s.labels,
-                    s.value.load(Ordering::Relaxed)
+                    s.value.get()
                 );
             }
         }
@@ -581,11 +685,19 @@ impl Registry {
             "# HELP {name} 1 when the component runs healthily.\n# TYPE {name} gauge"
         );
         for c in &comps {
-            let up = matches!(c.health().0, Health::Running) as u8;
+            let up = matches!(c.reported_health().0, Health::Running) as u8;
             let _ = writeln!(out, "{name}{{{}}} {up}", labels(c));
         }
         out
     }
+}
+
+/// Labels after the component's: `,name="value"` each.
+fn format_labels(labels: &[(&str, &str)]) -> String {
+    labels
+        .iter()
+        .map(|(k, v)| format!(",{k}=\"{}\"", escape_label(v)))
+        .collect()
 }
 
 fn escape_label(s: &str) -> String {
@@ -635,6 +747,66 @@ mod tests {
         m.track_kernel_drops();
         m.kernel_dropped(7);
         assert!(reg.render().contains(&format!("{drops}{labels}}} 7")));
+    }
+
+    #[test]
+    fn read_series_are_current_at_every_render() {
+        let reg = Registry::default();
+        let m = reg.register("out", ComponentKind::Sink, "http");
+        let state = Arc::new(AtomicU64::new(3));
+        let read = state.clone();
+        m.gauge_read("x_records", "Records.", &[], move || {
+            read.load(Ordering::Relaxed) as i64
+        });
+        let series =
+            "x_records{component_id=\"out\",component_kind=\"sink\",component_type=\"http\"}";
+        assert!(reg.render().contains(&format!("{series} 3\n")));
+        // Nothing refreshes it: the value is read when rendered.
+        state.store(120, Ordering::Relaxed);
+        assert!(reg.render().contains(&format!("{series} 120\n")));
+        // Registered again (the log opened again), it reads from the new source, once.
+        m.gauge_read("x_records", "Records.", &[], || 7);
+        let text = reg.render();
+        assert!(text.contains(&format!("{series} 7\n")), "{text}");
+        assert_eq!(text.matches("x_records{").count(), 1, "{text}");
+        assert_eq!(text.matches("# TYPE x_records gauge").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn a_buffer_failure_shows_beside_the_components_own_health() {
+        let reg = Registry::default();
+        let m = reg.register("out", ComponentKind::Sink, "http");
+        m.set_health(Health::Running, None);
+        let up = "loghaul_component_up{component_id=\"out\",component_kind=\"sink\",component_type=\"http\"}";
+        let buffer = "disk buffer: cannot write: No space left on device";
+        m.set_buffer_failure(Some(buffer.into()));
+        assert_eq!(reg.health(), Err(vec![("out".into(), buffer.into())]));
+        assert!(reg.render().contains(&format!("{up} 0\n")));
+        // The sink fails too: both reasons, neither hiding the other.
+        m.set_health(Health::Degraded, Some("connection refused".into()));
+        assert_eq!(
+            reg.health(),
+            Err(vec![(
+                "out".into(),
+                format!("connection refused; {buffer}")
+            )])
+        );
+        // The sink recovering leaves the buffer's failure...
+        m.set_health(Health::Running, None);
+        assert_eq!(reg.health(), Err(vec![("out".into(), buffer.into())]));
+        // ...and the buffer recovering leaves the sink's.
+        m.set_health(Health::Degraded, Some("connection refused".into()));
+        m.set_buffer_failure(None);
+        assert_eq!(
+            reg.health(),
+            Err(vec![("out".into(), "connection refused".into())])
+        );
+        m.set_health(Health::Running, None);
+        assert_eq!(reg.health(), Ok(()));
+        assert!(reg.render().contains(&format!("{up} 1\n")));
+        // The component's own view is its own.
+        m.set_buffer_failure(Some(buffer.into()));
+        assert_eq!(m.health(), (Health::Running, None));
     }
 
     #[test]

@@ -26,21 +26,19 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::Bytes;
-use loghaul_buffer::{AppendError, FileSystem, Reader, RealFs, Writer};
+use loghaul_buffer::{AppendError, FileSystem, Reader, RealFs, Shared, Stats, Writer};
 use loghaul_config::{SyncMode, WhenFull};
 use loghaul_core::{BatchNotifier, BatchStatus, EventBatch};
 use tokio::sync::{mpsc, oneshot};
 
 use super::fanout::Fanout;
 use super::queue::{Delivery, InputSender, Prepare, Prepared};
-use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
+use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind};
 
 /// Batches queued for the writer thread.
 const WRITER_QUEUE: usize = 64;
 /// The most bytes written (and fsynced) as one group.
 const GROUP_BYTES: usize = 8 << 20;
-/// How often the reader refreshes the buffer's gauges.
-const GAUGE_EVERY: Duration = Duration::from_millis(250);
 /// The largest batch the buffer takes (an encoded batch; sources' batches are far smaller).
 const MAX_RECORD: u32 = loghaul_buffer::Config::DEFAULT_MAX_RECORD;
 /// Segment size: small enough that acknowledged space comes back soon, large enough that
@@ -74,107 +72,113 @@ impl Prepare for Encode {
     }
 }
 
-/// The buffer's gauges and counters, under the sink's metrics.
+/// The buffer's series under the sink's metrics. What the log's statistics hold is read from
+/// them each time the metrics are rendered, so the series are current whatever the reader is
+/// doing (waiting for room in the sink's queue for minutes, or finished at a stop) and agree
+/// with `loghaul buffer inspect`; only what the reader counts itself lives here.
 struct Gauges {
-    bytes: Arc<AtomicI64>,
-    records: Arc<AtomicI64>,
-    max_bytes: Arc<AtomicI64>,
-    fsyncs: Arc<AtomicI64>,
-    damaged_records: Arc<AtomicI64>,
-    damaged_bytes: Arc<AtomicI64>,
-    torn_bytes: Arc<AtomicI64>,
-    quarantined: Arc<AtomicI64>,
-    write_errors: Arc<AtomicI64>,
-    redelivered: Arc<AtomicI64>,
     redelivered_events: Arc<AtomicI64>,
     /// Records that passed their checksum but did not decode (counted with the damaged ones).
-    undecodable: AtomicI64,
+    undecodable: Arc<AtomicI64>,
 }
 
 impl Gauges {
-    fn new(metrics: &ComponentMetrics) -> Gauges {
+    /// Registers the buffer's series for the log that `shared` belongs to (replacing those of a
+    /// log opened before it under the same sink).
+    fn register(
+        metrics: &ComponentMetrics,
+        shared: &Arc<Shared>,
+        max_size: u64,
+        recovery: &loghaul_buffer::Recovery,
+    ) -> Gauges {
+        let stat = |get: fn(&Stats) -> u64| {
+            let shared = shared.clone();
+            move || get(&shared.stats) as i64
+        };
+        let undecodable = Arc::new(AtomicI64::new(0));
+        metrics.gauge_read(
+            "loghaul_disk_buffer_bytes",
+            "Bytes the sink's disk buffer holds on disk.",
+            &[],
+            stat(|s| s.bytes_on_disk.load(Ordering::Relaxed)),
+        );
+        metrics.gauge_read(
+            "loghaul_disk_buffer_records",
+            "Batches in the sink's disk buffer not yet acknowledged by the sink.",
+            &[],
+            stat(|s| s.records_pending.load(Ordering::Relaxed)),
+        );
+        metrics.gauge_read(
+            "loghaul_disk_buffer_max_bytes",
+            "The disk buffer's max_size.",
+            &[],
+            move || max_size as i64,
+        );
+        metrics.counter_read(
+            "loghaul_disk_buffer_fsyncs_total",
+            "fsyncs of the disk buffer's segments.",
+            &[],
+            stat(|s| s.fsyncs.load(Ordering::Relaxed)),
+        );
+        let damaged = stat(|s| s.damaged_records.load(Ordering::Relaxed));
+        let skipped = undecodable.clone();
+        metrics.counter_read(
+            "loghaul_disk_buffer_damaged_records_total",
+            "Batches lost to damage found in the disk buffer (at start, including a record cut \
+             off its tail, or while reading).",
+            &[],
+            move || damaged() + skipped.load(Ordering::Relaxed),
+        );
+        metrics.counter_read(
+            "loghaul_disk_buffer_lost_events_total",
+            "Events of the lost batches, as far as their damaged records still said how many.",
+            &[],
+            stat(|s| s.lost_events.load(Ordering::Relaxed)),
+        );
+        metrics.counter_read(
+            "loghaul_disk_buffer_damaged_bytes_total",
+            "Damaged bytes skipped in the disk buffer.",
+            &[],
+            stat(|s| s.damaged_bytes.load(Ordering::Relaxed)),
+        );
+        metrics.counter_read(
+            "loghaul_disk_buffer_torn_bytes_total",
+            "Bytes of incomplete records cut from segment tails at start (a crash mid-write).",
+            &[],
+            stat(|s| s.torn_bytes.load(Ordering::Relaxed)),
+        );
+        metrics.counter_read(
+            "loghaul_disk_buffer_quarantined_segments_total",
+            "Damaged segments moved to quarantine/ after their valid records were salvaged.",
+            &[],
+            stat(|s| s.quarantined_segments.load(Ordering::Relaxed)),
+        );
+        metrics.counter_read(
+            "loghaul_disk_buffer_write_errors_total",
+            "Failed writes or fsyncs of the disk buffer (retried).",
+            &[],
+            stat(|s| {
+                s.write_errors.load(Ordering::Relaxed) + s.fsync_failures.load(Ordering::Relaxed)
+            }),
+        );
+        let redelivered = recovery.records_pending as i64;
+        metrics.counter_read(
+            "loghaul_disk_buffer_redelivered_records_total",
+            "Batches found in the buffer at start that the sink may already have had before \
+             a crash (delivered again: at-least-once).",
+            &[],
+            move || redelivered,
+        );
+        // Counted by the reader as it delivers them: a plain counter of the sink's.
+        let redelivered_events = metrics.counter(
+            "loghaul_disk_buffer_redelivered_events_total",
+            "Events of those batches.",
+            &[],
+        );
         Gauges {
-            bytes: metrics.gauge(
-                "loghaul_disk_buffer_bytes",
-                "Bytes the sink's disk buffer holds on disk.",
-                &[],
-            ),
-            records: metrics.gauge(
-                "loghaul_disk_buffer_records",
-                "Batches in the sink's disk buffer not yet acknowledged by the sink.",
-                &[],
-            ),
-            max_bytes: metrics.gauge(
-                "loghaul_disk_buffer_max_bytes",
-                "The disk buffer's max_size.",
-                &[],
-            ),
-            fsyncs: metrics.counter(
-                "loghaul_disk_buffer_fsyncs_total",
-                "fsyncs of the disk buffer's segments.",
-                &[],
-            ),
-            damaged_records: metrics.counter(
-                "loghaul_disk_buffer_damaged_records_total",
-                "Batches lost to damage found in the disk buffer (at start or while reading).",
-                &[],
-            ),
-            damaged_bytes: metrics.counter(
-                "loghaul_disk_buffer_damaged_bytes_total",
-                "Damaged bytes skipped in the disk buffer.",
-                &[],
-            ),
-            torn_bytes: metrics.counter(
-                "loghaul_disk_buffer_torn_bytes_total",
-                "Bytes of incomplete records cut from segment tails at start (a crash mid-write).",
-                &[],
-            ),
-            quarantined: metrics.counter(
-                "loghaul_disk_buffer_quarantined_segments_total",
-                "Damaged segments moved to quarantine/ after their valid records were salvaged.",
-                &[],
-            ),
-            write_errors: metrics.counter(
-                "loghaul_disk_buffer_write_errors_total",
-                "Failed writes or fsyncs of the disk buffer (retried).",
-                &[],
-            ),
-            redelivered: metrics.counter(
-                "loghaul_disk_buffer_redelivered_records_total",
-                "Batches found in the buffer at start that the sink may already have had before \
-                 a crash (delivered again: at-least-once).",
-                &[],
-            ),
-            redelivered_events: metrics.counter(
-                "loghaul_disk_buffer_redelivered_events_total",
-                "Events of those batches.",
-                &[],
-            ),
-            undecodable: AtomicI64::new(0),
+            redelivered_events,
+            undecodable,
         }
-    }
-
-    fn refresh(&self, stats: &loghaul_buffer::Stats) {
-        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed) as i64;
-        self.bytes
-            .store(get(&stats.bytes_on_disk), Ordering::Relaxed);
-        self.records
-            .store(get(&stats.records_pending), Ordering::Relaxed);
-        self.fsyncs.store(get(&stats.fsyncs), Ordering::Relaxed);
-        self.damaged_records.store(
-            get(&stats.damaged_records) + self.undecodable.load(Ordering::Relaxed),
-            Ordering::Relaxed,
-        );
-        self.damaged_bytes
-            .store(get(&stats.damaged_bytes), Ordering::Relaxed);
-        self.torn_bytes
-            .store(get(&stats.torn_bytes), Ordering::Relaxed);
-        self.quarantined
-            .store(get(&stats.quarantined_segments), Ordering::Relaxed);
-        self.write_errors.store(
-            get(&stats.write_errors) + get(&stats.fsync_failures),
-            Ordering::Relaxed,
-        );
     }
 }
 
@@ -190,6 +194,8 @@ pub(super) fn log_config(dir: &Path, max_size: u64, sync: SyncMode) -> loghaul_b
             SyncMode::Interval(d) => loghaul_buffer::SyncMode::Interval(d),
             SyncMode::Never => loghaul_buffer::SyncMode::Never,
         },
+        // Records are encoded batches: what recovery loses is reported in events too.
+        event_count: Some(loghaul_buffer::EventCount(loghaul_core::encoded_len_events)),
     }
 }
 
@@ -213,11 +219,7 @@ fn open_log(
     let config = log_config(dir, max_size, sync);
     let (writer, reader, recovery) = loghaul_buffer::open(RealFs, config)
         .with_context(|| format!("cannot open {}", dir.display()))?;
-    let gauges = Gauges::new(metrics);
-    gauges.max_bytes.store(max_size as i64, Ordering::Relaxed);
-    gauges
-        .redelivered
-        .store(recovery.records_pending as i64, Ordering::Relaxed);
+    let gauges = Gauges::register(metrics, reader.shared(), max_size, &recovery);
     let damaged = recovery.torn_bytes > 0
         || recovery.damaged_bytes > 0
         || recovery.lost_records > 0
@@ -447,17 +449,8 @@ async fn write_loop<F: FileSystem>(
     }
 }
 
-/// The buffer reports on its sink's health. A write that works again clears what the buffer
-/// reported, never what the sink itself did (its server being down, say).
-fn clear_own_degradation(metrics: &ComponentMetrics) {
-    let (health, reason) = metrics.health();
-    if health == Health::Degraded && reason.is_some_and(|r| r.starts_with(OWN_REASON)) {
-        metrics.set_health(Health::Running, None);
-    }
-}
-
-/// How the buffer's own health reasons start.
-const OWN_REASON: &str = "disk buffer: ";
+/// How the buffer's health reasons start, beside the sink's own in `/health`.
+const REASON_PREFIX: &str = "disk buffer: ";
 
 /// A batch's record: what the sender's prepare step encoded.
 fn payload(d: &Delivery) -> &[u8] {
@@ -506,7 +499,8 @@ pub(super) async fn append<F: FileSystem>(
         let payloads: Vec<&[u8]> = group[done..end].iter().map(payload).collect();
         match writer.append(&payloads) {
             Ok(_) => {
-                clear_own_degradation(metrics);
+                // The buffer's failure only: the sink's own reason (its server down) stays.
+                metrics.set_buffer_failure(None);
                 done = end;
                 backoff = FIRST_BACKOFF;
             }
@@ -561,12 +555,13 @@ pub(super) async fn sync_and_commit<F: FileSystem>(
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
-/// Reports a failed write or fsync (counted, the sink degraded with the buffer's `reason`, a
-/// rate-limited warning), then waits `backoff`, which doubles up to [`MAX_BACKOFF`].
+/// Reports a failed write or fsync (counted, the buffer's `reason` shown in the sink's health
+/// beside the sink's own, a rate-limited warning), then waits `backoff`, which doubles up to
+/// [`MAX_BACKOFF`].
 async fn fail_and_back_off(metrics: &ComponentMetrics, reason: String, backoff: &mut Duration) {
     metrics.error(ErrorKind::Io, 1);
     crate::warn_limited!(metrics, %reason, "The disk buffer failed; the sources wait while it retries.");
-    metrics.set_health(Health::Degraded, Some(format!("{OWN_REASON}{reason}")));
+    metrics.set_buffer_failure(Some(format!("{REASON_PREFIX}{reason}")));
     tokio::time::sleep(*backoff).await;
     *backoff = (*backoff * 2).min(MAX_BACKOFF);
 }
@@ -595,7 +590,6 @@ async fn read_loop<F: FileSystem>(
     let mut outstanding: usize = 0;
     let mut writer_finished = false;
     let mut fanout = Some(fanout);
-    let mut tick = tokio::time::interval(GAUGE_EVERY);
     let source: Arc<str> = Arc::from(format!("{id} (disk buffer)"));
     loop {
         // Deliver what is readable now.
@@ -677,15 +671,11 @@ async fn read_loop<F: FileSystem>(
                 let _ = done;
                 writer_finished = true;
             }
-            _ = tick.tick() => {
-                gauges.refresh(&shared.stats);
-            }
         }
     }
     if let Err(error) = reader.persist() {
         tracing::warn!(%error, component = %id, "Cannot save the disk buffer's cursor; batches since the last saved one will be delivered again.");
     }
-    gauges.refresh(&shared.stats);
 }
 
 /// Records the sink's verdict on one record. Delivered and rejected (dead-lettered) records

@@ -543,3 +543,441 @@ sinks:
     server.signal("TERM");
     assert!(server.wait_exit(Duration::from_secs(20)).is_some());
 }
+
+/// `loghaul buffer inspect DIR`: (records pending after the cursor, bytes of segments).
+fn inspect_pending(dir: &Path) -> (u64, u64) {
+    let report = output_text(&loghaul(&["buffer", "inspect", dir.to_str().unwrap()]));
+    // "segments: 2 (1234 bytes), records: 40, pending after the cursor: 40"
+    let line = report
+        .lines()
+        .find(|l| l.starts_with("segments: "))
+        .unwrap_or_else(|| panic!("no segments line in:\n{report}"));
+    let number_after = |key: &str| -> u64 {
+        line.split(key)
+            .nth(1)
+            .and_then(|rest| {
+                rest.trim_start()
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()
+            })
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no number after {key:?} in {line:?}"))
+    };
+    let bytes = line
+        .split('(')
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no byte count in {line:?}"));
+    (number_after("pending after the cursor:"), bytes)
+}
+
+/// The disk buffer gauges of sink `id`, from one scrape: (records, bytes).
+fn buffer_gauges(server: &Server, id: &str) -> (u64, u64) {
+    let text = server.metrics_text();
+    let get = |name: &str| {
+        parse_metric(&text, name, id, None).unwrap_or_else(|| panic!("no {name} for {id}"))
+    };
+    (
+        get("loghaul_disk_buffer_records"),
+        get("loghaul_disk_buffer_bytes"),
+    )
+}
+
+/// Compares sink `id`'s buffer gauges with `loghaul buffer inspect` of `dir` until they agree,
+/// and returns them. A write may land between the reads, so only a comparison during which the
+/// gauges did not move counts, and a few are tried.
+fn assert_gauges_agree_with_inspect(
+    server: &Server,
+    id: &str,
+    dir: &Path,
+    when: &str,
+) -> (u64, u64) {
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        let before = buffer_gauges(server, id);
+        let inspected = inspect_pending(dir);
+        let after = buffer_gauges(server, id);
+        if before == after && before == inspected {
+            return before;
+        }
+        seen.push(format!(
+            "gauges {before:?}/{after:?}, inspect {inspected:?}"
+        ));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!(
+        "{when}: the buffer gauges (records, bytes) never agreed with `buffer inspect`:\n{}",
+        seen.join("\n")
+    );
+}
+
+/// Waits until sink `id`'s own queue is full: the disk buffer's reader then waits for room in it,
+/// which is when gauges kept by that reader went stale.
+fn wait_sink_queue_full(server: &Server, id: &str) {
+    let deadline = Instant::now() + ARRIVE_TIMEOUT;
+    loop {
+        let text = server.metrics_text();
+        let queued = parse_metric(&text, "loghaul_buffer_batches", id, None);
+        let capacity = parse_metric(&text, "loghaul_buffer_max_batches", id, None);
+        if queued.is_some() && queued == capacity {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the queue of sink {id} did not fill: {queued:?} of {capacity:?} batches"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A sink whose server is down, with a disk buffer, while events flow in: once the sink's own
+/// queue is full the buffer's reader waits for room in it for as long as the server stays
+/// down, and the gauges must still show what the log holds (`buffer inspect`), batch for batch
+/// and byte for byte. The API stops with the stop, so the last scrape before SIGTERM is the
+/// last word: it must agree with what the stopped log holds. A start on that log reports its
+/// backlog from the first scrape, although its reader waits from the start.
+#[test]
+fn disk_buffer_gauges_agree_with_inspect_while_the_sink_is_stuck_and_across_a_stop() {
+    const ROUNDS: u64 = 15;
+    const PER_ROUND: u64 = 20_000;
+    let dead = free_tcp_port();
+    let buffer = "type: disk, max_size: 256MiB, sync: every_batch";
+    let mut a = Server::start(&sender(&http_sink(dead, buffer), ""));
+    let dir = a.path("loghaul-data/buffers/up");
+    let port = a.ports.tcp;
+    let flowing = std::thread::spawn(move || {
+        for round in 0..ROUNDS {
+            send_tcp(
+                port,
+                &numbered("stuck", round * PER_ROUND..(round + 1) * PER_ROUND),
+            );
+            std::thread::sleep(Duration::from_millis(150));
+        }
+    });
+    wait_sink_queue_full(&a, "up");
+    let mut last = (0, 0);
+    while !flowing.is_finished() {
+        last = assert_gauges_agree_with_inspect(&a, "up", &dir, "while events flow in");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    flowing.join().expect("the sender");
+    a.wait_metric(
+        "loghaul_component_received_events_total",
+        "in",
+        None,
+        ROUNDS * PER_ROUND,
+    );
+    let at_stop = assert_gauges_agree_with_inspect(&a, "up", &dir, "with everything written");
+    let queue = a.metric("loghaul_buffer_max_batches", "up", None);
+    assert!(
+        at_stop.0 > queue && at_stop.0 >= last.0,
+        "the backlog outgrew the sink's queue ({queue} batches): {at_stop:?}, earlier {last:?}"
+    );
+
+    a.signal("TERM");
+    assert!(
+        a.wait_exit(Duration::from_secs(20)).is_some(),
+        "stops within shutdown_timeout"
+    );
+    assert_eq!(
+        inspect_pending(&dir),
+        at_stop,
+        "the last scrape before the stop told what the stopped log holds"
+    );
+
+    // Started again on the same log with the server still down: its reader waits from the
+    // first batch on.
+    let data_dir = a.dir.path().join("loghaul-data");
+    let mut b = Server::spawn(&sender(
+        &http_sink(dead, buffer),
+        &format!("data_dir: \"{}\"", data_dir.display()),
+    ));
+    b.wait_api(START_TIMEOUT);
+    let resumed = assert_gauges_agree_with_inspect(&b, "up", &dir, "after a restart");
+    assert_eq!(
+        resumed, at_stop,
+        "nothing was delivered or written meanwhile"
+    );
+    assert_eq!(
+        b.metric("loghaul_disk_buffer_redelivered_records_total", "up", None),
+        at_stop.0
+    );
+    // A while later, with the reader still waiting.
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(buffer_gauges(&b, "up"), at_stop);
+    b.signal("TERM");
+    assert!(b.wait_exit(Duration::from_secs(20)).is_some());
+}
+
+/// The reason `/health` gives for component `id`, when it gives one.
+fn health_reason(server: &Server, id: &str) -> (u16, Option<String>) {
+    let (code, body) = server.health();
+    let reason = serde_json::from_str::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v["components"][id].as_str().map(str::to_owned));
+    (code, reason)
+}
+
+/// Writes a file in `dir` until the file system is full; returns its path.
+fn fill(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    let path = dir.join("filler");
+    let mut file = fs::File::create(&path).expect("create the filler");
+    let chunk = vec![0x55u8; 64 << 10];
+    let mut written = 0usize;
+    loop {
+        match file.write(&chunk) {
+            Ok(0) => break,
+            Ok(n) => written += n,
+            Err(e) if e.raw_os_error() == Some(28) => break,
+            Err(e) => panic!("filling {}: {e}", dir.display()),
+        }
+        assert!(written < 1 << 30, "{} never filled up", dir.display());
+    }
+    let _ = file.sync_all();
+    path
+}
+
+/// A sink whose server is down, and whose disk buffer's file system is full: both failures
+/// show. Every failed write is counted as it happens, although the buffer's reader waits for
+/// room in the sink's queue meanwhile, and `/health` names the buffer's failure beside the
+/// sink's own, at every poll (one reason must not replace the other); once space comes back,
+/// the buffer's reason goes and the sink's stays.
+#[test]
+fn a_full_buffer_disk_is_counted_and_named_in_health_beside_the_sinks_own_failure() {
+    let tmpfs = Tmpfs::mount("16M").unwrap_or_else(|| {
+        panic!("mounting a tmpfs needs root (CI and the dev machines run as root)")
+    });
+    let dead = free_tcp_port();
+    // One request of one batch in the sink's hands: the rest waits in its queue.
+    let a = Server::start(&sender(
+        &format!(
+            "type: http, uri: \"http://127.0.0.1:{dead}/in\", encoding: ndjson, concurrency: 1, max_events: 100, retry: {{ initial: 50ms, max: 500ms }}, buffer: {{ type: disk, max_size: 64MiB, sync: every_batch }}"
+        ),
+        &format!("data_dir: \"{}\"", tmpfs.0.display()),
+    ));
+    // Enough small batches that the sink's queue fills and the buffer's reader waits on it.
+    for round in 0..60 {
+        send_tcp(
+            a.ports.tcp,
+            &numbered("full", round * 100..(round + 1) * 100),
+        );
+        a.wait_metric(
+            "loghaul_component_received_events_total",
+            "in",
+            None,
+            (round + 1) * 100,
+        );
+    }
+    wait_sink_queue_full(&a, "up");
+    let sink_reason = loop {
+        if let (503, Some(reason)) = health_reason(&a, "up") {
+            break reason;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(
+        !sink_reason.contains("disk buffer"),
+        "only the sink fails so far: {sink_reason}"
+    );
+    assert_eq!(
+        a.metric("loghaul_disk_buffer_write_errors_total", "up", None),
+        0
+    );
+
+    let filler = fill(&tmpfs.0);
+    let port = a.ports.tcp;
+    let more = std::thread::spawn(move || send_tcp(port, &numbered("full", 6000..8000)));
+    let errors = a.wait_metric("loghaul_disk_buffer_write_errors_total", "up", None, 1);
+    let warnings = a.stderr().matches("No space left on device").count();
+    assert!(warnings > 0, "the log says why");
+    for _ in 0..10 {
+        let (code, reason) = health_reason(&a, "up");
+        let reason = reason.unwrap_or_default();
+        assert_eq!(code, 503, "{reason}");
+        let (sink, buffer) = reason
+            .split_once("; disk buffer: ")
+            .unwrap_or_else(|| panic!("both failures are named: {reason:?}"));
+        assert!(
+            !sink.is_empty() && !sink.contains("disk buffer"),
+            "the sink's own reason comes first: {reason:?}"
+        );
+        assert!(
+            buffer.contains("No space left on device"),
+            "the buffer's reason: {reason:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Retried with backoff, every failure counted.
+    a.wait_metric(
+        "loghaul_disk_buffer_write_errors_total",
+        "up",
+        None,
+        errors + 1,
+    );
+
+    fs::remove_file(&filler).expect("remove the filler");
+    more.join()
+        .expect("the sender finishes once space comes back");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, reason) = health_reason(&a, "up");
+        let reason = reason.unwrap_or_default();
+        if !reason.contains("disk buffer") {
+            assert_eq!(code, 503, "the sink's own failure stays: {reason:?}");
+            assert!(!reason.is_empty());
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the buffer's reason goes once it writes again: {reason:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    a.wait_metric("loghaul_component_received_events_total", "in", None, 8000);
+    let mut a = a;
+    a.signal("TERM");
+    assert!(a.wait_exit(Duration::from_secs(20)).is_some());
+}
+
+/// POSTs `body` (NDJSON) to `/in` on `port`; returns the status code of the answer.
+fn post(port: u16, body: &[u8]) -> u16 {
+    use std::io::{Read, Write};
+    let mut s = connect(port);
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("set a read timeout");
+    let head = format!(
+        "POST /in HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-ndjson\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes())
+        .and_then(|()| s.write_all(body))
+        .expect("send the request");
+    let mut answer = Vec::new();
+    let _ = s.read_to_end(&mut answer);
+    let answer = String::from_utf8_lossy(&answer);
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP answer: {answer:?}"))
+}
+
+/// Where the last record of a segment starts, and its payload's length (the frame layout of
+/// `crates/loghaul-buffer/src/lib.rs`: after the 8-byte segment header, records of a 20-byte
+/// frame header, magic, len, crc, seq, then the payload).
+fn last_record(segment: &[u8]) -> (usize, usize) {
+    let mut at = 8;
+    let mut last = None;
+    while at + 20 <= segment.len() {
+        assert_eq!(
+            &segment[at..at + 4],
+            &0x4C48_5245u32.to_le_bytes(),
+            "a record at {at}"
+        );
+        let len = u32::from_le_bytes(segment[at + 4..at + 8].try_into().unwrap()) as usize;
+        last = Some((at, len));
+        at += 20 + len;
+    }
+    assert_eq!(at, segment.len(), "the segment ends with a whole record");
+    last.expect("the segment holds a record")
+}
+
+/// Acknowledged batches of a known size are in a disk buffer whose sink is down; between two
+/// runs its last record is cut in the middle (a lost write, a file cut short). The next start
+/// cuts the torn tail, and reports the batch and its events as lost: in the log line, in
+/// `damaged_records_total` and in `lost_events_total`. The batches before it wait as before.
+#[test]
+fn a_cut_buffer_tail_reports_the_batch_and_the_events_it_lost() {
+    const POSTS: u64 = 20;
+    const PER_POST: u64 = 500;
+    let dead = free_tcp_port();
+    let config = |extra: &str| {
+        format!(
+            r#"api: {{ address: "127.0.0.1:{{API}}" }}
+shutdown_timeout: 2s
+{extra}
+sources:
+  in: {{ type: http_server, address: "127.0.0.1:{{TCP}}", paths: ["/in"] }}
+sinks:
+  up: {{ type: http, inputs: [in], uri: "http://127.0.0.1:{dead}/in", encoding: ndjson, retry: {{ initial: 50ms, max: 500ms }}, buffer: {{ type: disk, max_size: 64MiB, sync: every_batch }} }}
+"#
+        )
+    };
+    let mut a = Server::start(&config(""));
+    for post_no in 0..POSTS {
+        let body: String = (post_no * PER_POST..(post_no + 1) * PER_POST)
+            .map(|i| format!("{{\"message\":\"cut {i}\"}}\n"))
+            .collect();
+        // 200 once the buffer holds the batch, fsynced: the events are acknowledged.
+        assert_eq!(post(a.ports.tcp, body.as_bytes()), 200, "POST {post_no}");
+    }
+    assert_eq!(
+        a.metric("loghaul_disk_buffer_records", "up", None),
+        POSTS,
+        "one batch per request"
+    );
+    a.signal("TERM");
+    assert!(a.wait_exit(Duration::from_secs(20)).is_some(), "stops");
+
+    let buffer = a.path("loghaul-data/buffers/up");
+    let mut segments: Vec<PathBuf> = fs::read_dir(&buffer)
+        .expect("the buffer directory")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "seg"))
+        .collect();
+    segments.sort();
+    let last = segments.last().expect("a segment");
+    let data = fs::read(last).expect("read the segment");
+    let (start, len) = last_record(&data);
+    let payload = &data[start + 20..];
+    assert_eq!(&payload[..4], b"LHB\x01", "an encoded batch");
+    assert_eq!(
+        u32::from_le_bytes(payload[4..8].try_into().unwrap()),
+        PER_POST as u32,
+        "the batch's event count"
+    );
+    let cut_to = start + 20 + len / 2;
+    fs::OpenOptions::new()
+        .write(true)
+        .open(last)
+        .and_then(|f| f.set_len(cut_to as u64))
+        .expect("cut the segment");
+
+    let data_dir = a.dir.path().join("loghaul-data");
+    let mut b = Server::spawn(&config(&format!("data_dir: \"{}\"", data_dir.display())));
+    b.wait_api(START_TIMEOUT);
+    let log = b.stderr();
+    let line = log
+        .lines()
+        .find(|l| l.contains("Disk buffer was damaged"))
+        .unwrap_or_else(|| panic!("no recovery warning:\n{}", tail(&log, 4000)));
+    assert!(
+        line.contains(&format!("lost_records=1 lost_events={PER_POST} ")),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!("torn_bytes={} ", 20 + len / 2)),
+        "{line}"
+    );
+    assert_eq!(
+        b.metric("loghaul_disk_buffer_damaged_records_total", "up", None),
+        1
+    );
+    assert_eq!(
+        b.metric("loghaul_disk_buffer_lost_events_total", "up", None),
+        PER_POST
+    );
+    assert_eq!(
+        b.metric("loghaul_disk_buffer_torn_bytes_total", "up", None),
+        (20 + len / 2) as u64
+    );
+    assert_eq!(
+        b.metric("loghaul_disk_buffer_records", "up", None),
+        POSTS - 1,
+        "the batches before the cut still wait"
+    );
+    b.signal("TERM");
+    assert!(b.wait_exit(Duration::from_secs(20)).is_some());
+}

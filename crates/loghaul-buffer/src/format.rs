@@ -135,6 +135,61 @@ pub(crate) fn resync(
     None
 }
 
+/// A record the log lost whose frame header survived: it starts a damaged region or a torn
+/// tail, so its payload failed the CRC or was cut off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct LostFrame {
+    pub seq: u64,
+    /// The events its payload held, when the start of the payload survived and says.
+    pub events: Option<u64>,
+}
+
+/// The lost records whose headers start `region` of `data`: a chain of frame headers from the
+/// region's start that check out (the magic, a length within `max_record`, and the sequence
+/// numbers `next`, `next + 1`, ..., below `before` when a valid record follows the region),
+/// each frame beginning where the previous one ends. A header needs no CRC to be believed here
+/// (its payload is what failed): the magic, the length bound and the exact sequence number
+/// together make a false match negligible, and the first header that does not pass ends the
+/// chain.
+///
+/// A frame must end within a damaged region followed by a valid record; only a torn tail
+/// (`before` is `None`) may hold a frame cut off by the end of the data.
+pub(crate) fn lost_frames(
+    data: &[u8],
+    region: Region,
+    max_record: u32,
+    next: u64,
+    before: Option<u64>,
+    events_in: Option<crate::EventCount>,
+) -> Vec<LostFrame> {
+    let end = usize::try_from(region.offset.saturating_add(region.len))
+        .unwrap_or(usize::MAX)
+        .min(data.len());
+    let mut lost = Vec::new();
+    let mut pos = usize::try_from(region.offset).unwrap_or(usize::MAX);
+    let mut seq = next;
+    while let Some(header) = data.get(pos..end).and_then(decode_header) {
+        if header.len > max_record || header.seq != seq || before.is_some_and(|b| seq >= b) {
+            break;
+        }
+        let start = pos + FRAME_HEADER_LEN;
+        let frame_end = start.saturating_add(header.len as usize);
+        if frame_end > end && before.is_some() {
+            break;
+        }
+        let payload = data.get(start..frame_end.min(end)).unwrap_or_default();
+        lost.push(LostFrame {
+            seq,
+            events: events_in
+                .and_then(|count| (count.0)(payload))
+                .map(u64::from),
+        });
+        pos = frame_end;
+        seq += 1;
+    }
+    lost
+}
+
 /// What a scan found in a segment's bytes.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Scan {

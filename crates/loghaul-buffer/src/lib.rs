@@ -56,8 +56,12 @@
 //! whose last record is acked; scan the rest. Damage with nothing valid after it is a torn
 //! tail and is cut off; damage with valid records after it is salvaged: the valid records are
 //! copied to a new file that replaces the segment, and the original goes to `quarantine/`.
-//! Missing sequence numbers after the cursor are counted as lost. The writer always starts a
-//! new segment (on its first append) and never appends to a recovered one.
+//! What recovery drops after the cursor is counted as lost: missing sequence numbers, and a
+//! record at the start of a damaged region or torn tail whose frame header still checks out
+//! (the magic, a length within `max_record`, the next sequence number), with the events its
+//! payload held when [`Config::event_count`] can read them from what survived. A tail cut at a
+//! record boundary, or within a frame header, leaves nothing to count. The writer always starts
+//! a new segment (on its first append) and never appends to a recovered one.
 //!
 //! One process at a time may open a directory; nothing here locks it.
 
@@ -74,6 +78,7 @@ mod writer;
 #[cfg(test)]
 mod tests;
 
+use std::fmt;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -116,7 +121,31 @@ pub struct Config {
     pub max_record: u32,
     /// When records are made durable.
     pub sync: SyncMode,
+    /// How to read the number of events a payload holds, so that recovery reports what it
+    /// loses in events as well as in records; `None` reports records only.
+    pub event_count: Option<EventCount>,
 }
+
+/// Reads how many events a record's payload holds from its first bytes, or `None` when they do
+/// not say (too few of them survived, or the payload is not of the kind expected). The buffer
+/// stores opaque payloads: the server, which knows what it writes, supplies this.
+#[derive(Clone, Copy)]
+pub struct EventCount(pub fn(&[u8]) -> Option<u32>);
+
+impl fmt::Debug for EventCount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EventCount(..)")
+    }
+}
+
+impl PartialEq for EventCount {
+    fn eq(&self, other: &Self) -> bool {
+        // Configs are compared in tests only; the same function there is the same pointer.
+        std::ptr::fn_addr_eq(self.0, other.0)
+    }
+}
+
+impl Eq for EventCount {}
 
 impl Config {
     /// The default segment size: 32 MiB.
@@ -133,6 +162,7 @@ impl Config {
             segment_size: Self::DEFAULT_SEGMENT_SIZE,
             max_record: Self::DEFAULT_MAX_RECORD,
             sync: SyncMode::EveryBatch,
+            event_count: None,
         }
     }
 
@@ -173,6 +203,7 @@ pub fn open<F: FileSystem>(fs: F, config: Config) -> io::Result<(Writer<F>, Read
     add(&stats.records_pending, recovery.records_pending);
     add(&stats.segments, segment_count);
     add(&stats.damaged_records, recovery.lost_records);
+    add(&stats.lost_events, recovery.lost_events);
     add(&stats.damaged_bytes, recovery.damaged_bytes);
     add(&stats.torn_bytes, recovery.torn_bytes);
     add(

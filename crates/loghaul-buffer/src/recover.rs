@@ -42,10 +42,16 @@ pub struct Recovery {
     pub torn_bytes: u64,
     /// Bytes of damage followed by valid records (salvaged around, or quarantined).
     pub damaged_bytes: u64,
-    /// Records after the cursor missing from the sequence (gaps around damage and between
-    /// segments). Records lost from the very end of the log cannot be counted, and a gap is
-    /// counted again at every open until the cursor passes it.
+    /// Records after the cursor that recovery found lost: sequence numbers missing around
+    /// damage and between segments, and the records a torn tail begins with whose frame header
+    /// survived (a record cut mid-way). A tail cut exactly at a record boundary, or within a
+    /// frame header, leaves nothing to count; a gap is counted again at every open until the
+    /// cursor passes it.
     pub lost_records: u64,
+    /// The events those records held, as far as their payloads' first bytes survived to say
+    /// (see [`crate::Config::event_count`]): a lower bound, since a record whose header is gone
+    /// too is counted in `lost_records` only.
+    pub lost_events: u64,
     /// Where damaged segments were moved.
     pub quarantined: Vec<PathBuf>,
     /// Temporary files of interrupted writes that were removed.
@@ -56,7 +62,7 @@ impl fmt::Display for Recovery {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "segments={} deleted={} pending={} cursor={} cursor_file={} next_seq={} torn_bytes={} damaged_bytes={} lost_records={} quarantined={}",
+            "segments={} deleted={} pending={} cursor={} cursor_file={} next_seq={} torn_bytes={} damaged_bytes={} lost_records={} lost_events={} quarantined={}",
             self.segments,
             self.segments_deleted,
             self.records_pending,
@@ -70,6 +76,7 @@ impl fmt::Display for Recovery {
             self.torn_bytes,
             self.damaged_bytes,
             self.lost_records,
+            self.lost_events,
             self.quarantined.len(),
         )?;
         for path in &self.quarantined {
@@ -198,6 +205,7 @@ fn recover_segment<F: FileSystem>(
         }
     };
     let scan = format::scan(&data, config.max_record, walk.prev_seq);
+    count_records(config, &data, &scan, walk, report);
 
     let Some(last_seq) = scan.last_seq() else {
         let header_prefix = data.len() < SEGMENT_HEADER.len() && SEGMENT_HEADER.starts_with(&data);
@@ -222,13 +230,6 @@ fn recover_segment<F: FileSystem>(
         return None;
     }
 
-    for record in scan.records.iter().filter(|r| r.seq > walk.cursor) {
-        if let Some(expected) = walk.expected {
-            report.lost_records += record.seq.saturating_sub(expected);
-        }
-        walk.expected = Some(record.seq + 1);
-        report.records_pending += 1;
-    }
     let torn = scan.torn.map_or(0, |t| t.len);
     report.torn_bytes += torn;
 
@@ -283,6 +284,68 @@ fn recover_segment<F: FileSystem>(
         last_seq,
         sealed: true,
     })
+}
+
+/// Counts the segment's records after the cursor, in sequence order: the valid ones are
+/// pending, and the lost ones are those missing from the sequence (a gap) and those whose frame
+/// header survived at the start of a damaged region or a torn tail (see
+/// [`format::lost_frames`]), with the events they held. Records lost this way are counted here,
+/// in their place in the sequence, so a gap after them never counts them a second time.
+fn count_records(
+    config: &Config,
+    data: &[u8],
+    scan: &Scan,
+    walk: &mut Walk,
+    report: &mut Recovery,
+) {
+    // The sequence number before the segment's first record: the writer goes on from the
+    // highest number of the log, or of the cursor after a restart.
+    let before_segment = walk.max_seq;
+    let mut lost = Vec::new();
+    for region in scan.damaged.iter().chain(&scan.torn) {
+        let region_end = region.offset + region.len;
+        let prev = scan
+            .records
+            .iter()
+            .rev()
+            .find(|r| r.end() <= region.offset)
+            .map_or(before_segment, |r| r.seq);
+        let next_valid = scan
+            .records
+            .iter()
+            .find(|r| r.offset >= region_end)
+            .map(|r| r.seq);
+        lost.extend(format::lost_frames(
+            data,
+            *region,
+            config.max_record,
+            prev + 1,
+            next_valid,
+            config.event_count,
+        ));
+    }
+    // `None`: a valid record; `Some(events)`: a lost one.
+    let mut found: Vec<(u64, Option<u64>)> = scan
+        .records
+        .iter()
+        .map(|r| (r.seq, None))
+        .chain(lost.iter().map(|l| (l.seq, Some(l.events.unwrap_or(0)))))
+        .filter(|(seq, _)| *seq > walk.cursor)
+        .collect();
+    found.sort_unstable_by_key(|(seq, _)| *seq);
+    for (seq, lost_events) in found {
+        if let Some(expected) = walk.expected {
+            report.lost_records += seq.saturating_sub(expected);
+        }
+        walk.expected = Some(seq + 1);
+        match lost_events {
+            None => report.records_pending += 1,
+            Some(events) => {
+                report.lost_records += 1;
+                report.lost_events += events;
+            }
+        }
+    }
 }
 
 fn remove<F: FileSystem>(fs: &F, path: &Path, report: &mut Recovery) {

@@ -95,9 +95,13 @@ pub struct Stats {
     pub fsync_failures: AtomicU64,
     /// Counter: appends that failed with an I/O error (nothing of them is readable).
     pub write_errors: AtomicU64,
-    /// Counter: records lost to damage: the sequence gaps found at recovery and around damage
-    /// skipped while reading.
+    /// Counter: records lost to damage: what recovery found lost (see
+    /// [`crate::Recovery::lost_records`]) and the sequence gaps around damage skipped while
+    /// reading.
     pub damaged_records: AtomicU64,
+    /// Counter: events of the lost records whose frame header and payload start survived, read
+    /// at recovery (see [`crate::Recovery::lost_events`]).
+    pub lost_events: AtomicU64,
     /// Counter: bytes skipped as damaged, at recovery (before valid records) and while reading.
     pub damaged_bytes: AtomicU64,
     /// Counter: bytes cut off torn segment tails at recovery.
@@ -119,6 +123,7 @@ pub struct StatsSnapshot {
     pub fsync_failures: u64,
     pub write_errors: u64,
     pub damaged_records: u64,
+    pub lost_events: u64,
     pub damaged_bytes: u64,
     pub torn_bytes: u64,
     pub quarantined_segments: u64,
@@ -138,6 +143,7 @@ impl Stats {
             fsync_failures: get(&self.fsync_failures),
             write_errors: get(&self.write_errors),
             damaged_records: get(&self.damaged_records),
+            lost_events: get(&self.lost_events),
             damaged_bytes: get(&self.damaged_bytes),
             torn_bytes: get(&self.torn_bytes),
             quarantined_segments: get(&self.quarantined_segments),

@@ -21,6 +21,7 @@ fn config() -> Config {
         segment_size: 4096,
         max_record: 1024,
         sync: SyncMode::EveryBatch,
+        event_count: None,
     }
 }
 
@@ -349,7 +350,14 @@ fn torn_tail_is_truncated() {
     let (mut writer, mut reader, recovery) = open(fs.clone(), config()).unwrap();
     assert_eq!(recovery.torn_bytes, FRAME - 5);
     assert_eq!(recovery.damaged_bytes, 0);
-    assert_eq!(recovery.lost_records, 0, "a lost tail cannot be counted");
+    assert_eq!(
+        recovery.lost_records, 1,
+        "the cut record's header survived: {recovery}"
+    );
+    assert_eq!(
+        recovery.lost_events, 0,
+        "no event count configured: {recovery}"
+    );
     assert_eq!(recovery.records_pending, 4);
     assert_eq!(recovery.next_seq, 5);
     assert_eq!(fs.read(&path).unwrap().len() as u64, HEADER_LEN + 4 * FRAME);
@@ -945,7 +953,8 @@ mod real_disk {
             },
         )
         .unwrap();
-        assert_eq!(recovery.lost_records, 1);
+        // Record 5 damaged, record 10 cut short.
+        assert_eq!(recovery.lost_records, 2);
         assert_eq!(recovery.damaged_bytes, FRAME);
         assert_eq!(recovery.torn_bytes, FRAME - 3);
         assert_eq!(recovery.quarantined.len(), 1);
@@ -987,4 +996,205 @@ fn a_full_file_system_frees_space_once_the_sealed_segment_is_acknowledged() {
     assert_eq!(appended.first_seq, 4);
     writer.sync().unwrap();
     assert_eq!(seqs(&drain(&mut reader)), [4]);
+}
+
+/// A payload laid out as the server's encoded batches are: a tag with the format version, then
+/// the event count as a u32 (little-endian) at offset 4; padded to `len` bytes.
+fn batch_payload(events: u32, len: usize) -> Vec<u8> {
+    let mut payload = b"LHB\x01".to_vec();
+    payload.extend_from_slice(&events.to_le_bytes());
+    payload.resize(len, b'.');
+    payload
+}
+
+/// The event count of a [`batch_payload`], as the server reads it from an encoded batch.
+fn batch_events(payload: &[u8]) -> Option<u32> {
+    let head = payload.first_chunk::<8>()?;
+    (head[..4] == *b"LHB\x01").then(|| u32::from_le_bytes([head[4], head[5], head[6], head[7]]))
+}
+
+/// Batch payloads of this size: record `i` holds `100 * i` events.
+const BATCH_LEN: usize = 200;
+const BATCH_FRAME: u64 = FRAME_HEADER_LEN as u64 + BATCH_LEN as u64;
+
+fn counting_config() -> Config {
+    Config {
+        event_count: Some(EventCount(batch_events)),
+        ..config()
+    }
+}
+
+fn append_batches<F: FileSystem>(writer: &mut Writer<F>, range: std::ops::RangeInclusive<u64>) {
+    for i in range {
+        let appended = writer
+            .append(&[batch_payload(100 * i as u32, BATCH_LEN)])
+            .unwrap();
+        assert_eq!(appended.first_seq, i);
+    }
+    writer.sync().unwrap();
+}
+
+/// Cuts `path` to `len` bytes, as a lost write or damage would.
+fn cut(fs: &MemFs, path: &Path, len: u64) {
+    let mut data = fs.read(path).unwrap();
+    data.truncate(len as usize);
+    fs.write_file(path, &data).unwrap();
+}
+
+#[test]
+fn a_cut_tail_reports_the_record_and_the_events_it_lost() {
+    let path = segment_path(Path::new(DIR), 1);
+    let record_4 = HEADER_LEN + 3 * BATCH_FRAME;
+    // (bytes of record 4 left, records lost, events lost)
+    let cases = [
+        // Mid-payload: the header and the event count survive.
+        (FRAME_HEADER_LEN as u64 + 50, 1, 400),
+        // Exactly the header and the count.
+        (FRAME_HEADER_LEN as u64 + 8, 1, 400),
+        // The header, and too little of the payload to say how many events it held.
+        (FRAME_HEADER_LEN as u64 + 7, 1, 0),
+        (FRAME_HEADER_LEN as u64, 1, 0),
+        // Within the frame header: nothing says which record this was.
+        (10, 0, 0),
+        // At the boundary: no trace of record 4 is left.
+        (0, 0, 0),
+    ];
+    for (left, lost_records, lost_events) in cases {
+        let fs = MemFs::new();
+        {
+            let (mut writer, _, _) = open(fs.clone(), counting_config()).unwrap();
+            append_batches(&mut writer, 1..=4);
+        }
+        cut(&fs, &path, record_4 + left);
+
+        let (mut writer, mut reader, recovery) = open(fs.clone(), counting_config()).unwrap();
+        let case = format!("{left} bytes of record 4 left: {recovery}");
+        assert_eq!(recovery.lost_records, lost_records, "{case}");
+        assert_eq!(recovery.lost_events, lost_events, "{case}");
+        assert_eq!(recovery.torn_bytes, left, "{case}");
+        assert_eq!(recovery.records_pending, 3, "{case}");
+        assert_eq!(recovery.next_seq, 4, "{case}");
+        assert!(
+            recovery.to_string().contains(&format!(
+                "lost_records={lost_records} lost_events={lost_events} "
+            )),
+            "{case}"
+        );
+        let stats = reader.shared().stats.snapshot();
+        assert_eq!(stats.damaged_records, lost_records, "{case}");
+        assert_eq!(stats.lost_events, lost_events, "{case}");
+        assert_eq!(seqs(&drain(&mut reader)), [1, 2, 3], "{case}");
+
+        // The tail is cut off and its number goes to the next record: counted once only.
+        append_batches(&mut writer, 4..=4);
+        drop((writer, reader));
+        let (_, mut reader, again) = open(fs, counting_config()).unwrap();
+        assert_eq!((again.lost_records, again.lost_events), (0, 0), "{again}");
+        assert_eq!(seqs(&drain(&mut reader)), [1, 2, 3, 4]);
+    }
+}
+
+#[test]
+fn a_cut_record_alone_in_its_segment_is_counted() {
+    let config = Config {
+        segment_size: HEADER_LEN + 3 * BATCH_FRAME,
+        ..counting_config()
+    };
+    let dir = Path::new(DIR);
+
+    // Records 1-3 fill segment 1; record 4 opens segment 2 and is cut.
+    let fs = MemFs::new();
+    {
+        let (mut writer, _, _) = open(fs.clone(), config.clone()).unwrap();
+        append_batches(&mut writer, 1..=4);
+    }
+    cut(&fs, &segment_path(dir, 2), HEADER_LEN + 100);
+    let (_, mut reader, recovery) = open(fs.clone(), config.clone()).unwrap();
+    assert_eq!(
+        (recovery.lost_records, recovery.lost_events),
+        (1, 400),
+        "{recovery}"
+    );
+    assert_eq!(recovery.segments_deleted, 1, "nothing valid in segment 2");
+    assert_eq!(seqs(&drain(&mut reader)), [1, 2, 3]);
+
+    // As before, after 1-3 were acknowledged and their segment deleted: the cursor says which
+    // number the next record had.
+    let fs = MemFs::new();
+    {
+        let (mut writer, mut reader, _) = open(fs.clone(), config.clone()).unwrap();
+        append_batches(&mut writer, 1..=4);
+        for record in drain(&mut reader).iter().take(3) {
+            reader.ack(record.seq).unwrap();
+        }
+        reader.persist().unwrap();
+    }
+    assert_eq!(segments(&fs), ["00000000000000000002.seg"]);
+    cut(&fs, &segment_path(dir, 2), HEADER_LEN + 100);
+    let (_, mut reader, recovery) = open(fs, config).unwrap();
+    assert_eq!(recovery.cursor, 3);
+    assert_eq!(recovery.segments, 1);
+    assert_eq!(
+        (recovery.lost_records, recovery.lost_events),
+        (1, 400),
+        "{recovery}"
+    );
+    assert!(drain(&mut reader).is_empty());
+}
+
+#[test]
+fn a_cut_tail_of_an_earlier_segment_is_counted_once() {
+    let config = Config {
+        segment_size: HEADER_LEN + 3 * BATCH_FRAME,
+        ..counting_config()
+    };
+    let fs = MemFs::new();
+    {
+        let (mut writer, _, _) = open(fs.clone(), config.clone()).unwrap();
+        append_batches(&mut writer, 1..=6);
+    }
+    cut(
+        &fs,
+        &segment_path(Path::new(DIR), 1),
+        HEADER_LEN + 2 * BATCH_FRAME + 60,
+    );
+    let (_, mut reader, recovery) = open(fs.clone(), config.clone()).unwrap();
+    // Record 3 is counted where its header is, not a second time as the gap before 4.
+    assert_eq!(
+        (recovery.lost_records, recovery.lost_events),
+        (1, 300),
+        "{recovery}"
+    );
+    assert_eq!(seqs(&drain(&mut reader)), [1, 2, 4, 5, 6]);
+    drop(reader);
+    // Cut off now, it is only a gap: still a lost record, its events no longer known.
+    let (_, _, again) = open(fs, config).unwrap();
+    assert_eq!((again.lost_records, again.lost_events), (1, 0), "{again}");
+}
+
+#[test]
+fn damage_in_the_middle_reports_the_events_of_records_whose_header_survived() {
+    let dir = Path::new(DIR);
+    let record_3 = HEADER_LEN + 2 * BATCH_FRAME;
+    // (offset of the flipped byte, events lost)
+    let cases = [
+        // In record 3's payload, past its event count.
+        (record_3 + FRAME_HEADER_LEN as u64 + 100, 300),
+        // In record 3's magic: the gap says a record is lost, nothing says how many events.
+        (record_3, 0),
+    ];
+    for (at, lost_events) in cases {
+        let fs = MemFs::new();
+        {
+            let (mut writer, _, _) = open(fs.clone(), counting_config()).unwrap();
+            append_batches(&mut writer, 1..=5);
+        }
+        fs.corrupt(&segment_path(dir, 1), at, &[0x40]).unwrap();
+        let (_, mut reader, recovery) = open(fs, counting_config()).unwrap();
+        assert_eq!(recovery.lost_records, 1, "{recovery}");
+        assert_eq!(recovery.lost_events, lost_events, "{recovery}");
+        assert_eq!(recovery.damaged_bytes, BATCH_FRAME, "{recovery}");
+        assert_eq!(recovery.quarantined.len(), 1, "{recovery}");
+        assert_eq!(seqs(&drain(&mut reader)), [1, 2, 4, 5]);
+    }
 }

@@ -261,6 +261,7 @@ impl<F: FileSystem> Writer<F> {
         }
         let count = payloads.len() as u64;
         let Some(current) = self.current.as_mut() else {
+            add(&self.shared.stats.write_errors, 1);
             return Err(AppendError::Io(io::Error::other("no segment to write to")));
         };
         let offset = current.len;

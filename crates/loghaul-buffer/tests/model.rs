@@ -123,6 +123,7 @@ impl Harness {
             segment_size: 256,
             max_record: MAX_RECORD,
             sync,
+            event_count: None,
         };
         let (writer, reader, recovery) = open(fs.clone(), config.clone()).unwrap();
         assert_eq!(recovery.segments, 0);
