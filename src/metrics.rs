@@ -484,9 +484,18 @@ macro_rules! warn_limited {
 #[derive(Default)]
 pub struct Registry {
     components: Mutex<Vec<Arc<ComponentMetrics>>>,
+    /// The global memory budget (`limits.memory`), rendered as two gauges.
+    budget: Mutex<Option<Arc<loghaul_core::MemoryBudget>>>,
 }
 
 impl Registry {
+    /// Renders `budget`'s use and limit with the components' metrics.
+    pub fn set_memory_budget(&self, budget: Arc<loghaul_core::MemoryBudget>) {
+        if let Ok(mut b) = self.budget.lock() {
+            *b = Some(budget);
+        }
+    }
+
     pub fn register(
         &self,
         id: &str,
@@ -688,6 +697,26 @@ impl Registry {
             let up = matches!(c.reported_health().0, Health::Running) as u8;
             let _ = writeln!(out, "{name}{{{}}} {up}", labels(c));
         }
+        let budget = self.budget.lock().ok().and_then(|b| b.clone());
+        if let Some(budget) = budget {
+            for (name, help, value) in [
+                (
+                    "loghaul_memory_used_bytes",
+                    "Bytes of the memory budget (limits.memory) that batches in flight hold now.",
+                    budget.used(),
+                ),
+                (
+                    "loghaul_memory_limit_bytes",
+                    "The memory budget (limits.memory).",
+                    budget.limit(),
+                ),
+            ] {
+                let _ = writeln!(
+                    out,
+                    "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+                );
+            }
+        }
         out
     }
 }
@@ -709,6 +738,23 @@ fn escape_label(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn renders_the_memory_budget() {
+        let reg = Registry::default();
+        assert!(!reg.render().contains("loghaul_memory_used_bytes"));
+        let budget = loghaul_core::MemoryBudget::new(1000);
+        reg.set_memory_budget(budget.clone());
+        let held = budget.try_charge(300);
+        let text = reg.render();
+        assert!(text.contains("\nloghaul_memory_used_bytes 300\n"), "{text}");
+        assert!(
+            text.contains("\nloghaul_memory_limit_bytes 1000\n"),
+            "{text}"
+        );
+        drop(held);
+        assert!(reg.render().contains("\nloghaul_memory_used_bytes 0\n"));
+    }
 
     #[test]
     fn renders_counters_and_health() {

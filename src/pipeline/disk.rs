@@ -31,6 +31,7 @@ use loghaul_config::{SyncMode, WhenFull};
 use loghaul_core::{BatchNotifier, BatchStatus, EventBatch};
 use tokio::sync::{mpsc, oneshot};
 
+use super::ShutdownSignal;
 use super::fanout::Fanout;
 use super::queue::{Delivery, InputSender, Prepare, Prepared};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind};
@@ -56,6 +57,8 @@ pub struct DiskOptions {
     pub metrics: Arc<ComponentMetrics>,
     /// The sink's own input queue.
     pub sink: InputSender,
+    /// Fires at a stop: the reader then feeds the sink nothing more (see [`read_loop`]).
+    pub stop: ShutdownSignal,
 }
 
 /// Encodes batches for the log on the sending task (see [`Prepare`]).
@@ -255,6 +258,7 @@ pub fn start(options: DiskOptions) -> anyhow::Result<(InputSender, oneshot::Rece
         when_full,
         metrics,
         sink,
+        stop,
     } = options;
     let Opened {
         writer,
@@ -281,16 +285,17 @@ pub fn start(options: DiskOptions) -> anyhow::Result<(InputSender, oneshot::Rece
         writer_done_tx,
     )
     .with_context(|| format!("cannot start the disk buffer thread of '{id}'"))?;
-    let done = spawn_reader(
+    let done = ReadTask {
         reader,
-        sink,
-        writer_done_rx,
+        writer_done: writer_done_rx,
         gauges,
         metrics,
         id,
         first_new,
-        None,
-    );
+        until: None,
+        stop,
+    }
+    .spawn(sink);
     Ok((sender, done))
 }
 
@@ -307,6 +312,7 @@ pub fn resume(
     dir: &Path,
     metrics: &Arc<ComponentMetrics>,
     sink: InputSender,
+    stop: ShutdownSignal,
 ) -> anyhow::Result<Option<(Writer<RealFs>, oneshot::Receiver<()>)>> {
     if !dir.exists() {
         return Ok(None);
@@ -321,57 +327,59 @@ pub fn resume(
     // what the log held at start (records a spill appends later are the next start's).
     let (writer_done_tx, writer_done_rx) = oneshot::channel();
     let _ = writer_done_tx.send(());
-    let done = spawn_reader(
+    let done = ReadTask {
         reader,
-        sink,
-        writer_done_rx,
+        writer_done: writer_done_rx,
         gauges,
-        metrics.clone(),
-        id.to_owned(),
+        metrics: metrics.clone(),
+        id: id.to_owned(),
         first_new,
-        Some(first_new),
-    );
+        until: Some(first_new),
+        stop,
+    }
+    .spawn(sink);
     Ok(Some((writer, done)))
 }
 
 /// The largest log a stop may spill a memory buffer into.
 pub const SPILL_MAX_SIZE: u64 = loghaul_config::delivery::DEFAULT_DISK_MAX_SIZE;
 
-/// Starts the task that feeds `sink` from the log (see [`read_loop`]).
-#[allow(clippy::too_many_arguments)]
-fn spawn_reader(
-    reader: Reader<RealFs>,
-    sink: InputSender,
+/// What the task that feeds a sink from its log works with (see [`read_loop`]).
+struct ReadTask<F: FileSystem> {
+    reader: Reader<F>,
+    /// Resolves once the log's writer has finished (its upstreams are gone, its last batch is
+    /// synced).
     writer_done: oneshot::Receiver<()>,
     gauges: Gauges,
     metrics: Arc<ComponentMetrics>,
     id: String,
+    /// Records below this were in the log at start: the sink may have had them before.
     first_new: u64,
+    /// Only records below this are delivered (the rest stay in the log).
     until: Option<u64>,
-) -> oneshot::Receiver<()> {
-    let (done_tx, done_rx) = oneshot::channel();
-    // The reader's own counts are not the sink's: the sink counts what it takes and writes.
-    let reader_metrics =
-        ComponentMetrics::detached(&id, loghaul_config::ComponentKind::Source, "disk_buffer");
-    // Not charged to the memory budget: what waits in front of the buffer may hold all of it
-    // while the buffer's disk is full, and only this reader can free the disk. Its batches are
-    // bounded by the sink's own queue instead.
-    let fanout = Fanout::new(vec![sink], reader_metrics);
-    tokio::spawn(async move {
-        read_loop(
-            reader,
-            fanout,
-            writer_done,
-            gauges,
-            metrics,
-            id,
-            first_new,
-            until,
-        )
-        .await;
-        let _ = done_tx.send(());
-    });
-    done_rx
+    stop: ShutdownSignal,
+}
+
+impl ReadTask<RealFs> {
+    /// Starts feeding `sink`; the receiver resolves once the task has finished.
+    fn spawn(self, sink: InputSender) -> oneshot::Receiver<()> {
+        let (done_tx, done_rx) = oneshot::channel();
+        // The reader's own counts are not the sink's: the sink counts what it takes and writes.
+        let reader_metrics = ComponentMetrics::detached(
+            &self.id,
+            loghaul_config::ComponentKind::Source,
+            "disk_buffer",
+        );
+        // Not charged to the memory budget: what waits in front of the buffer may hold all of it
+        // while the buffer's disk is full, and only this reader can free the disk. Its batches
+        // are bounded by the sink's own queue instead.
+        let fanout = Fanout::new(vec![sink], reader_metrics);
+        tokio::spawn(async move {
+            read_loop(self, fanout).await;
+            let _ = done_tx.send(());
+        });
+        done_rx
+    }
 }
 
 /// Appends what the fan-outs send, in groups, and acknowledges each batch once the buffer holds
@@ -572,29 +580,41 @@ fn commit(group: Vec<Delivery>) {
     }
 }
 
+/// How long a stop waits for the sink to settle what it took from the log before the task ends
+/// (and the sink may be stopped where it is: what it holds stays in the log).
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
 /// Feeds the sink from the log and acknowledges records as the sink commits them. With
 /// `until`, only records below it are delivered (the rest stay in the log).
-#[allow(clippy::too_many_arguments)]
-async fn read_loop<F: FileSystem>(
-    mut reader: Reader<F>,
-    fanout: Fanout,
-    mut writer_done: oneshot::Receiver<()>,
-    gauges: Gauges,
-    metrics: Arc<ComponentMetrics>,
-    id: String,
-    first_new: u64,
-    until: Option<u64>,
-) {
+///
+/// At a stop it feeds nothing more (a batch waiting for room in the sink's queue is let go: it
+/// is still in the log), closes the sink's queue, waits for the writer's last sync and, at most
+/// [`STOP_GRACE`], for the sink to settle what it holds; then it saves the cursor and says what
+/// waits in the log for the next start. Everything not acknowledged is in the log, so the sink
+/// may then be stopped without waiting for it.
+async fn read_loop<F: FileSystem>(task: ReadTask<F>, fanout: Fanout) {
+    let ReadTask {
+        mut reader,
+        mut writer_done,
+        gauges,
+        metrics,
+        id,
+        first_new,
+        until,
+        mut stop,
+    } = task;
     let shared = reader.shared().clone();
     let (status_tx, mut status_rx) = mpsc::unbounded_channel::<(u64, BatchStatus)>();
     let mut outstanding: usize = 0;
     let mut writer_finished = false;
     let mut fanout = Some(fanout);
+    // Set at a stop: until when the sink's outstanding batches are waited for.
+    let mut grace: Option<tokio::time::Instant> = None;
     let source: Arc<str> = Arc::from(format!("{id} (disk buffer)"));
     loop {
         // Deliver what is readable now.
         let mut caught_up = false;
-        if let Some(out) = &fanout {
+        if let Some(out) = fanout.as_ref().filter(|_| grace.is_none()) {
             loop {
                 let record = match reader.next() {
                     Ok(Some(record)) if until.is_some_and(|u| record.seq >= u) => {
@@ -628,13 +648,22 @@ async fn read_loop<F: FileSystem>(
                         tokio::spawn(async move {
                             let _ = tx.send((seq, status.await));
                         });
-                        out.send(batch).await;
+                        // A stop does not wait for room in the sink's queue: the batch is let
+                        // go (it comes back errored and stays in the log).
+                        let sent = tokio::select! {
+                            biased;
+                            () = out.send(batch) => true,
+                            () = stop.wait() => false,
+                        };
                         // A long backlog is handed over in this loop: settle what the sink
                         // committed meanwhile, so the cursor moves and segments are freed as it
                         // drains, not only once it is caught up.
                         while let Ok((seq, status)) = status_rx.try_recv() {
                             outstanding -= 1;
                             settle(&mut reader, seq, status, &metrics);
+                        }
+                        if !sent {
+                            break;
                         }
                     }
                     Err(error) => {
@@ -649,16 +678,22 @@ async fn read_loop<F: FileSystem>(
                 }
             }
         }
+        if grace.is_none() && stop.is_triggered() {
+            // Feed nothing more: the sink's queue closes once what it holds is taken.
+            grace = Some(tokio::time::Instant::now() + STOP_GRACE);
+            fanout = None;
+        }
         if writer_finished && caught_up {
             // Everything written was handed to the sink: close its queue so it flushes and ends.
             fanout = None;
         }
-        if fanout.is_none() && outstanding == 0 {
+        let waiting = outstanding > 0 && grace.is_none_or(|g| tokio::time::Instant::now() < g);
+        if fanout.is_none() && writer_finished && !waiting {
             break;
         }
         let appended = shared.appended.notified();
         tokio::select! {
-            () = appended => {}
+            () = appended, if fanout.is_some() && grace.is_none() => {}
             Some((seq, status)) = status_rx.recv() => {
                 outstanding -= 1;
                 settle(&mut reader, seq, status, &metrics);
@@ -671,10 +706,18 @@ async fn read_loop<F: FileSystem>(
                 let _ = done;
                 writer_finished = true;
             }
+            () = stop.wait(), if grace.is_none() => {}
+            () = tokio::time::sleep_until(grace.unwrap_or_else(tokio::time::Instant::now)), if waiting && grace.is_some() => {}
         }
     }
     if let Err(error) = reader.persist() {
         tracing::warn!(%error, component = %id, "Cannot save the disk buffer's cursor; batches since the last saved one will be delivered again.");
+    }
+    if grace.is_some() {
+        let left = shared.stats.snapshot();
+        if left.records_pending > 0 {
+            tracing::info!(component = %id, batches = left.records_pending, bytes = left.bytes_on_disk, in_flight = outstanding, "Stopped with batches waiting in the disk buffer; the next start delivers them.");
+        }
     }
 }
 

@@ -631,7 +631,7 @@ mod tests {
         split.ack.commit(BatchStatus::Delivered);
         drop(split.batch);
 
-        let in_hand: Vec<usize> = handover.start().iter().map(|b| b.len()).collect();
+        let in_hand: Vec<usize> = handover.start().iter().map(|h| h.batch().len()).collect();
         assert_eq!(
             in_hand,
             [3, 4],

@@ -37,6 +37,34 @@ pub fn cpu_heavy<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// Stops a task made [`abortable`] at its next await, dropping what it holds.
+pub struct Abort(tokio::sync::oneshot::Sender<()>);
+
+impl Abort {
+    pub fn abort(self) {
+        let _ = self.0.send(());
+    }
+}
+
+/// `task`, made to end early when its [`Abort`] is used (and to run to its end otherwise, also
+/// when the `Abort` is dropped unused).
+pub fn abortable(
+    task: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (
+    impl std::future::Future<Output = ()> + Send + 'static,
+    Abort,
+) {
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let run = async move {
+        tokio::select! {
+            biased;
+            () = task => {}
+            Ok(()) = rx => {}
+        }
+    };
+    (run, Abort(tx))
+}
+
 /// Runs `task` to completion on a new OS thread named `thread` with a current-thread runtime of
 /// its own (what blocking writers get: file sinks, a disk buffer's writer), then fires `done`.
 /// `component` names the owner in the error logged if the runtime cannot start (`done` is then

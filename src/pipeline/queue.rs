@@ -24,12 +24,12 @@
 
 use std::collections::VecDeque;
 use std::ops::Deref;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 use loghaul_config::WhenFull;
 use loghaul_core::EventBatch;
-use loghaul_core::finalizer::Ack;
+use loghaul_core::finalizer::{Ack, Custody};
 use tokio::sync::{Semaphore, mpsc, watch};
 
 use crate::metrics::ComponentMetrics;
@@ -105,8 +105,33 @@ struct Receiving {
     in_hand: std::sync::Mutex<VecDeque<Weak<InHand>>>,
 }
 
-/// A batch in its component's hands (see [`Receiving::in_hand`]).
-struct InHand(Arc<EventBatch>);
+/// A batch in its component's hands (see [`Receiving::in_hand`]); a stop that wrote it to disk
+/// marks it saved, so that the component's ack reports it delivered however the component ends.
+struct InHand {
+    batch: Arc<EventBatch>,
+    saved: AtomicBool,
+}
+
+impl Custody for InHand {
+    fn saved(&self) -> bool {
+        self.saved.load(Ordering::Acquire)
+    }
+}
+
+/// A batch a component held when its queue was handed over (see [`Handover::start`]).
+pub struct Held(Arc<InHand>);
+
+impl Held {
+    pub fn batch(&self) -> &Arc<EventBatch> {
+        &self.0.batch
+    }
+
+    /// The batch is on disk: from now on the component's ack reports it delivered, whatever
+    /// becomes of it (its sources learn they need not send it again).
+    pub fn saved(&self) {
+        self.0.saved.store(true, Ordering::Release);
+    }
+}
 
 /// Past this many entries, settled ones are swept out of the middle too, not only the front (a
 /// batch a sink retries for long would otherwise keep every later one listed).
@@ -266,7 +291,10 @@ impl Input {
         self.shared.release(&d.batch);
         self.metrics.received(d.batch.len(), d.batch.arena.len());
         if self.track {
-            let entry = Arc::new(InHand(d.batch.clone()));
+            let entry = Arc::new(InHand {
+                batch: d.batch.clone(),
+                saved: AtomicBool::new(false),
+            });
             if let Ok(mut in_hand) = self.shared.in_hand.lock() {
                 while in_hand.front().is_some_and(|e| e.strong_count() == 0) {
                     in_hand.pop_front();
@@ -286,12 +314,13 @@ impl Handover {
     /// Takes the queue: the component's `recv` returns `None` from now on. Returns the batches
     /// the component holds and has not settled, oldest first: it may still deliver them, or
     /// never.
-    pub fn start(&self) -> Vec<Arc<EventBatch>> {
+    pub fn start(&self) -> Vec<Held> {
         self.trigger.send_replace(true);
         match self.shared.in_hand.lock() {
             Ok(mut in_hand) => in_hand
                 .drain(..)
-                .filter_map(|e| e.upgrade().map(|e| e.0.clone()))
+                .filter_map(|e| e.upgrade())
+                .map(Held)
                 .collect(),
             Err(_) => Vec::new(),
         }

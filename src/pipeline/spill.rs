@@ -4,9 +4,10 @@
 //!  stop ─► sources drain ─► sinks drain their memory buffers ──(done in time)──► exit 0
 //!                                    │ not done when the spill reserve of shutdown_timeout
 //!                                    ▼ begins (a quarter of it, at most 5 s)
-//!          Handover: the sink's recv says "no more"; what is queued, and whatever upstreams
-//!          still send, is appended to <data_dir>/buffers/<sink>/ (the disk buffer's log),
-//!          fsynced, then committed as delivered
+//!          Handover: the sink's recv says "no more"; what the sink holds, what is queued, and
+//!          whatever upstreams still send, is appended to <data_dir>/buffers/<sink>/ (the disk
+//!          buffer's log), fsynced, then settled as delivered for the sources; then the sink is
+//!          stopped where it is (everything it held is on disk)
 //!                                    │ next start
 //!                                    ▼
 //!          pipeline::disk::resume: a reader feeds the log's records to the sink ahead of new
@@ -16,8 +17,12 @@
 //! The log is the disk buffer's own format, so `loghaul buffer inspect` reads it, and a sink
 //! moved from a disk buffer to a memory one is fed what its old buffer still held. The batches
 //! the sink itself holds at the deadline (a request it keeps retrying) are written too, first:
-//! the queue lists them until the sink settles their acks. The sink may yet deliver one of those
-//! before the exit, and the next start then delivers it again: at least once, never lost.
+//! the queue lists them until the sink settles their acks. Once they are durable they are
+//! marked saved ([`Held::saved`]), so the sink's ack for them reports them delivered however the
+//! sink ends: the sources settle them (a file source's checkpoint moves past them, a forward
+//! client gets its ack) and do not send them again. The sink may yet deliver one of those in its
+//! last moments, and the next start then delivers it again: duplicates are bounded by what the
+//! sink had in flight, never a loss.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,11 +30,10 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use loghaul_buffer::{RealFs, Writer};
 use loghaul_config::WhenFull;
-use loghaul_core::EventBatch;
 use tokio::sync::oneshot;
 
 use super::disk;
-use super::queue::{Delivery, Handover, Prepared};
+use super::queue::{Delivery, Handover, Held, Prepared};
 use crate::metrics::ComponentMetrics;
 
 /// Up to this many bytes are appended, then fsynced and committed, at a time.
@@ -47,21 +51,33 @@ pub struct SpillPlan {
 }
 
 impl SpillPlan {
-    /// Takes the queue from the sink and writes it to disk on a thread of its own; the receiver
-    /// resolves once the queue is closed (every upstream gone) and all of it is on disk.
+    /// Takes the queue from the sink and writes it to disk on a thread of its own. The first
+    /// receiver resolves once what the sink holds is on disk (the sink may then be stopped:
+    /// its sources settle those batches); the second once the queue is closed (every upstream
+    /// gone) and all of it is on disk, with whether all of it could be written.
     ///
     /// # Errors
     ///
     /// The thread could not be started.
-    pub fn start(self) -> std::io::Result<oneshot::Receiver<()>> {
+    pub fn start(self) -> std::io::Result<(oneshot::Receiver<bool>, oneshot::Receiver<bool>)> {
         let in_hand = self.handover.start();
         let (done_tx, done_rx) = oneshot::channel();
+        let (held_tx, held_rx) = oneshot::channel();
+        let (written_tx, written_rx) = oneshot::channel();
         let id = self.id.clone();
-        super::spawn_on_own_thread(format!("spill-{id}"), id, self.run(in_hand), done_tx)?;
-        Ok(done_rx)
+        let run = async move {
+            let _ = written_tx.send(self.run(in_hand, held_tx).await);
+        };
+        super::spawn_on_own_thread(format!("spill-{id}"), id, run, done_tx)?;
+        drop(done_rx);
+        Ok((held_rx, written_rx))
     }
 
-    async fn run(self, in_hand: Vec<Arc<EventBatch>>) {
+    /// Writes everything; true when nothing was lost. `held` tells, once the sink's own batches
+    /// are done with, whether all of them are on disk.
+    async fn run(self, in_hand: Vec<Held>, held: oneshot::Sender<bool>) -> bool {
+        let mut held_tx = Some(held);
+        let mut held_saved = true;
         let SpillPlan {
             id,
             dir,
@@ -71,28 +87,41 @@ impl SpillPlan {
         } = self;
         let (mut events, mut batches, mut failed) = (0usize, 0usize, 0usize);
         // The sink still holds these and reports on them itself (its ack): their copies here
-        // carry none. Should it still deliver one before the exit, the next start delivers it
-        // again (at least once).
+        // carry none, and once durable they are marked saved (see the module's docs).
         let held = in_hand.len();
-        let mut in_hand = in_hand.into_iter().map(|batch| Delivery {
-            ack: loghaul_core::Finalizer::none().ack(),
-            prepared: None,
-            batch,
+        let mut in_hand = in_hand.into_iter().map(|h| {
+            let d = Delivery {
+                ack: loghaul_core::Finalizer::none().ack(),
+                prepared: None,
+                batch: h.batch().clone(),
+            };
+            (d, Some(h))
         });
+        if in_hand.len() == 0
+            && let Some(tx) = held_tx.take()
+        {
+            let _ = tx.send(true);
+        }
         loop {
             let next = match in_hand.next() {
                 Some(d) => Some(d),
-                None => handover.recv().await,
+                None => handover.recv().await.map(|d| (d, None)),
             };
-            let Some(first) = next else { break };
+            let Some((first, first_held)) = next else {
+                break;
+            };
             let mut group = vec![encoded(first)];
+            let mut saved: Vec<Held> = first_held.into_iter().collect();
             let mut bytes = group[0].prepared.as_ref().map_or(0, |p| p.bytes.len());
             while bytes < GROUP_BYTES
-                && let Some(d) = in_hand.next().or_else(|| handover.try_recv())
+                && let Some((d, h)) = in_hand
+                    .next()
+                    .or_else(|| handover.try_recv().map(|d| (d, None)))
             {
                 let d = encoded(d);
                 bytes += d.prepared.as_ref().map_or(0, |p| p.bytes.len());
                 group.push(d);
+                saved.extend(h);
             }
             let log = match &mut writer {
                 Some(log) => log,
@@ -100,12 +129,18 @@ impl SpillPlan {
                     Ok(log) => writer.insert(log),
                     Err(error) => {
                         failed += group.iter().map(|d| d.batch.len()).sum::<usize>();
+                        held_saved &= saved.is_empty();
                         tracing::error!(component = %id, error = format!("{error:#}"), "Cannot write the memory buffer to disk at the stop; its events are lost to this sink.");
                         continue;
                     }
                 },
             };
+            // The sink's batches lead the group: they are marked saved as far as the group was
+            // written (one the log refuses as too large is no more saved than one that does not
+            // fit).
+            let before = group.len();
             let group = disk::reject_oversized(group, &metrics);
+            let refused = before - group.len();
             // A full log is not waited on at a stop: what does not fit is lost, and said so.
             let mut group = group;
             let written = disk::append(log, &group, WhenFull::DropNewest, &metrics).await;
@@ -116,6 +151,18 @@ impl SpillPlan {
             events += group.iter().map(|d| d.batch.len()).sum::<usize>();
             batches += group.len();
             disk::sync_and_commit(log, &mut group, &metrics).await;
+            if refused == 0 && written >= saved.len() {
+                for h in &saved {
+                    h.saved();
+                }
+            } else {
+                held_saved &= saved.is_empty();
+            }
+            if in_hand.len() == 0
+                && let Some(tx) = held_tx.take()
+            {
+                let _ = tx.send(held_saved);
+            }
         }
         if batches > 0 {
             tracing::info!(component = %id, events, batches, in_hand = held, path = %dir.display(), "The sink could not drain its memory buffer before the stop; wrote it to disk, to be delivered at the next start.");
@@ -123,6 +170,7 @@ impl SpillPlan {
         if failed > 0 {
             tracing::error!(component = %id, events = failed, "Events of the memory buffer could not be written to disk at the stop (the log is full or cannot be written); they are lost to this sink.");
         }
+        failed == 0
     }
 }
 

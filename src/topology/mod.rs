@@ -30,8 +30,8 @@ use crate::config::Config;
 use crate::metrics::Registry;
 use crate::pipeline::spill::SpillPlan;
 use crate::pipeline::{
-    BoxFuture, Fanout, Input, InputSender, QUEUE_BATCHES, QueueLimits, ShutdownSignal,
-    ShutdownTrigger, bounded_queue, input_queue, shutdown_pair,
+    Abort, BoxFuture, Fanout, Input, InputSender, QUEUE_BATCHES, QueueLimits, ShutdownSignal,
+    ShutdownTrigger, abortable, bounded_queue, input_queue, shutdown_pair,
 };
 use crate::sinks::{BuiltSink, ReopenGeneration, SinkContext, SinkThread};
 use crate::sources::{RunningSource, SourceContext};
@@ -46,9 +46,31 @@ pub struct Topology {
     signal: ShutdownSignal,
     sources: Vec<JoinHandle<()>>,
     transforms: Vec<JoinHandle<()>>,
-    sinks: Vec<(String, tokio::sync::oneshot::Receiver<()>)>,
-    /// Memory-buffered sinks' queues, to write to disk if a stop runs out of time.
-    spills: Vec<SpillPlan>,
+    sinks: Vec<RunningSink>,
+}
+
+/// A running sink, and how a stop ends it.
+struct RunningSink {
+    id: String,
+    /// Resolves when the sink has finished.
+    done: tokio::sync::oneshot::Receiver<()>,
+    /// Stops the sink where it is, once everything it holds is safe on disk.
+    abort: Abort,
+    buffer: StopPlan,
+}
+
+/// What a stop does with a sink that has not finished, by the kind of its buffer.
+enum StopPlan {
+    /// Its queue is written to disk when the spill reserve of `shutdown_timeout` begins;
+    /// `resumed`: the task feeding it what an earlier stop wrote, if there was any.
+    Memory {
+        spill: Box<SpillPlan>,
+        resumed: Option<tokio::sync::oneshot::Receiver<()>>,
+    },
+    /// Its disk buffer's reader: once that has finished, what the sink holds is in the log.
+    Disk {
+        reader: tokio::sync::oneshot::Receiver<()>,
+    },
 }
 
 /// The part of `shutdown_timeout` kept for writing undrained memory buffers to disk: a quarter
@@ -68,8 +90,8 @@ pub async fn start(
 ) -> anyhow::Result<Topology> {
     let (trigger, signal) = shutdown_pair();
     let budget = MemoryBudget::new(config.limits.memory);
-    let mut buffer_tasks: Vec<(String, tokio::sync::oneshot::Receiver<()>)> = Vec::new();
-    let mut spills = Vec::new();
+    registry.set_memory_budget(budget.clone());
+    let mut plans: HashMap<String, StopPlan> = HashMap::new();
 
     // Input queues for everything that has inputs.
     let mut senders: HashMap<&str, InputSender> = HashMap::new();
@@ -102,20 +124,27 @@ pub async fn start(
                 let (tx, mut rx) = bounded_queue(metrics.clone(), built.prepare.clone(), limits);
                 // What an earlier stop wrote to disk for this sink goes first.
                 let dir = config.data_dir.join("buffers").join(&sink.id);
-                let resumed =
-                    crate::pipeline::disk::resume(&sink.id, &dir, &metrics, tx.clone())
-                        .with_context(|| format!("sink '{}': memory buffer's log", sink.id))?;
-                let writer = resumed.map(|(writer, done)| {
-                    buffer_tasks.push((format!("{} (spilled buffer)", sink.id), done));
-                    writer
-                });
-                spills.push(SpillPlan {
+                let resumed = crate::pipeline::disk::resume(
+                    &sink.id,
+                    &dir,
+                    &metrics,
+                    tx.clone(),
+                    signal.clone(),
+                )
+                .with_context(|| format!("sink '{}': memory buffer's log", sink.id))?;
+                let (writer, resumed) = match resumed {
+                    Some((writer, done)) => (Some(writer), Some(done)),
+                    None => (None, None),
+                };
+                let spill = SpillPlan {
                     id: sink.id.clone(),
                     dir,
                     writer,
                     handover: rx.handover(),
                     metrics,
-                });
+                };
+                let spill = Box::new(spill);
+                plans.insert(sink.id.clone(), StopPlan::Memory { spill, resumed });
                 sinks_built.push((sink.id.clone(), built, rx));
                 tx
             }
@@ -131,9 +160,10 @@ pub async fn start(
                     when_full: sink.buffer.when_full,
                     metrics,
                     sink: sink_tx,
+                    stop: signal.clone(),
                 })
                 .with_context(|| format!("sink '{}': disk buffer", sink.id))?;
-                buffer_tasks.push((format!("{} (disk buffer)", sink.id), done));
+                plans.insert(sink.id.clone(), StopPlan::Disk { reader: done });
                 tx
             }
         };
@@ -220,10 +250,17 @@ pub async fn start(
 
     let mut sinks = Vec::new();
     for (id, built, input) in sinks_built {
-        sinks.push((id.clone(), spawn_sink(&id, built, input)?));
+        let (done, abort) = spawn_sink(&id, built, input)?;
+        let buffer = plans
+            .remove(&id)
+            .with_context(|| format!("sink '{id}': no buffer"))?;
+        sinks.push(RunningSink {
+            id,
+            done,
+            abort,
+            buffer,
+        });
     }
-    // A disk buffer's reader ends after its sink has taken (and acknowledged) what it could.
-    sinks.extend(buffer_tasks);
     let transforms = transforms_built.into_iter().map(tokio::spawn).collect();
     let sources = sources_built.into_iter().map(tokio::spawn).collect();
 
@@ -233,18 +270,18 @@ pub async fn start(
         sources,
         transforms,
         sinks,
-        spills,
     })
 }
 
-/// Starts a sink where it asked to run; the receiver resolves when it has finished.
+/// Starts a sink where it asked to run; the receiver resolves when it has finished (or was
+/// stopped with its [`Abort`]).
 fn spawn_sink(
     id: &str,
     built: BuiltSink,
     input: Input,
-) -> anyhow::Result<tokio::sync::oneshot::Receiver<()>> {
+) -> anyhow::Result<(tokio::sync::oneshot::Receiver<()>, Abort)> {
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    let run = (built.run)(input);
+    let (run, abort) = abortable((built.run)(input));
     match built.thread {
         SinkThread::Shared => {
             tokio::spawn(async move {
@@ -257,7 +294,7 @@ fn spawn_sink(
                 .with_context(|| format!("sink '{id}': cannot start its thread"))?;
         }
     }
-    Ok(done_rx)
+    Ok((done_rx, abort))
 }
 
 impl Topology {
@@ -266,65 +303,88 @@ impl Topology {
         self.signal.clone()
     }
 
-    /// Stops everything in data order. Returns false if `timeout` passed before every sink
-    /// flushed (the caller exits non-zero: some data may not have been written).
+    /// Stops everything in data order. Returns whether the stop was clean: every sink finished,
+    /// or was stopped once everything it held was safe on disk (its disk buffer, or its memory
+    /// buffer written there); false when `timeout` passed first or a spill could not write
+    /// everything (the caller exits non-zero: some events may be lost).
     ///
-    /// When the last quarter of `timeout` (at most [`SPILL_RESERVE`]) begins with sinks still
-    /// draining, their memory buffers are taken from them and written to disk
-    /// ([`crate::pipeline::spill`]), to be delivered at the next start.
+    /// Sinks are stopped side by side: a disk-buffered sink as soon as its buffer's reader has
+    /// finished (see `pipeline::disk`); a memory-buffered one that has not drained by the time
+    /// the last quarter of `timeout` (at most [`SPILL_RESERVE`]) begins has its buffer written to
+    /// disk ([`crate::pipeline::spill`]), and is stopped then.
     pub async fn stop(mut self, timeout: Duration) -> bool {
         self.trigger.trigger();
         let deadline = tokio::time::Instant::now() + timeout;
         let spill_at = deadline - (timeout / 4).min(SPILL_RESERVE);
-        if tokio::time::timeout_at(spill_at, self.drain())
-            .await
-            .is_ok()
-        {
-            return true;
+        let mut sinks = tokio::task::JoinSet::new();
+        for sink in std::mem::take(&mut self.sinks) {
+            sinks.spawn(stop_sink(sink, spill_at));
         }
-        // Forget the sinks that have finished (a finished receiver must not be awaited again).
-        self.sinks.retain_mut(|(id, done)| match done.try_recv() {
-            Ok(()) => false,
-            Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
-                tracing::error!(component = %id, "Sink stopped abnormally.");
-                false
+        let stopped = tokio::time::timeout_at(deadline, async {
+            for task in self.sources.drain(..) {
+                let _ = task.await;
             }
-            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => true,
-        });
-        let unfinished: Vec<String> = self.sinks.iter().map(|(id, _)| id.clone()).collect();
-        for plan in std::mem::take(&mut self.spills) {
-            if !unfinished.contains(&plan.id) {
-                continue;
+            for task in self.transforms.drain(..) {
+                let _ = task.await;
             }
-            let id = format!("{} (spill)", plan.id);
-            match plan.start() {
-                Ok(done) => self.sinks.push((id, done)),
-                Err(error) => {
-                    tracing::error!(%error, component = %id, "Cannot start writing the memory buffer to disk.")
-                }
+            let mut clean = true;
+            while let Some(result) = sinks.join_next().await {
+                clean &= result.unwrap_or(false);
             }
-        }
-        tokio::time::timeout_at(deadline, self.drain())
-            .await
-            .is_ok()
+            clean
+        })
+        .await;
+        stopped.unwrap_or(false)
     }
+}
 
-    /// Waits for every task in data order; cancel-safe (what finished is forgotten, so a
-    /// second call waits only for the rest).
-    async fn drain(&mut self) {
-        while let Some(task) = self.sources.last_mut() {
-            let _ = task.await;
-            self.sources.pop();
-        }
-        while let Some(task) = self.transforms.last_mut() {
-            let _ = task.await;
-            self.transforms.pop();
-        }
-        while let Some((id, done)) = self.sinks.last_mut() {
-            if done.await.is_err() {
-                tracing::error!(component = %id, "Sink stopped abnormally.");
+/// Waits for one sink to finish, or stops it once what it holds is safe on disk (see
+/// [`Topology::stop`]). Returns false when some of its events could not be kept.
+async fn stop_sink(sink: RunningSink, spill_at: tokio::time::Instant) -> bool {
+    let RunningSink {
+        id,
+        mut done,
+        abort,
+        buffer,
+    } = sink;
+    match buffer {
+        StopPlan::Disk { reader } => {
+            let _ = reader.await;
+            if done.try_recv().is_err() {
+                tracing::info!(component = %id, "Stopped the sink where it was: what it still held is in its disk buffer, for the next start.");
+                abort.abort();
+                let _ = done.await;
             }
-            self.sinks.pop();
+            true
+        }
+        StopPlan::Memory { spill, resumed } => {
+            let drained = tokio::select! {
+                _ = &mut done => true,
+                () = tokio::time::sleep_until(spill_at) => false,
+            };
+            if let Some(resumed) = resumed {
+                let _ = resumed.await;
+            }
+            if drained {
+                return true;
+            }
+            let (held, written) = match spill.start() {
+                Ok(receivers) => receivers,
+                Err(error) => {
+                    tracing::error!(%error, component = %id, "Cannot start writing the memory buffer to disk.");
+                    let _ = done.await;
+                    return false;
+                }
+            };
+            if held.await.unwrap_or(false) {
+                // Everything the sink holds is on disk and settled for its sources (which may
+                // be waiting for it to stop): nothing is left to wait for. What its upstreams
+                // still send goes to the disk too.
+                abort.abort();
+            }
+            let written = written.await.unwrap_or(false);
+            let _ = done.await;
+            written
         }
     }
 }

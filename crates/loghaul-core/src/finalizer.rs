@@ -115,12 +115,21 @@ impl Finalizer {
     }
 }
 
+/// What a queue hangs on the ack of a batch its component holds, to follow the batch while the
+/// component has it (see [`Ack::holding`]).
+pub trait Custody: Send + Sync {
+    /// Whether the batch has been saved elsewhere since (written to disk at a stop): the
+    /// component's failure to deliver it, or its end with the batch still in hand, is then no
+    /// failure of the batch's.
+    fn saved(&self) -> bool;
+}
+
 /// A sink's obligation to report. Dropping it without [`Ack::commit`] reports `Errored`.
 #[must_use = "an Ack dropped without commit reports the batch as Errored"]
 pub struct Ack {
     inner: Option<Arc<Inner>>,
     /// Kept alive for as long as this ack or a fork of it is (see [`Ack::holding`]).
-    hold: Option<Arc<dyn std::any::Any + Send + Sync>>,
+    hold: Option<Arc<dyn Custody>>,
 }
 
 impl std::fmt::Debug for Ack {
@@ -135,14 +144,23 @@ impl Ack {
     /// Report this sink's outcome and release the handle.
     pub fn commit(mut self, status: BatchStatus) {
         if let Some(inner) = self.inner.take() {
-            inner.update(status);
+            inner.update(self.unless_saved(status));
+        }
+    }
+
+    /// `Errored` becomes `Delivered` once the batch was saved elsewhere (see [`Custody`]).
+    fn unless_saved(&self, status: BatchStatus) -> BatchStatus {
+        if status == BatchStatus::Errored && self.hold.as_ref().is_some_and(|h| h.saved()) {
+            BatchStatus::Delivered
+        } else {
+            status
         }
     }
 
     /// This ack, keeping `token` alive until it and every [`Ack::fork`] of it are committed or
     /// dropped: a queue holds a weak reference to the token to know which batches its
-    /// component still has in hand.
-    pub fn holding(mut self, token: Arc<dyn std::any::Any + Send + Sync>) -> Ack {
+    /// component still has in hand, and may mark it saved (see [`Custody`]).
+    pub fn holding(mut self, token: Arc<dyn Custody>) -> Ack {
         self.hold = Some(token);
         self
     }
@@ -161,7 +179,7 @@ impl Ack {
 impl Drop for Ack {
     fn drop(&mut self) {
         if let Some(inner) = self.inner.take() {
-            inner.update(BatchStatus::Errored);
+            inner.update(self.unless_saved(BatchStatus::Errored));
         }
     }
 }
@@ -240,6 +258,39 @@ mod tests {
         drop(fin);
         drop(ack);
         assert_eq!(rx.await, BatchStatus::Errored);
+    }
+
+    struct Token(std::sync::atomic::AtomicBool);
+
+    impl Custody for Token {
+        fn saved(&self) -> bool {
+            self.0.load(Ordering::Relaxed)
+        }
+    }
+
+    /// A batch saved elsewhere is delivered however its holder ends; one not saved is not.
+    #[tokio::test]
+    async fn a_saved_batch_is_delivered_however_its_holder_ends() {
+        for (saved, end, want) in [
+            (true, None, BatchStatus::Delivered),
+            (true, Some(BatchStatus::Errored), BatchStatus::Delivered),
+            (true, Some(BatchStatus::Rejected), BatchStatus::Rejected),
+            (false, None, BatchStatus::Errored),
+            (false, Some(BatchStatus::Errored), BatchStatus::Errored),
+        ] {
+            let (fin, rx) = BatchNotifier::new_with_receiver();
+            let token = Arc::new(Token(std::sync::atomic::AtomicBool::new(false)));
+            let ack = fin.ack().holding(token.clone());
+            let fork = ack.fork();
+            drop(fin);
+            fork.commit(BatchStatus::Delivered);
+            token.0.store(saved, Ordering::Relaxed);
+            match end {
+                None => drop(ack),
+                Some(status) => ack.commit(status),
+            }
+            assert_eq!(rx.await, want, "saved {saved}, ended {end:?}");
+        }
     }
 
     #[test]

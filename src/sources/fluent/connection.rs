@@ -66,8 +66,12 @@ const STEP: usize = 1 << 20;
 /// A request still arriving is read as it comes once this much of it is buffered; a smaller
 /// one waits until it is whole.
 const STREAM_FROM: usize = 1 << 20;
-/// Batches of one connection waiting for their acks before reading pauses.
-const MAX_PENDING: usize = 64;
+/// Batches of one connection waiting for their acks before reading pauses. What they hold is
+/// bounded by the sinks' buffers and the memory budget already; this bounds the bookkeeping. It
+/// is large because one request of fluentd's file buffer (up to 256 MB) goes out in a batch per
+/// read, and all of them wait for the request's one ack: a memory buffer that can hold the
+/// request must get all of it, or the request is never acknowledged while its sink is down.
+const MAX_PENDING: usize = 4096;
 /// How long a client has to complete the handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// The largest PING accepted.
