@@ -42,10 +42,14 @@ pub enum ErrorKind {
     /// A TLS handshake that failed (garbage, a refused or missing client certificate) or did
     /// not finish within `tls.handshake_timeout`; or new TLS files that could not be loaded.
     Tls,
+    /// A connection cut off because its client sent nothing, or not a whole request head,
+    /// within the source's bound (`idle_timeout`, the `http_server`'s `request_timeout`): a
+    /// slow or stalled client (slowloris) holds a connection no longer than that.
+    Timeout,
 }
 
 impl ErrorKind {
-    const ALL: [ErrorKind; 12] = [
+    const ALL: [ErrorKind; 13] = [
         ErrorKind::Parse,
         ErrorKind::InvalidUtf8,
         ErrorKind::Oversized,
@@ -58,6 +62,7 @@ impl ErrorKind {
         ErrorKind::Ack,
         ErrorKind::Checkpoint,
         ErrorKind::Tls,
+        ErrorKind::Timeout,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -74,6 +79,7 @@ impl ErrorKind {
             ErrorKind::Ack => "ack",
             ErrorKind::Checkpoint => "checkpoint",
             ErrorKind::Tls => "tls",
+            ErrorKind::Timeout => "timeout",
         }
     }
 }
