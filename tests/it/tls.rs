@@ -276,7 +276,7 @@ sinks:
 #[test]
 fn http_server_over_tls_with_curl() {
     let pki = Pki::new();
-    pki.issue("agent", Leaf::new("agent-7"));
+    pki.issue("agent", Leaf::new("agent-7").organization("Example"));
     let server = Server::start(&format!(
         r#"api: {{ address: "127.0.0.1:{{API}}" }}
 sources:
@@ -333,7 +333,12 @@ sinks:
     let events = wait_lines(&server.out(), 3, Duration::from_secs(20));
     assert_each_once(&numbers_of(&events), 3, "curl over TLS");
     let with_cert = find_message(&events, "curl 2");
-    assert_eq!(with_cert["tls_subject"], json!("CN=agent-7"), "{with_cert}");
+    // RFC 4514, as documented: no space after the comma.
+    assert_eq!(
+        with_cert["tls_subject"],
+        json!("CN=agent-7,O=Example"),
+        "{with_cert}"
+    );
     assert!(find_message(&events, "curl 0").get("tls_subject").is_none());
 
     // Plain HTTP to the TLS port: refused in the handshake, counted.
