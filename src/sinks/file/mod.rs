@@ -1068,6 +1068,40 @@ mod tests {
         Ok(())
     }
 
+    #[tokio::test]
+    async fn replayed_dead_letters_do_not_glue_onto_a_torn_last_line() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("out.jsonl");
+        std::fs::write(&path, b"{\"message\":\"whole\"}\n{\"message\":\"to")?;
+        let reg = Registry::default();
+        let metrics = reg.register("out", ComponentKind::Sink, "file");
+        let cx = SinkContext {
+            id: "out".into(),
+            metrics: metrics.clone(),
+            reopen: Arc::new(AtomicU64::new(0)),
+            retry: None,
+            data_dir: dir.path().join("data"),
+            tls: None,
+        };
+        let letter = super::super::dlq::DeadLetter {
+            reason: "cannot write".into(),
+            attempts: 1,
+            target: None,
+            event: serde_json::to_string("{\"message\":\"replayed\"}")?,
+        };
+        let replay = config(&path.to_string_lossy())?
+            .replay(cx, vec![letter])
+            .ok_or("a static path replays")?;
+        let replayed = replay.await;
+        assert_eq!((replayed.delivered, replayed.failed.len()), (1, 0));
+        assert_eq!(
+            std::fs::read_to_string(&path)?,
+            "{\"message\":\"whole\"}\n{\"message\":\"replayed\"}\n"
+        );
+        assert_eq!(torn_tails(&metrics), 1);
+        Ok(())
+    }
+
     /// An [`OpenFile`] on `path` (opened as the sink opens it) holding `chunks`.
     fn open_file(path: &Path, chunks: &[&[u8]]) -> Result<OpenFile, Box<dyn std::error::Error>> {
         let file = open_append(path)?;
