@@ -46,10 +46,14 @@ pub enum ErrorKind {
     /// 413, a forward connection closed), or the budget stayed spent past its deadline (HTTP
     /// 503 with `Retry-After`).
     MemoryLimit,
+    /// A connection cut off because its client sent nothing, or not a whole request head,
+    /// within the source's bound (`idle_timeout`, the `http_server`'s `request_timeout`): a
+    /// slow or stalled client (slowloris) holds a connection no longer than that.
+    Timeout,
 }
 
 impl ErrorKind {
-    const ALL: [ErrorKind; 13] = [
+    const ALL: [ErrorKind; 14] = [
         ErrorKind::Parse,
         ErrorKind::InvalidUtf8,
         ErrorKind::Oversized,
@@ -63,6 +67,7 @@ impl ErrorKind {
         ErrorKind::Checkpoint,
         ErrorKind::Tls,
         ErrorKind::MemoryLimit,
+        ErrorKind::Timeout,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -80,6 +85,7 @@ impl ErrorKind {
             ErrorKind::Checkpoint => "checkpoint",
             ErrorKind::Tls => "tls",
             ErrorKind::MemoryLimit => "memory_limit",
+            ErrorKind::Timeout => "timeout",
         }
     }
 }

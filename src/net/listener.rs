@@ -72,6 +72,8 @@ pub struct Conn {
     drain_until: Option<tokio::time::Instant>,
     /// How long a read may wait for the client while running (`None`: for ever).
     idle_timeout: Option<Duration>,
+    /// Where a connection cut off for its idle timeout is counted.
+    metrics: Option<Arc<ComponentMetrics>>,
 }
 
 /// What [`Conn::read`] saw.
@@ -83,7 +85,8 @@ pub enum Read {
     Eof,
     /// Shutdown has started and the client has been quiet for [`DRAIN_IDLE`]: stop.
     Drained,
-    /// The client sent nothing for the listener's `idle_timeout`: stop.
+    /// The client sent nothing for the listener's `idle_timeout`: stop. Already counted as
+    /// `errors_total{kind="timeout"}` and logged.
     Idle,
     /// The socket failed.
     Error(std::io::Error),
@@ -107,7 +110,16 @@ impl Conn {
             // taken.
             r = self.stream.read_buf(buf) => Self::outcome(r),
             _ = self.shutdown.wait() => self.drain_read(buf).await,
-            () = idle => Read::Idle,
+            () = idle => {
+                // Counted here, once for every handler: a client that connects and goes quiet is
+                // cut off by this and by nothing else.
+                if let Some(m) = &self.metrics {
+                    m.error(ErrorKind::Timeout, 1);
+                    let idle_timeout = self.idle_timeout.unwrap_or_default();
+                    crate::warn_limited!(m, peer = %self.peer, ?idle_timeout, "Closed a connection whose client sent nothing within idle_timeout.");
+                }
+                Read::Idle
+            }
         }
     }
 
@@ -219,6 +231,7 @@ pub async fn serve<H, F>(
                 shutdown,
                 drain_until: None,
                 idle_timeout,
+                metrics,
             })
             .await;
             drop(permit);

@@ -1,5 +1,6 @@
 //! The file sink: path templates (one file per field value and date, sanitised), reopening
-//! after rotation (SIGHUP, or a rename noticed by itself), and a path that cannot be written.
+//! after rotation (SIGHUP, or a rename noticed by itself), a path that cannot be written, a full
+//! disk, and a file left ending inside a line, which is cut back before anything is appended.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -8,7 +9,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::acking_client::{AckingClient, Load, Output};
 use crate::harness::*;
+
+const TORN_TAILS: &str = "loghaul_file_sink_torn_tails_repaired_total";
 
 #[test]
 fn file_path_template_one_file_per_appname_and_date_sanitised() {
@@ -286,5 +290,150 @@ sinks:
         std::thread::sleep(Duration::from_millis(50));
     }
     server.finish();
+    drop(disk);
+}
+
+/// A file whose last line a crash tore (the state `kill -9` in the middle of a write leaves):
+/// the sink cuts the torn line before its first append, so every line is JSON, the torn one is
+/// gone, the new events follow the last whole line, and the repair is logged and counted.
+#[test]
+fn file_sink_cuts_a_torn_last_line_before_appending() {
+    let server = Server::start(&syslog_config(""));
+    let whole = r#"{"timestamp":"2026-11-26T19:33:38Z","message":"whole before the crash"}"#;
+    let torn = r#"{"timestamp":"2026-11-26T19:33:39Z","message":"torn by the cr"#;
+    // The sink opens its file at its first event, so the file can be laid down now.
+    std::fs::write(server.out(), format!("{whole}\n{torn}")).unwrap();
+    send_tcp(
+        server.ports.tcp,
+        [line3164("after 1"), line3164("after 2")]
+            .concat()
+            .as_bytes(),
+    );
+    // The whole file is read again each time: a reader that kept its offset would read past
+    // the cut (the file shrinks before it grows again).
+    let deadline = Instant::now() + ARRIVE_TIMEOUT;
+    let mut text = String::new();
+    while !text.contains("after 2") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        text = std::fs::read_to_string(server.out()).unwrap();
+    }
+    assert!(text.ends_with('\n'), "the file ends inside a line: {text}");
+    let lines: Vec<&[u8]> = text.lines().map(str::as_bytes).collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert_eq!(lines[0], whole.as_bytes(), "{text}");
+    let after: Vec<Value> = lines[1..].iter().map(|l| parse_line(l)).collect();
+    assert_eq!(
+        after.iter().map(message).collect::<Vec<_>>(),
+        ["after 1", "after 2"],
+        "{text}"
+    );
+    assert!(!text.contains("torn by the cr"), "{text}");
+    assert_eq!(server.metric(TORN_TAILS, "out", None), 1);
+    let stderr = server.stderr();
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.contains("Cut a torn last line")
+                && l.contains(&format!("bytes={}", torn.len()))),
+        "no warning with the bytes cut:\n{}",
+        tail(&stderr, 4000)
+    );
+    server.finish();
+}
+
+/// SIGTERM while the file sink's disk is full: the stop runs out of time with the sink still
+/// retrying, and the file it leaves ends with a whole line, because a failed write's torn line
+/// is cut back out at once. With space freed, a new start appends whole lines (it finds no
+/// torn tail to repair), and every event the server acknowledged to a client that sends again
+/// what was not acknowledged is in the file.
+#[test]
+fn file_sink_sigterm_on_a_full_disk_leaves_no_torn_line_and_loses_no_acknowledged_event() {
+    let Some(disk) = Tmpfs::mount("4m") else {
+        panic!(
+            "file_sink_sigterm_on_a_full_disk: cannot mount a tmpfs (the tests run as root in CI)"
+        );
+    };
+    let filler = disk.0.join("filler");
+    std::fs::write(&filler, vec![0u8; 3 * 1024 * 1024 + 512 * 1024]).unwrap();
+    let out = disk.0.join("out.jsonl");
+    let mut server = Server::start(&format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+shutdown_timeout: 2s
+sources:
+  fin: {{ type: fluent, address: "127.0.0.1:{{TCP}}" }}
+sinks:
+  out: {{ type: file, inputs: [fin], path: "{}", encoding: json, flush_interval: 50ms }}
+"#,
+        out.display()
+    ));
+    // About 2.4MB of JSON: far more than the 0.5MB left, and within the 4MB once it is freed.
+    const N: u64 = 12_000;
+    let client = AckingClient::spawn(
+        server.ports.tcp,
+        Load {
+            per_request: 200,
+            total: Some(N),
+            pad: 80,
+            pause: Duration::ZERO,
+        },
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, body) = server.health();
+        if code != 200 && body.contains("retrying") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the sink never reported the full disk: {code} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let acked_at_stop = client.acked_events();
+    assert!(
+        acked_at_stop < N,
+        "everything was acknowledged on a full disk"
+    );
+    // The stop cannot finish the sink's writes; loghaul exits (non-zero) after
+    // shutdown_timeout with the file as the retries left it.
+    server.signal("TERM");
+    assert!(
+        server.wait_exit(STOP_TIMEOUT).is_some(),
+        "loghaul did not exit within {STOP_TIMEOUT:?} of SIGTERM"
+    );
+    Output::read(&out, N).assert_every_line_whole("the file a stop on a full disk left");
+
+    let held = server.hold_ports();
+    std::fs::remove_file(&filler).unwrap();
+    server.restart();
+    drop(held);
+    let all_acked = client.wait_acked(N, Duration::from_secs(60));
+    let report = client.finish(Duration::from_secs(10));
+    assert!(
+        all_acked && report.error.is_none(),
+        "not every event was acknowledged after space was freed: {} of {N}; {:?}",
+        report.acked_seqs().len(),
+        report.error
+    );
+    assert_eq!(
+        server.metric(TORN_TAILS, "out", None),
+        0,
+        "the restart found a torn line to repair"
+    );
+    server.finish();
+    let output = Output::read(&out, report.sent);
+    output.assert_every_line_whole("after the restart");
+    let missing = output.missing(&report.acked_seqs());
+    assert!(
+        missing.is_empty(),
+        "{} acknowledged events are not in the output (first {:?})",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+    eprintln!(
+        "SIGTERM on a full disk: {acked_at_stop} of {N} events acknowledged at the stop; {} \
+         reconnection(s), {} request(s) sent again; {} lines in the output",
+        report.reconnects, report.resent_requests, output.lines
+    );
     drop(disk);
 }

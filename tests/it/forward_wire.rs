@@ -2285,6 +2285,36 @@ fn bad_forward_1000_idle_heartbeat_connections() {
     server.finish();
 }
 
+/// With `idle_timeout`, clients that connect and say nothing, or send half a request and stall,
+/// are cut off: each is counted as `errors_total{kind="timeout"}` (the half requests as
+/// `protocol` too: a request the connection ended in the middle of), and a good client is
+/// served meanwhile.
+#[test]
+fn bad_forward_silent_and_stalled_clients_cut_off_by_idle_timeout() {
+    let server = Server::start(&config(", idle_timeout: 500ms"));
+    let port = server.ports.tcp;
+    let half = simple_request("never finished", Some("c2xvdw=="));
+    let half = half[..half.len() / 2].to_vec();
+    let every = Duration::from_millis(20);
+    let slow: Vec<_> = [Vec::new(), Vec::new(), Vec::new(), half.clone(), half]
+        .into_iter()
+        .map(|bytes| {
+            std::thread::spawn(move || slow_client(port, &bytes, every, Duration::from_secs(10)))
+        })
+        .collect();
+    good_client_is_served(&server, "beside silent clients");
+    for closed in slow {
+        assert!(closed.join().unwrap(), "a silent client was not cut off");
+    }
+    expect_errors(
+        &server,
+        &[("timeout", 5), ("protocol", 2)],
+        "silent and stalled clients",
+    );
+    good_client_is_served(&server, "after silent clients");
+    server.finish();
+}
+
 /// A good request with a chunk and, right behind it in the same write, a broken one. The good
 /// request's events are written, so its ack is owed: loghaul sends it, then closes the
 /// connection (docs/specs/forward.md: a broken request closes the connection "after the

@@ -667,6 +667,36 @@ pub fn connect(port: u16) -> TcpStream {
     s
 }
 
+/// A slow client (slowloris): connects and writes `bytes` one at a time, every `every`, reading
+/// whatever comes back, until the server closes the connection or `timeout` passes. Sends
+/// nothing at all when `bytes` is empty; once `bytes` are all sent it waits without writing.
+/// Returns whether the server closed the connection in time.
+pub fn slow_client(port: u16, bytes: &[u8], every: Duration, timeout: Duration) -> bool {
+    let mut s = connect(port);
+    s.set_read_timeout(Some(every)).expect("set_read_timeout");
+    let deadline = Instant::now() + timeout;
+    let mut rest = bytes.iter();
+    let mut buf = [0u8; 1024];
+    while Instant::now() < deadline {
+        if let Some(b) = rest.next()
+            && s.write_all(&[*b]).is_err()
+        {
+            return true;
+        }
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
 /// Connects, writes `bytes`, and closes (FIN after the data).
 pub fn send_tcp(port: u16, bytes: &[u8]) {
     let mut s = connect(port);

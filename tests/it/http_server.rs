@@ -1,6 +1,7 @@
 //! The `http_server` source with a real client (`curl`): every body format and encoding, the
 //! request's own fields, refusals that say why (and accept nothing), acknowledged writes that
-//! wait for the file sink, echo mode, and a slow client that cannot hold others back.
+//! wait for the file sink, echo mode, a slow client that cannot hold others back, and slow
+//! clients cut off and counted.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -400,6 +401,77 @@ fn http_server_echo_mode_and_a_slow_client() {
     assert!(
         started.elapsed() < Duration::from_secs(9),
         "the slow client was not cut off by request_timeout"
+    );
+    server.finish();
+}
+
+/// Slow clients (slowloris) of every kind the source cuts off at `request_timeout`, at once:
+/// connected and silent, a request head trickled a byte at a time without end, the HTTP/2
+/// preface begun and left unfinished. Each is closed and counted as
+/// `errors_total{kind="timeout"}`, exactly once, and a good request meanwhile is served. A
+/// keep-alive client that idles out after a request is closed too, but that is housekeeping
+/// and is not counted.
+#[test]
+fn http_server_slow_clients_are_cut_off_and_counted_as_timeouts() {
+    let server = Server::start(&config(", request_timeout: 500ms", "{DIR}/out.jsonl"));
+    let port = server.ports.tcp;
+    let every = Duration::from_millis(50);
+    let head = b"POST / HTTP/1.1\r\nHost: loghaul\r\nX-Slow: ".repeat(20);
+    let kinds: [(&str, &[u8], usize); 3] = [
+        ("silent", b"", 4),
+        ("trickling its head", &head, 4),
+        (
+            "stopping inside the HTTP/2 preface",
+            b"PRI * HTTP/2.0\r\n",
+            2,
+        ),
+    ];
+    let slow: Vec<_> = kinds
+        .iter()
+        .flat_map(|&(what, bytes, n)| {
+            (0..n).map(move |_| {
+                let bytes = bytes.to_vec();
+                let closed = std::thread::spawn(move || {
+                    slow_client(port, &bytes, every, Duration::from_secs(10))
+                });
+                (what, closed)
+            })
+        })
+        .collect();
+    let mut kept = connect(port);
+    assert_eq!(exchange(&mut kept, "served beside slow clients"), 200);
+    for (what, closed) in slow {
+        assert!(
+            closed.join().unwrap(),
+            "a client {what} was not cut off by request_timeout"
+        );
+    }
+    let cut: u64 = kinds.iter().map(|k| k.2 as u64).sum();
+    let timeouts = Some("kind=\"timeout\"");
+    server.wait_metric_eq("loghaul_component_errors_total", "web", timeouts, cut);
+    // The keep-alive connection idles out after its request: closed, not counted.
+    kept.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut rest = Vec::new();
+    assert!(
+        matches!(kept.read_to_end(&mut rest), Ok(0)),
+        "the idle keep-alive connection was not closed: {rest:?}"
+    );
+    assert_eq!(
+        server.metric("loghaul_component_errors_total", "web", timeouts),
+        cut,
+        "a keep-alive connection closed idle between requests was counted"
+    );
+    assert_eq!(
+        server.metric("loghaul_component_errors_total", "web", None),
+        cut,
+        "slow clients counted under other kinds too"
+    );
+    let stderr = server.stderr();
+    assert!(
+        stderr.contains("Closed a connection whose client sent no whole request head"),
+        "no warning about the slow clients:\n{}",
+        tail(&stderr, 3000)
     );
     server.finish();
 }

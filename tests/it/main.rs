@@ -15,6 +15,8 @@
 
 mod harness;
 
+mod acking_client;
+
 mod api;
 mod bad_input;
 mod config;

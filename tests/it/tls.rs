@@ -276,7 +276,7 @@ sinks:
 #[test]
 fn http_server_over_tls_with_curl() {
     let pki = Pki::new();
-    pki.issue("agent", Leaf::new("agent-7"));
+    pki.issue("agent", Leaf::new("agent-7").organization("Example"));
     let server = Server::start(&format!(
         r#"api: {{ address: "127.0.0.1:{{API}}" }}
 sources:
@@ -333,7 +333,12 @@ sinks:
     let events = wait_lines(&server.out(), 3, Duration::from_secs(20));
     assert_each_once(&numbers_of(&events), 3, "curl over TLS");
     let with_cert = find_message(&events, "curl 2");
-    assert_eq!(with_cert["tls_subject"], json!("CN=agent-7"), "{with_cert}");
+    // RFC 4514, as documented: no space after the comma.
+    assert_eq!(
+        with_cert["tls_subject"],
+        json!("CN=agent-7,O=Example"),
+        "{with_cert}"
+    );
     assert!(find_message(&events, "curl 0").get("tls_subject").is_none());
 
     // Plain HTTP to the TLS port: refused in the handshake, counted.
@@ -349,6 +354,53 @@ sinks:
         "in",
         Some("kind=\"tls\""),
         1,
+    );
+    server.finish();
+}
+
+/// `http_server` over TLS, where hyper holds an HTTP/1.1 connection for its whole life and its
+/// header timer both cuts off a slow client and closes a keep-alive connection idle between
+/// requests: a client silent after its handshake is counted as `errors_total{kind="timeout"}`,
+/// one that idles out after a request is closed too but not counted.
+#[test]
+fn http_server_over_tls_counts_slow_clients_but_not_idle_keep_alive() {
+    let pki = Pki::new();
+    let server = Server::start(&format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+sources:
+  in: {{ type: http_server, address: "127.0.0.1:{{TCP}}", request_timeout: 500ms{} }}
+sinks:
+  out: {{ type: file, inputs: [in], path: "{{DIR}}/out.jsonl", flush_interval: 50ms }}
+"#,
+        pki.listener("")
+    ));
+    let client = pki.client(None);
+    let mut silent = tls_connect(server.ports.tcp, &client).expect("handshake");
+    let mut kept = tls_connect(server.ports.tcp, &client).expect("handshake");
+    let body = r#"{"message":"kept"}"#;
+    write!(
+        kept,
+        "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("write a request");
+    // Both are read to their end: the server closes each after request_timeout (a TLS stream
+    // closed without close_notify ends in an error, which is an end as well).
+    let to_end = |s: &mut TlsStream| {
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+        String::from_utf8_lossy(&got).into_owned()
+    };
+    let answer = to_end(&mut kept);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(to_end(&mut silent), "", "the silent client got an answer");
+    let timeouts = Some("kind=\"timeout\"");
+    server.wait_metric_eq("loghaul_component_errors_total", "in", timeouts, 1);
+    assert_eq!(
+        server.metric("loghaul_component_errors_total", "in", None),
+        1,
+        "only the silent client is an error"
     );
     server.finish();
 }

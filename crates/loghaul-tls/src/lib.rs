@@ -447,7 +447,8 @@ fn check_validity(path: &Path, cert: &CertificateDer<'_>) -> Result<(), TlsError
 /// What loghaul reports of a certificate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CertInfo {
-    /// The subject's distinguished name, as RFC 4514 writes it (`CN=agent-7,O=Example`).
+    /// The subject's distinguished name, as RFC 4514 writes it (`CN=agent-7,O=Example`; see
+    /// [`dn`]).
     pub subject: String,
     /// The serial number in hexadecimal, as `openssl x509 -serial` prints it.
     pub serial: String,
@@ -462,7 +463,7 @@ pub fn describe(cert: &CertificateDer<'_>) -> Option<CertInfo> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
     let validity = parsed.validity();
     Some(CertInfo {
-        subject: parsed.subject().to_string(),
+        subject: dn::rfc4514(parsed.subject()),
         serial: parsed
             .raw_serial_as_string()
             .replace(':', "")
@@ -609,6 +610,7 @@ pub fn peer_subject(certs: Option<&[CertificateDer<'_>]>) -> Option<String> {
     certs?.first().and_then(describe).map(|info| info.subject)
 }
 
+pub mod dn;
 pub mod pki;
 
 #[cfg(test)]

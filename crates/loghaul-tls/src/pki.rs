@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType, SerialNumber,
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose, SanType, SerialNumber,
 };
 
 /// Why a certificate could not be made (a bug in the caller's names, or the file system).
@@ -45,6 +45,9 @@ impl std::fmt::Debug for Ca {
 pub struct Leaf {
     /// The subject's common name.
     pub common_name: String,
+    /// The subject's organization, if any: encoded before the common name, as
+    /// `openssl req -subj "/O=…/CN=…"` does.
+    pub organization: Option<String>,
     /// DNS names and IP addresses (as text) it is valid for.
     pub names: Vec<String>,
     /// The serial number; random (by rcgen) when `None`.
@@ -59,10 +62,17 @@ impl Leaf {
     pub fn new(common_name: &str) -> Leaf {
         Leaf {
             common_name: common_name.to_owned(),
+            organization: None,
             names: vec!["localhost".to_owned(), "127.0.0.1".to_owned()],
             serial: None,
             validity: None,
         }
+    }
+
+    /// With this organization in the subject.
+    pub fn organization(mut self, organization: &str) -> Leaf {
+        self.organization = Some(organization.to_owned());
+        self
     }
 
     /// With this serial number.
@@ -176,6 +186,13 @@ impl Ca {
                 Ok(ip) => SanType::IpAddress(ip),
                 Err(_) => SanType::DnsName(name.clone().try_into()?),
             });
+        }
+        // In the order pushed, without rcgen's default common name ahead of them.
+        params.distinguished_name = DistinguishedName::new();
+        if let Some(organization) = &leaf.organization {
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, organization.as_str());
         }
         params
             .distinguished_name

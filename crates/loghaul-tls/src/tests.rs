@@ -262,6 +262,21 @@ fn mutual_tls_accepts_the_right_ca_and_refuses_others_and_none() {
 }
 
 #[test]
+fn the_peer_subject_is_written_as_rfc_4514_without_spaces() {
+    let t = setup();
+    t.issue(&t.ca, Leaf::new("client").organization("Example"), "client");
+    let s = server(&TlsConfig {
+        ca: Some(t.path("ca.crt")),
+        verify_client: true,
+        ..t.server.clone()
+    });
+    let (_, subject) = handshake(s, client(&t.client(Some("client")))).unwrap();
+    // Encoded O first, then CN (as `openssl req -subj "/O=Example/CN=client"`): RFC 4514
+    // writes the last RDN first.
+    assert_eq!(subject.as_deref(), Some("CN=client,O=Example"));
+}
+
+#[test]
 fn tls_1_3_only_refuses_a_1_2_client() {
     let t = setup();
     let s = server(&TlsConfig {

@@ -18,11 +18,18 @@
 //! idle for `idle_timeout`, reopens files that were renamed or removed under it (logrotate without
 //! copytruncate), and on SIGHUP reopens every file.
 //!
-//! A write that fails for a reason that may pass (ENOSPC, EDQUOT, EIO) drops nothing: the bytes
-//! the file did not take stay buffered from the first one it refused, the sink is degraded, and
-//! it tries again with backoff (100ms doubling to 5s) without taking more input, so its queue
-//! fills and the sources push back. The retry completes a line the failed write cut, so the file
-//! never keeps a torn line.
+//! A write that fails for a reason that may pass (ENOSPC, EDQUOT, EIO) drops nothing: the sink
+//! cuts the line the failed write left half-written back out of the file (see [`torn`]), keeps
+//! that whole line and everything after it buffered, is degraded, and tries again with backoff
+//! (100ms doubling to 5s) without taking more input, so its queue fills and the sources push
+//! back. So while the process lives, a file ends with a whole line (or with the start of the one
+//! being written); a torn tail is only ever left by a crash, and the sink cuts it when it next
+//! opens the file, before appending (the cut event was never acknowledged, so it comes again).
+//!
+//! Several writers may append to one file (two sinks with the same path, `loghaul dlq replay`
+//! beside a running server). A cut must not take away what another wrote, nor may another's line
+//! land after a torn one, so each write, and its cut when it fails, holds an exclusive `flock`
+//! on the file, as does the check at open.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -30,7 +37,7 @@ use std::io::{IoSlice, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Instant;
 
 use loghaul_config::TemplatePart;
@@ -38,6 +45,7 @@ use loghaul_core::finalizer::Ack;
 use loghaul_core::{BatchStatus, Event, EventBatch};
 
 pub mod config;
+mod torn;
 
 pub use config::FileSinkConfig;
 
@@ -64,7 +72,7 @@ impl BuildSink for FileSinkConfig {
     /// a templated one cannot be rendered from what a dead letter keeps).
     fn replay(
         &self,
-        _cx: SinkContext,
+        cx: SinkContext,
         letters: Vec<super::dlq::DeadLetter>,
     ) -> Option<crate::pipeline::BoxFuture<'static, super::Replayed>> {
         if self.path.has_time || self.path.has_fields {
@@ -80,8 +88,16 @@ impl BuildSink for FileSinkConfig {
                 }
                 out.push(b'\n');
             }
-            let written = open_append(&path).and_then(|mut f| {
-                f.write_all(&out)?;
+            let torn_tails = torn_tails_counter(&cx.metrics);
+            let written = open_append(&path).and_then(|f| {
+                let lock = torn::lock(&f);
+                repair_tail(&f, &path, &cx.metrics, &torn_tails);
+                if let Err(error) = (&f).write_all(&out) {
+                    // Leave no torn line for the server's next append to glue onto.
+                    let _ = torn::cut_torn_tail(&f);
+                    return Err(error);
+                }
+                drop(lock);
                 f.sync_data()
             });
             match written {
@@ -115,11 +131,24 @@ struct OpenFile {
     /// (device, inode) at open: a different pair at the path means the file was rotated away.
     identity: (u64, u64),
     /// Encoded bytes waiting to be written, in order: whole batches' buffers, and for templated
-    /// paths buffers this sink appended single events to.
+    /// paths buffers this sink appended single events to. They always start at the start of a
+    /// line.
     chunks: Vec<Vec<u8>>,
     buf_bytes: usize,
     buf_events: usize,
+    /// How many leading bytes of `chunks` are in the file already: the start of a line a failed
+    /// write tore that could not be cut back out. Almost always 0; see
+    /// [`OpenFile::write_pending`].
+    in_file: usize,
     last_write: Instant,
+}
+
+/// A write of [`OpenFile::write_pending`] that failed.
+struct WriteFailed {
+    error: std::io::Error,
+    /// Why the line the failed write tore could not be cut back out of the file, if it could
+    /// not: the next attempt tries the cut again, or else completes the line.
+    cut: Option<std::io::Error>,
 }
 
 impl OpenFile {
@@ -138,37 +167,98 @@ impl OpenFile {
     }
 
     /// Writes every pending chunk (with `writev`, so whole-batch buffers are not copied again)
-    /// and returns the written buffers to `pool`. On an error, what was not written stays
-    /// pending, starting at the first byte the file did not take: a retry completes a line the
-    /// failed write cut, so the file never keeps a torn line.
-    fn write_pending(&mut self, pool: &BufferPool) -> std::io::Result<()> {
-        let mut written = 0;
-        let result = write_all_vectored(&mut self.file, &self.chunks, &mut written);
-        if result.is_ok() {
-            for chunk in self.chunks.drain(..) {
-                pool.put(chunk);
-            }
-            return result;
+    /// and returns the written buffers to `pool`.
+    ///
+    /// On an error, the whole lines the file took leave the buffer; the line the write tore is
+    /// cut back out of the file (ftruncate to just after its last `\n`) and stays pending whole,
+    /// with everything after it. So the file never keeps a torn line while the process lives,
+    /// and what is pending always starts a line: dead-lettered, it is whole events. Should the
+    /// cut fail, `in_file` says how much of the pending line the file holds: the next attempt
+    /// cuts it then, or else writes on from there to complete it.
+    fn write_pending(&mut self, pool: &BufferPool) -> Result<(), WriteFailed> {
+        // No other loghaul writer may append between a failed write and its cut, or glue a line
+        // onto the torn one.
+        let lock = torn::lock(&self.file);
+        if self.in_file > 0 && torn::cut_torn_tail(&self.file).is_ok() {
+            self.in_file = 0;
         }
+        let skip = self.in_file;
+        let mut written = 0;
+        let error = match write_all_vectored(&self.file, &self.chunks, skip, &mut written) {
+            Ok(()) => {
+                drop(lock);
+                self.in_file = 0;
+                for chunk in self.chunks.drain(..) {
+                    pool.put(chunk);
+                }
+                return Ok(());
+            }
+            Err(error) => error,
+        };
+        let (whole, left, cut) = tear_off(&self.file, &self.chunks, skip + written);
+        drop(lock);
+        self.in_file = left;
+        self.consume(whole, pool);
+        self.buf_bytes = self.chunks.iter().map(Vec::len).sum();
+        Err(WriteFailed { error, cut })
+    }
+
+    /// Drops the first `n` pending bytes, returning emptied buffers to `pool`.
+    fn consume(&mut self, mut n: usize, pool: &BufferPool) {
         let mut done = 0;
         for chunk in &mut self.chunks {
-            if written == 0 {
+            if n == 0 {
                 break;
             }
-            if chunk.len() <= written {
-                written -= chunk.len();
+            if chunk.len() <= n {
+                n -= chunk.len();
                 done += 1;
             } else {
-                chunk.drain(..written);
-                written = 0;
+                chunk.drain(..n);
+                n = 0;
             }
         }
         for chunk in self.chunks.drain(..done) {
             pool.put(chunk);
         }
-        self.buf_bytes = self.chunks.iter().map(Vec::len).sum();
-        result
     }
+}
+
+/// After a write that failed having put the first `in_file` bytes of `chunks` in `file` (the
+/// file ended with a whole line before them): cuts the line the write tore back out of the file.
+/// Returns how many of those bytes are whole lines (done with), how many bytes of the torn line
+/// stay in the file (0 unless the cut failed), and why the cut failed.
+fn tear_off(
+    file: &File,
+    chunks: &[Vec<u8>],
+    in_file: usize,
+) -> (usize, usize, Option<std::io::Error>) {
+    let whole = whole_lines(chunks, in_file);
+    let torn = in_file - whole;
+    if torn == 0 {
+        return (whole, 0, None);
+    }
+    match torn::cut_torn_tail(file) {
+        Ok(_) => (whole, 0, None),
+        Err(error) => (whole, torn, Some(error)),
+    }
+}
+
+/// How many of the first `n` bytes of `chunks` are whole lines: the length up to and including
+/// the last `\n` among them.
+fn whole_lines(chunks: &[Vec<u8>], n: usize) -> usize {
+    let (mut at, mut whole) = (0, 0);
+    for chunk in chunks {
+        if at >= n {
+            break;
+        }
+        let part = chunk.get(..chunk.len().min(n - at)).unwrap_or_default();
+        if let Some(i) = memchr::memrchr(b'\n', part) {
+            whole = at + i + 1;
+        }
+        at += part.len();
+    }
+    whole
 }
 
 /// Whether a write error may go away by itself (space freed, a device back): the sink keeps
@@ -181,9 +271,12 @@ fn retryable(error: &std::io::Error) -> bool {
     ) || error.raw_os_error() == Some(5) // EIO
 }
 
+/// Writes `chunks` from byte `skip` on; `written` counts the bytes written (after `skip`), also
+/// when it fails.
 fn write_all_vectored(
-    file: &mut File,
+    mut file: &File,
     chunks: &[Vec<u8>],
+    skip: usize,
     written: &mut usize,
 ) -> std::io::Result<()> {
     let mut slices: Vec<IoSlice<'_>> = chunks
@@ -191,7 +284,9 @@ fn write_all_vectored(
         .filter(|c| !c.is_empty())
         .map(|c| IoSlice::new(c))
         .collect();
+    let total: usize = chunks.iter().map(Vec::len).sum();
     let mut rest = &mut slices[..];
+    IoSlice::advance_slices(&mut rest, skip.min(total));
     while !rest.is_empty() {
         let upto = rest.len().min(IOV_MAX);
         match file.write_vectored(&rest[..upto]) {
@@ -235,6 +330,8 @@ pub struct FileSink {
     open_error_permanent: bool,
     retry: loghaul_config::RetryConfig,
     dead: Option<DeadLetters>,
+    /// `loghaul_file_sink_torn_tails_repaired_total`.
+    torn_tails: Arc<AtomicI64>,
 }
 
 impl FileSink {
@@ -244,6 +341,7 @@ impl FileSink {
         reopen: ReopenGeneration,
     ) -> FileSink {
         let seen_generation = reopen.load(Ordering::Acquire);
+        let torn_tails = torn_tails_counter(&metrics);
         FileSink {
             encoder: Arc::new(LineEncoder::new(
                 config.encoding,
@@ -270,6 +368,7 @@ impl FileSink {
                 ..loghaul_config::RetryConfig::default()
             },
             dead: None,
+            torn_tails,
         }
     }
 
@@ -494,6 +593,11 @@ impl FileSink {
         let path = PathBuf::from(&self.scratch);
         match open_append(&path) {
             Ok(file) => {
+                // This sink holds no bytes for this file (a closed file keeps none), so whatever
+                // ends it without a newline is no line of ours to complete: a crash's.
+                let lock = torn::lock(&file);
+                repair_tail(&file, &path, &self.metrics, &self.torn_tails);
+                drop(lock);
                 let identity = file
                     .metadata()
                     .map(|m| (m.dev(), m.ino()))
@@ -508,6 +612,7 @@ impl FileSink {
                     chunks: Vec::new(),
                     buf_bytes: 0,
                     buf_events: 0,
+                    in_file: 0,
                     last_write: Instant::now(),
                 };
                 let idx = match self.files.iter().position(Option::is_none) {
@@ -553,7 +658,7 @@ impl FileSink {
         }
         let bytes = file.buf_bytes;
         let result = file.write_pending(&self.encoder.pool);
-        if let Err(error) = &result
+        if let Err(WriteFailed { error, cut }) = &result
             && retryable(error)
         {
             // Nothing is dropped: the rest stays pending and flush_all tries again, holding the
@@ -564,7 +669,8 @@ impl FileSink {
                 Health::Degraded,
                 Some(format!("cannot write {path}: {error}; retrying")),
             );
-            crate::warn_limited!(self.metrics, %error, %path, "Failed to write to output file; keeping the events and retrying.");
+            let cut_error = cut.as_ref().map(tracing::field::display);
+            crate::warn_limited!(self.metrics, %error, %path, cut_error, "Failed to write to output file; keeping the events and retrying.");
             return false;
         }
         let events = file.buf_events;
@@ -579,7 +685,7 @@ impl FileSink {
                 }
                 true
             }
-            Err(error) => {
+            Err(WriteFailed { error, .. }) => {
                 let path = file.path.display().to_string();
                 self.metrics.error(ErrorKind::Io, 1);
                 self.metrics.set_health(
@@ -708,7 +814,8 @@ impl FileSink {
             && !file.chunks.is_empty()
         {
             // Closing with buffered data happens only via idle/rotate paths after a flush, but
-            // never silently drop it.
+            // never silently drop it. Should this write fail, its torn line is cut (or, if that
+            // fails too, cut when the file is next opened).
             let _ = file.write_pending(&self.encoder.pool);
         }
         if let Some(file) = slot.take() {
@@ -749,13 +856,52 @@ fn never_opens(error: &std::io::Error) -> bool {
     )
 }
 
+/// Opens (creating it and its directories) `path` for appending, and for reading too, so that
+/// a torn tail can be found (see [`torn`]). A file the process may write but not read is opened
+/// for appending only, as before the check existed; its tail then goes unchecked.
 fn open_append(path: &Path) -> std::io::Result<File> {
     if let Some(dir) = path.parent()
         && !dir.as_os_str().is_empty()
     {
         std::fs::create_dir_all(dir)?;
     }
-    OpenOptions::new().create(true).append(true).open(path)
+    match OpenOptions::new()
+        .create(true)
+        .read(true)
+        .append(true)
+        .open(path)
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            OpenOptions::new().create(true).append(true).open(path)
+        }
+        opened => opened,
+    }
+}
+
+/// The file sink's `loghaul_file_sink_torn_tails_repaired_total`.
+fn torn_tails_counter(metrics: &ComponentMetrics) -> Arc<AtomicI64> {
+    metrics.counter(
+        "loghaul_file_sink_torn_tails_repaired_total",
+        "Output files found ending inside a line when opened (an interrupted write before a \
+         crash), cut back to their last whole line.",
+        &[],
+    )
+}
+
+/// Cuts the torn last line a crash left in `file`, just opened at `path`, before anything is
+/// appended to it (see [`torn`]): logged, and counted in `torn_tails`. Call it holding the
+/// file's [`torn::lock`].
+fn repair_tail(file: &File, path: &Path, metrics: &ComponentMetrics, torn_tails: &AtomicI64) {
+    match torn::cut_torn_tail(file) {
+        Ok(0) => {}
+        Ok(bytes) => {
+            torn_tails.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(component = %metrics.id, path = %path.display(), bytes, "Cut a torn last line from output file before appending; its event was never acknowledged.");
+        }
+        Err(error) => {
+            crate::warn_limited!(metrics, %error, path = %path.display(), "Failed to check output file for a torn last line; appending anyway.");
+        }
+    }
 }
 
 #[cfg(test)]
@@ -871,5 +1017,177 @@ mod tests {
                 .unwrap_or(false)
         );
         Ok(())
+    }
+
+    /// The sink's `loghaul_file_sink_torn_tails_repaired_total` (asked for again: the same series).
+    fn torn_tails(metrics: &ComponentMetrics) -> i64 {
+        torn_tails_counter(metrics).load(Ordering::Relaxed)
+    }
+
+    #[tokio::test]
+    async fn a_torn_last_line_is_cut_before_the_first_append() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("out.jsonl");
+        std::fs::write(&path, b"{\"message\":\"whole\"}\n{\"message\":\"to")?;
+        let (fanout, metrics, task) = start(&path.to_string_lossy())?;
+        let (batch, rx) = tracked_batch(b"after", None);
+        fanout.send(batch).await;
+        let status = tokio::time::timeout(Duration::from_secs(5), rx).await?;
+        assert_eq!(status, BatchStatus::Delivered);
+        let text = std::fs::read_to_string(&path)?;
+        let lines: Vec<&str> = text.split_inclusive('\n').collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert_eq!(lines[0], "{\"message\":\"whole\"}\n");
+        assert!(lines[1].ends_with('\n'), "{text}");
+        let after: serde_json::Value = serde_json::from_str(lines[1])?;
+        assert_eq!(after["message"], "after", "{text}");
+        assert_eq!(torn_tails(&metrics), 1);
+        drop(fanout);
+        task.await?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_file_ending_with_a_whole_line_is_appended_to_as_is() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("out.jsonl");
+        std::fs::write(&path, b"{\"message\":\"whole\"}\n")?;
+        let (fanout, metrics, task) = start(&path.to_string_lossy())?;
+        let (batch, rx) = tracked_batch(b"after", None);
+        fanout.send(batch).await;
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(5), rx).await?,
+            BatchStatus::Delivered
+        );
+        let text = std::fs::read_to_string(&path)?;
+        assert!(text.starts_with("{\"message\":\"whole\"}\n{"), "{text}");
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert_eq!(torn_tails(&metrics), 0);
+        drop(fanout);
+        task.await?;
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn replayed_dead_letters_do_not_glue_onto_a_torn_last_line() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("out.jsonl");
+        std::fs::write(&path, b"{\"message\":\"whole\"}\n{\"message\":\"to")?;
+        let reg = Registry::default();
+        let metrics = reg.register("out", ComponentKind::Sink, "file");
+        let cx = SinkContext {
+            id: "out".into(),
+            metrics: metrics.clone(),
+            reopen: Arc::new(AtomicU64::new(0)),
+            retry: None,
+            data_dir: dir.path().join("data"),
+            tls: None,
+        };
+        let letter = super::super::dlq::DeadLetter {
+            reason: "cannot write".into(),
+            attempts: 1,
+            target: None,
+            event: serde_json::to_string("{\"message\":\"replayed\"}")?,
+        };
+        let replay = config(&path.to_string_lossy())?
+            .replay(cx, vec![letter])
+            .ok_or("a static path replays")?;
+        let replayed = replay.await;
+        assert_eq!((replayed.delivered, replayed.failed.len()), (1, 0));
+        assert_eq!(
+            std::fs::read_to_string(&path)?,
+            "{\"message\":\"whole\"}\n{\"message\":\"replayed\"}\n"
+        );
+        assert_eq!(torn_tails(&metrics), 1);
+        Ok(())
+    }
+
+    /// An [`OpenFile`] on `path` (opened as the sink opens it) holding `chunks`.
+    fn open_file(path: &Path, chunks: &[&[u8]]) -> Result<OpenFile, Box<dyn std::error::Error>> {
+        let file = open_append(path)?;
+        Ok(OpenFile {
+            path: path.to_owned(),
+            file,
+            identity: (0, 0),
+            chunks: chunks.iter().map(|c| c.to_vec()).collect(),
+            buf_bytes: chunks.iter().map(|c| c.len()).sum(),
+            buf_events: 0,
+            in_file: 0,
+            last_write: Instant::now(),
+        })
+    }
+
+    #[test]
+    fn a_failed_write_leaves_whole_lines_and_keeps_the_torn_one_whole() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("out.jsonl");
+        std::fs::write(&path, b"old\n")?;
+        let pool = BufferPool::default();
+        let mut f = open_file(&path, &[b"a\nbb\n", b"ccc\ndd", b"d\n"])?;
+        // The disk filled after 7 bytes: "a\n" and "bb\n" whole, and "cc" of "ccc\n".
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)?
+            .write_all(b"a\nbb\ncc")?;
+        let (whole, left, cut) = tear_off(&f.file, &f.chunks, 7);
+        assert_eq!((whole, left), (5, 0));
+        assert!(cut.is_none());
+        assert_eq!(
+            std::fs::read(&path)?,
+            b"old\na\nbb\n",
+            "the torn line is cut"
+        );
+        f.consume(whole, &pool);
+        assert_eq!(
+            f.chunks.concat(),
+            b"ccc\nddd\n",
+            "pending starts the torn line"
+        );
+        // The retry writes the cut line again, whole.
+        assert!(f.write_pending(&pool).is_ok());
+        assert_eq!(std::fs::read(&path)?, b"old\na\nbb\nccc\nddd\n");
+        assert!(f.chunks.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn a_torn_line_that_cannot_be_cut_is_completed_by_the_retry() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("out.jsonl");
+        std::fs::write(&path, b"old\n")?;
+        let pool = BufferPool::default();
+        let mut f = open_file(&path, &[b"a\nbb", b"b\n"])?;
+        // Appending only: the tail cannot be read, so it cannot be cut.
+        f.file = std::fs::OpenOptions::new().append(true).open(&path)?;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)?
+            .write_all(b"a\nb")?;
+        let (whole, left, cut) = tear_off(&f.file, &f.chunks, 3);
+        assert_eq!((whole, left), (2, 1));
+        assert!(cut.is_some(), "the cut needs to read the file");
+        assert_eq!(std::fs::read(&path)?, b"old\na\nb", "nothing cut blind");
+        f.consume(whole, &pool);
+        f.in_file = left;
+        assert!(f.write_pending(&pool).is_ok());
+        assert_eq!(
+            std::fs::read(&path)?,
+            b"old\na\nbbb\n",
+            "the line is completed"
+        );
+        assert_eq!(f.in_file, 0);
+        Ok(())
+    }
+
+    #[test]
+    fn whole_lines_counts_up_to_the_last_newline_across_buffers() {
+        let chunks = [b"a\nb".to_vec(), b"c\nd".to_vec(), b"\n".to_vec()];
+        assert_eq!(whole_lines(&chunks, 0), 0);
+        assert_eq!(whole_lines(&chunks, 1), 0);
+        assert_eq!(whole_lines(&chunks, 2), 2);
+        assert_eq!(whole_lines(&chunks, 5), 5);
+        assert_eq!(whole_lines(&chunks, 6), 5);
+        assert_eq!(whole_lines(&chunks, 7), 7);
+        assert_eq!(whole_lines(&chunks, 100), 7);
     }
 }

@@ -48,6 +48,8 @@ pub struct Progress {
     read_pending: AtomicBool,
     /// Reads that returned something: whether the connection did anything in a while.
     reads: AtomicUsize,
+    /// Requests the service was called for, in all.
+    requests: AtomicUsize,
 }
 
 impl Progress {
@@ -63,6 +65,11 @@ impl Progress {
         self.reads.load(Ordering::Relaxed)
     }
 
+    /// How many requests the connection has made.
+    pub fn requests(&self) -> usize {
+        self.requests.load(Ordering::Relaxed)
+    }
+
     fn read_something(&self) {
         self.flushed.store(false, Ordering::Relaxed);
         self.read_pending.store(false, Ordering::Relaxed);
@@ -76,6 +83,7 @@ pub struct InFlight(Arc<Progress>);
 impl InFlight {
     pub fn new(progress: Arc<Progress>) -> InFlight {
         progress.in_flight.fetch_add(1, Ordering::Relaxed);
+        progress.requests.fetch_add(1, Ordering::Relaxed);
         InFlight(progress)
     }
 }

@@ -107,7 +107,7 @@ impl BuildSource for HttpServerConfig {
 async fn serve_connection(conn: Conn, ctx: Arc<Ctx>) {
     let Conn {
         stream,
-        peer: _,
+        peer,
         tls_subject,
         mut shutdown,
         ..
@@ -122,7 +122,7 @@ async fn serve_connection(conn: Conn, ctx: Arc<Ctx>) {
             if h2 {
                 serve_http2(stream, &ctx, tls_subject, &mut shutdown).await;
             } else {
-                serve_http1_tls(stream, &ctx, tls_subject, &mut shutdown).await;
+                serve_http1_tls(stream, &ctx, peer, tls_subject, &mut shutdown).await;
             }
             return;
         }
@@ -133,9 +133,20 @@ async fn serve_connection(conn: Conn, ctx: Arc<Ctx>) {
         () = shutdown.wait() => return,
     };
     match h2 {
-        Some(true) => serve_http2(stream, &ctx, None, &mut shutdown).await,
-        Some(false) => serve_http1(stream, &ctx, &mut shutdown).await,
-        None => {}
+        Ok(Some(true)) => serve_http2(stream, &ctx, None, &mut shutdown).await,
+        Ok(Some(false)) => serve_http1(stream, &ctx, peer, &mut shutdown).await,
+        Ok(None) => {}
+        Err(Silent) => ctx.cut_off(peer),
+    }
+}
+
+impl Ctx {
+    /// Counts and logs a connection cut off because its client did not send a whole request
+    /// head within `request_timeout` (a slow or stalled client).
+    fn cut_off(&self, peer: std::net::SocketAddr) {
+        self.metrics.error(ErrorKind::Timeout, 1);
+        let request_timeout = self.config.request_timeout;
+        crate::warn_limited!(self.metrics, %peer, ?request_timeout, "Closed a connection whose client sent no whole request head within request_timeout.");
     }
 }
 
@@ -174,6 +185,7 @@ async fn serve_http2<S>(
 async fn serve_http1_tls(
     stream: Stream,
     ctx: &Arc<Ctx>,
+    peer: std::net::SocketAddr,
     subject: Option<Arc<str>>,
     shutdown: &mut crate::pipeline::ShutdownSignal,
 ) {
@@ -183,10 +195,20 @@ async fn serve_http1_tls(
         .header_read_timeout(ctx.config.request_timeout)
         .max_buf_size(MAX_HEAD)
         .pipeline_flush(true);
-    let connection = builder.serve_connection(TokioIo::new(stream), service(ctx, None, subject));
+    // Counts the requests, so that a header timeout is told apart from a keep-alive connection
+    // that idled out after serving some: here hyper's header timer is both.
+    let progress = Arc::new(idle::Progress::default());
+    let connection = builder.serve_connection(
+        TokioIo::new(stream),
+        service(ctx, Some(progress.clone()), subject),
+    );
     tokio::pin!(connection);
     tokio::select! {
-        _ = connection.as_mut() => {}
+        ended = connection.as_mut() => {
+            if ended.is_err_and(|e| e.is_timeout()) && progress.requests() == 0 {
+                ctx.cut_off(peer);
+            }
+        }
         () = shutdown.wait() => {
             connection.as_mut().graceful_shutdown();
             let _ = connection.await;
@@ -245,6 +267,7 @@ fn service(
 async fn serve_http1(
     stream: tokio::net::TcpStream,
     ctx: &Arc<Ctx>,
+    peer: std::net::SocketAddr,
     shutdown: &mut crate::pipeline::ShutdownSignal,
 ) {
     let progress = Arc::new(idle::Progress::default());
@@ -252,12 +275,13 @@ async fn serve_http1(
     // The preface peek saw bytes: hyper starts at once.
     let mut head_timeout = ctx.config.request_timeout;
     loop {
-        match serve_until_idle(io, ctx, &progress, shutdown, head_timeout).await {
+        match serve_until_idle(io, ctx, peer, &progress, shutdown, head_timeout).await {
             Some(back) if !shutdown.is_triggered() => io = back,
             _ => return,
         }
         // Idle: no hyper, no buffer. The wait for the next request and its head together take
-        // at most request_timeout, as hyper's header timer alone did when it waited here.
+        // at most request_timeout, as hyper's header timer alone did when it waited here. A
+        // connection that idles out here, between requests, is housekeeping, not counted.
         let deadline = tokio::time::Instant::now() + ctx.config.request_timeout;
         if !io.has_prefix() {
             tokio::select! {
@@ -283,6 +307,7 @@ async fn serve_http1(
 async fn serve_until_idle(
     io: idle::Io,
     ctx: &Arc<Ctx>,
+    peer: std::net::SocketAddr,
     progress: &Arc<idle::Progress>,
     shutdown: &mut crate::pipeline::ShutdownSignal,
     head_timeout: Duration,
@@ -362,7 +387,15 @@ async fn serve_until_idle(
             let _ = tokio::io::AsyncWriteExt::shutdown(&mut stream).await;
             None
         }
-        Some(Err(_)) => None,
+        // hyper runs here only once the client has sent something (the preface peek, or the
+        // socket readable again after idling), so its header timer firing means a request
+        // head that did not arrive whole in time.
+        Some(Err(e)) => {
+            if e.is_timeout() {
+                ctx.cut_off(peer);
+            }
+            None
+        }
     }
 }
 
@@ -419,31 +452,40 @@ impl hyper::body::Body for Reply {
 /// HTTP/2's connection preface, which an h2c client with prior knowledge sends first.
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// A client that said nothing, or no more than a prefix of the HTTP/2 preface, in time.
+struct Silent;
+
 /// Whether the client opens with the HTTP/2 preface (h2c with prior knowledge) or speaks HTTP/1;
-/// `None` when it closed or said nothing within `timeout`. Peeking leaves the bytes in the socket
-/// for whichever protocol serves them and allocates nothing per connection.
-async fn opens_with_h2_preface(stream: &tokio::net::TcpStream, timeout: Duration) -> Option<bool> {
+/// `Ok(None)` when it closed (or the socket failed), [`Silent`] when it said nothing that tells
+/// within `timeout`. Peeking leaves the bytes in the socket for whichever protocol serves them
+/// and allocates nothing per connection.
+async fn opens_with_h2_preface(
+    stream: &tokio::net::TcpStream,
+    timeout: Duration,
+) -> Result<Option<bool>, Silent> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut buf = [0u8; H2_PREFACE.len()];
     loop {
-        let n = tokio::time::timeout_at(deadline, stream.peek(&mut buf))
-            .await
-            .ok()?
-            .ok()?;
+        let Ok(peeked) = tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await else {
+            return Err(Silent);
+        };
+        let Ok(n) = peeked else {
+            return Ok(None);
+        };
         if n == 0 {
-            return None;
+            return Ok(None);
         }
         if buf[..n] != H2_PREFACE[..n] {
-            return Some(false);
+            return Ok(Some(false));
         }
         if n == H2_PREFACE.len() {
-            return Some(true);
+            return Ok(Some(true));
         }
         // A prefix of the preface so far ("P", "PRI * HT"…): the socket stays readable, so wait a
         // little before peeking again instead of spinning.
         tokio::time::sleep(Duration::from_millis(5)).await;
         if tokio::time::Instant::now() >= deadline {
-            return None;
+            return Err(Silent);
         }
     }
 }
