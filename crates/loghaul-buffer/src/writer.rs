@@ -281,15 +281,18 @@ impl<F: FileSystem> Writer<F> {
         current.dirty = true;
         let last_seq = first_seq + count - 1;
         self.next_seq = last_seq + 1;
+        let stats = &self.shared.stats;
+        add(&stats.appended_records, count);
+        add(&stats.bytes_on_disk, bytes);
+        // Counted before the records become readable: a reader that got one and saw it acked
+        // first would subtract from a gauge that does not hold it yet (the subtraction stops at
+        // 0), and the gauge would stay one too high for good.
+        add(&stats.records_pending, count);
         if let Some(info) = self.shared.segments().get_mut(&current.id) {
             info.readable_end = current.len;
             info.size = current.len;
             info.last_seq = last_seq;
         }
-        let stats = &self.shared.stats;
-        add(&stats.appended_records, count);
-        add(&stats.records_pending, count);
-        add(&stats.bytes_on_disk, bytes);
         self.shared.notify_appended();
         Ok(Appended {
             first_seq,
