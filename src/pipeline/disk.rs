@@ -112,6 +112,12 @@ impl Gauges {
             stat(|s| s.records_pending.load(Ordering::Relaxed)),
         );
         metrics.gauge_read(
+            "loghaul_disk_buffer_events",
+            "Events of those batches: what waits in the sink's disk buffer.",
+            &[],
+            stat(|s| s.events_pending.load(Ordering::Relaxed)),
+        );
+        metrics.gauge_read(
             "loghaul_disk_buffer_max_bytes",
             "The disk buffer's max_size.",
             &[],
@@ -197,7 +203,8 @@ pub(super) fn log_config(dir: &Path, max_size: u64, sync: SyncMode) -> loghaul_b
             SyncMode::Interval(d) => loghaul_buffer::SyncMode::Interval(d),
             SyncMode::Never => loghaul_buffer::SyncMode::Never,
         },
-        // Records are encoded batches: what recovery loses is reported in events too.
+        // Records are encoded batches: what waits, and what recovery loses, is reported in
+        // events too.
         event_count: Some(loghaul_buffer::EventCount(loghaul_core::encoded_len_events)),
     }
 }

@@ -147,8 +147,10 @@ fn disk_buffer_rides_out_a_minute_long_outage_losing_nothing() {
     let b2 = Server::start(&receiver("fluent", Some(port), &out));
     let got = wait_all(&out, N, Duration::from_secs(120));
     let dups = assert_none_lost(&got, N, "after a 60 s outage");
-    // The backlog falls to nothing once the receiver has acknowledged everything.
+    // The backlog falls to nothing once the receiver has acknowledged everything, in batches
+    // and in events.
     a.wait_metric_eq("loghaul_disk_buffer_records", "up", None, 0);
+    a.wait_metric_eq("loghaul_disk_buffer_events", "up", None, 0);
     eprintln!(
         "outage: backlog peaked at >= {backlog} batches ({peak_bytes} bytes on disk); {dups} events delivered twice"
     );
@@ -830,7 +832,8 @@ fn wait_sink_queue_full(server: &Server, id: &str) {
 /// down, and the gauges must still show what the log holds (`buffer inspect`), batch for batch
 /// and byte for byte. The API stops with the stop, so the last scrape before SIGTERM is the
 /// last word: it must agree with what the stopped log holds. A start on that log reports its
-/// backlog from the first scrape, although its reader waits from the start.
+/// backlog from the first scrape, although its reader waits from the start. The backlog in
+/// events is every event sent, before the stop and after it.
 #[test]
 fn disk_buffer_gauges_agree_with_inspect_while_the_sink_is_stuck_and_across_a_stop() {
     const ROUNDS: u64 = 15;
@@ -863,6 +866,8 @@ fn disk_buffer_gauges_agree_with_inspect_while_the_sink_is_stuck_and_across_a_st
         ROUNDS * PER_ROUND,
     );
     let at_stop = assert_gauges_agree_with_inspect(&a, "up", &dir, "with everything written");
+    // The sink acknowledged nothing: every event received waits in the buffer.
+    a.wait_metric_eq("loghaul_disk_buffer_events", "up", None, ROUNDS * PER_ROUND);
     let queue = a.metric("loghaul_buffer_max_batches", "up", None);
     assert!(
         at_stop.0 > queue && at_stop.0 >= last.0,
@@ -896,6 +901,11 @@ fn disk_buffer_gauges_agree_with_inspect_while_the_sink_is_stuck_and_across_a_st
     assert_eq!(
         b.metric("loghaul_disk_buffer_redelivered_records_total", "up", None),
         at_stop.0
+    );
+    assert_eq!(
+        b.metric("loghaul_disk_buffer_events", "up", None),
+        ROUNDS * PER_ROUND,
+        "the events of the batches found at start"
     );
     // A while later, with the reader still waiting.
     std::thread::sleep(Duration::from_secs(1));
@@ -1081,7 +1091,8 @@ fn last_record(segment: &[u8]) -> (usize, usize) {
 /// Acknowledged batches of a known size are in a disk buffer whose sink is down; between two
 /// runs its last record is cut in the middle (a lost write, a file cut short). The next start
 /// cuts the torn tail, and reports the batch and its events as lost: in the log line, in
-/// `damaged_records_total` and in `lost_events_total`. The batches before it wait as before.
+/// `damaged_records_total` and in `lost_events_total`. The batches before it wait as before,
+/// and `loghaul_disk_buffer_events` counts their events.
 #[test]
 fn a_cut_buffer_tail_reports_the_batch_and_the_events_it_lost() {
     const POSTS: u64 = 20;
@@ -1111,6 +1122,10 @@ sinks:
         a.metric("loghaul_disk_buffer_records", "up", None),
         POSTS,
         "one batch per request"
+    );
+    assert_eq!(
+        a.metric("loghaul_disk_buffer_events", "up", None),
+        POSTS * PER_POST
     );
     a.signal("TERM");
     assert!(a.wait_exit(Duration::from_secs(20)).is_some(), "stops");
@@ -1171,6 +1186,11 @@ sinks:
         b.metric("loghaul_disk_buffer_records", "up", None),
         POSTS - 1,
         "the batches before the cut still wait"
+    );
+    assert_eq!(
+        b.metric("loghaul_disk_buffer_events", "up", None),
+        (POSTS - 1) * PER_POST,
+        "and so do their events, without the lost batch's"
     );
     b.signal("TERM");
     assert!(b.wait_exit(Duration::from_secs(20)).is_some());

@@ -60,8 +60,11 @@
 //! record at the start of a damaged region or torn tail whose frame header still checks out
 //! (the magic, a length within `max_record`, the next sequence number), with the events its
 //! payload held when [`Config::event_count`] can read them from what survived. A tail cut at a
-//! record boundary, or within a frame header, leaves nothing to count. The writer always starts
-//! a new segment (on its first append) and never appends to a recovered one.
+//! record boundary, or within a frame header, leaves nothing to count. What it keeps after the
+//! cursor is pending, in records and (read with [`Config::event_count`]) in events: the gauges
+//! [`Stats::records_pending`] and [`Stats::events_pending`] start from there, the writer adds
+//! to them and the reader's acks take off. The writer always starts a new segment (on its first
+//! append) and never appends to a recovered one.
 //!
 //! One process at a time may open a directory; nothing here locks it.
 
@@ -147,6 +150,12 @@ impl PartialEq for EventCount {
 
 impl Eq for EventCount {}
 
+/// The events `payload` holds as `count` reads them; 0 when it cannot say or there is no
+/// `count`: the gauge of pending events counts what it knows.
+pub(crate) fn events_in(count: Option<EventCount>, payload: &[u8]) -> u32 {
+    count.and_then(|count| (count.0)(payload)).unwrap_or(0)
+}
+
 impl Config {
     /// The default segment size: 32 MiB.
     pub const DEFAULT_SEGMENT_SIZE: u64 = 32 << 20;
@@ -164,6 +173,11 @@ impl Config {
             sync: SyncMode::EveryBatch,
             event_count: None,
         }
+    }
+
+    /// Whether the cursor is synced when written (not with [`SyncMode::Never`]).
+    fn durable(&self) -> bool {
+        !matches!(self.sync, SyncMode::Never)
     }
 
     fn validate(&self) -> io::Result<()> {
@@ -201,6 +215,7 @@ pub fn open<F: FileSystem>(fs: F, config: Config) -> io::Result<(Writer<F>, Read
     let stats = &shared.stats;
     add(&stats.bytes_on_disk, recovered.bytes_on_disk);
     add(&stats.records_pending, recovery.records_pending);
+    add(&stats.events_pending, recovery.events_pending);
     add(&stats.segments, segment_count);
     add(&stats.damaged_records, recovery.lost_records);
     add(&stats.lost_events, recovery.lost_events);
@@ -211,7 +226,7 @@ pub fn open<F: FileSystem>(fs: F, config: Config) -> io::Result<(Writer<F>, Read
         recovery.quarantined.len() as u64,
     );
 
-    let durable = !matches!(config.sync, SyncMode::Never);
+    let durable = config.durable();
     if !matches!(recovery.cursor_file, CursorFile::Valid(_)) {
         // A cursor file from the start: on a file system that later fills up, the cursor can
         // still be overwritten in place, and so segments deleted and space won back. Best
@@ -222,9 +237,7 @@ pub fn open<F: FileSystem>(fs: F, config: Config) -> io::Result<(Writer<F>, Read
     }
     let reader = Reader::new(
         fs.clone(),
-        config.dir.clone(),
-        durable,
-        config.max_record,
+        &config,
         Arc::clone(&shared),
         first_segment,
         recovered.cursor,

@@ -9,8 +9,13 @@
 //!   `min(unacked) - 1`, or the last sequence number passed when nothing is unacked.
 //! - A segment is deleted only after a cursor covering all of it was persisted, so a restart
 //!   never takes a deleted segment's records for lost ones.
+//! - `events_pending` holds the events of the records delivered and not acked (kept per record
+//!   until its ack) and of those not yet read. The events of records a segment lost to damage
+//!   are known only as a total: what the segment's readable part was counted with
+//!   (`SegmentInfo::events`) less what the reader delivered from it, taken off once the reader
+//!   has read to its `readable_end`.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -18,12 +23,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::cursor;
 use crate::format::{
     FRAME_HEADER_LEN, HEADER_LEN, decode_header, frame_len, record_crc, resync, segment_path,
 };
 use crate::fs::{FileSystem, read_exact_at};
-use crate::shared::{Shared, add, sub};
+use crate::shared::{SegmentInfo, Shared, add, sub};
+use crate::{Config, EventCount, cursor, events_in};
 
 /// The cursor is written at most this often while acks come in.
 const PERSIST_INTERVAL: Duration = Duration::from_millis(100);
@@ -50,12 +55,15 @@ pub struct Reader<F: FileSystem> {
     dir: PathBuf,
     durable: bool,
     max_record: u32,
+    event_count: Option<EventCount>,
     shared: Arc<Shared>,
     /// The segment being read (or the next one to look for).
     seg_id: u64,
     file: Option<F::File>,
     /// The position of the next frame in `seg_id`.
     offset: u64,
+    /// The events of the records delivered from `seg_id` so far, or already settled as lost.
+    seg_events: u64,
     /// Bytes read ahead from `seg_id`, starting at `window_offset`.
     window: Bytes,
     window_offset: u64,
@@ -63,8 +71,9 @@ pub struct Reader<F: FileSystem> {
     scan_seq: u64,
     /// The last sequence number delivered, or passed over as acked before a restart.
     last_seq: u64,
-    /// Delivered and not yet acknowledged.
-    unacked: BTreeSet<u64>,
+    /// Delivered and not yet acknowledged, with the events each holds (taken off
+    /// `events_pending` at its ack).
+    unacked: BTreeMap<u64, u32>,
     /// The value the cursor file holds.
     persisted: u64,
     last_persist: Instant,
@@ -77,27 +86,27 @@ pub struct Reader<F: FileSystem> {
 impl<F: FileSystem> Reader<F> {
     pub(crate) fn new(
         fs: F,
-        dir: PathBuf,
-        durable: bool,
-        max_record: u32,
+        config: &Config,
         shared: Arc<Shared>,
         first_segment: u64,
         cursor: u64,
     ) -> Self {
         Reader {
             fs,
-            dir,
-            durable,
-            max_record,
+            dir: config.dir.clone(),
+            durable: config.durable(),
+            max_record: config.max_record,
+            event_count: config.event_count,
             shared,
             seg_id: first_segment,
             file: None,
             offset: HEADER_LEN,
+            seg_events: 0,
             window: Bytes::new(),
             window_offset: 0,
             scan_seq: 0,
             last_seq: cursor,
-            unacked: BTreeSet::new(),
+            unacked: BTreeMap::new(),
             persisted: cursor,
             last_persist: Instant::now(),
             damage_pending: false,
@@ -114,8 +123,8 @@ impl<F: FileSystem> Reader<F> {
     /// The highest sequence number through which every record is acknowledged.
     pub fn acked(&self) -> u64 {
         self.unacked
-            .first()
-            .map_or(self.last_seq, |first| first - 1)
+            .first_key_value()
+            .map_or(self.last_seq, |(first, _)| first - 1)
     }
 
     /// How many delivered records wait for their acknowledgement.
@@ -148,6 +157,7 @@ impl<F: FileSystem> Reader<F> {
             if id != self.seg_id || self.file.is_none() {
                 self.seg_id = id;
                 self.offset = HEADER_LEN;
+                self.seg_events = 0;
                 self.window = Bytes::new();
                 match self.fs.open_read(&segment_path(&self.dir, id)) {
                     Ok(file) => self.file = Some(file),
@@ -160,6 +170,7 @@ impl<F: FileSystem> Reader<F> {
                 }
             }
             if self.offset >= info.readable_end {
+                self.settle_lost_events(&info);
                 if !info.sealed {
                     return Ok(None);
                 }
@@ -216,8 +227,23 @@ impl<F: FileSystem> Reader<F> {
             return Ok(None);
         }
         self.last_seq = seq;
-        self.unacked.insert(seq);
+        let events = events_in(self.event_count, &payload);
+        self.seg_events += u64::from(events);
+        self.unacked.insert(seq, events);
         Ok(Some(Record { seq, payload }))
+    }
+
+    /// With the reader at `info.readable_end` of its segment: takes the events of the records
+    /// there that it never delivered (lost to damage, or to the file going away) off the
+    /// gauge. The writer raises `info.events` with `readable_end`, under one lock, so they
+    /// cover the same records.
+    fn settle_lost_events(&mut self, info: &SegmentInfo) {
+        if let Some(lost) = info.events.checked_sub(self.seg_events)
+            && lost > 0
+        {
+            sub(&self.shared.stats.events_pending, lost);
+            self.seg_events = info.events;
+        }
     }
 
     /// `len` bytes at `at`, if they lie before `end`.
@@ -293,9 +319,10 @@ impl<F: FileSystem> Reader<F> {
     /// An I/O error writing the cursor or deleting a segment. The ack itself is recorded; the
     /// write is tried again with a later ack or [`Reader::persist`].
     pub fn ack(&mut self, seq: u64) -> io::Result<()> {
-        if self.unacked.remove(&seq) {
+        if let Some(events) = self.unacked.remove(&seq) {
             add(&self.shared.stats.acked_records, 1);
             sub(&self.shared.stats.records_pending, 1);
+            sub(&self.shared.stats.events_pending, u64::from(events));
         }
         let acked = self.acked();
         self.shared.set_acked(acked);

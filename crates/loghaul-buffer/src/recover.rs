@@ -12,11 +12,14 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::Config;
 use crate::cursor::{self, CursorFile};
-use crate::format::{self, HEADER_LEN, SEGMENT_HEADER, Scan, file_name, segment_id, segment_path};
+use crate::format::{
+    self, FRAME_HEADER_LEN, HEADER_LEN, RecordPos, SEGMENT_HEADER, Scan, file_name, segment_id,
+    segment_path,
+};
 use crate::fs::{FileSystem, FsFile, read_all, write_all_at};
 use crate::shared::SegmentInfo;
+use crate::{Config, events_in};
 
 /// The directory damaged segments are moved to.
 pub(crate) const QUARANTINE_DIR: &str = "quarantine";
@@ -32,6 +35,9 @@ pub struct Recovery {
     pub segments_deleted: usize,
     /// Records after the cursor, to be delivered.
     pub records_pending: u64,
+    /// The events those records hold, as [`crate::Config::event_count`] reads them (0 without
+    /// it): what waits in the buffer, in events.
+    pub events_pending: u64,
     /// The cursor: every sequence number up to it is acknowledged.
     pub cursor: u64,
     /// Whether the cursor file was valid, missing or damaged.
@@ -62,10 +68,11 @@ impl fmt::Display for Recovery {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "segments={} deleted={} pending={} cursor={} cursor_file={} next_seq={} torn_bytes={} damaged_bytes={} lost_records={} lost_events={} quarantined={}",
+            "segments={} deleted={} pending={} events_pending={} cursor={} cursor_file={} next_seq={} torn_bytes={} damaged_bytes={} lost_records={} lost_events={} quarantined={}",
             self.segments,
             self.segments_deleted,
             self.records_pending,
+            self.events_pending,
             self.cursor,
             match self.cursor_file {
                 CursorFile::Valid(_) => "ok",
@@ -205,7 +212,7 @@ fn recover_segment<F: FileSystem>(
         }
     };
     let scan = format::scan(&data, config.max_record, walk.prev_seq);
-    count_records(config, &data, &scan, walk, report);
+    let events = count_records(config, &data, &scan, walk, report);
 
     let Some(last_seq) = scan.last_seq() else {
         let header_prefix = data.len() < SEGMENT_HEADER.len() && SEGMENT_HEADER.starts_with(&data);
@@ -248,6 +255,7 @@ fn recover_segment<F: FileSystem>(
                     readable_end: size,
                     size,
                     last_seq,
+                    events,
                     sealed: true,
                 });
             }
@@ -258,6 +266,7 @@ fn recover_segment<F: FileSystem>(
                     readable_end: scan.valid_end(),
                     size: data.len() as u64,
                     last_seq,
+                    events,
                     sealed: true,
                 });
             }
@@ -282,22 +291,32 @@ fn recover_segment<F: FileSystem>(
         readable_end: valid_end,
         size,
         last_seq,
+        events,
         sealed: true,
     })
 }
 
+/// A record of a segment after the cursor, as recovery counts it.
+enum Found<'a> {
+    Valid(&'a RecordPos),
+    /// Lost, with the events its payload said it held (0 when it did not say).
+    Lost(u64),
+}
+
 /// Counts the segment's records after the cursor, in sequence order: the valid ones are
-/// pending, and the lost ones are those missing from the sequence (a gap) and those whose frame
-/// header survived at the start of a damaged region or a torn tail (see
+/// pending, with their events, and the lost ones are those missing from the sequence (a gap)
+/// and those whose frame header survived at the start of a damaged region or a torn tail (see
 /// [`format::lost_frames`]), with the events they held. Records lost this way are counted here,
 /// in their place in the sequence, so a gap after them never counts them a second time.
+///
+/// Returns the events of the segment's pending records.
 fn count_records(
     config: &Config,
     data: &[u8],
     scan: &Scan,
     walk: &mut Walk,
     report: &mut Recovery,
-) {
+) -> u64 {
     // The sequence number before the segment's first record: the writer goes on from the
     // highest number of the log, or of the cursor after a restart.
     let before_segment = walk.max_seq;
@@ -324,28 +343,38 @@ fn count_records(
             config.event_count,
         ));
     }
-    // `None`: a valid record; `Some(events)`: a lost one.
-    let mut found: Vec<(u64, Option<u64>)> = scan
+    let mut found: Vec<(u64, Found)> = scan
         .records
         .iter()
-        .map(|r| (r.seq, None))
-        .chain(lost.iter().map(|l| (l.seq, Some(l.events.unwrap_or(0)))))
+        .map(|r| (r.seq, Found::Valid(r)))
+        .chain(
+            lost.iter()
+                .map(|l| (l.seq, Found::Lost(l.events.unwrap_or(0)))),
+        )
         .filter(|(seq, _)| *seq > walk.cursor)
         .collect();
     found.sort_unstable_by_key(|(seq, _)| *seq);
-    for (seq, lost_events) in found {
+    let mut pending_events = 0;
+    for (seq, record) in found {
         if let Some(expected) = walk.expected {
             report.lost_records += seq.saturating_sub(expected);
         }
         walk.expected = Some(seq + 1);
-        match lost_events {
-            None => report.records_pending += 1,
-            Some(events) => {
+        match record {
+            Found::Valid(r) => {
+                report.records_pending += 1;
+                let start = r.offset as usize + FRAME_HEADER_LEN;
+                let payload = data.get(start..r.end() as usize).unwrap_or_default();
+                pending_events += u64::from(events_in(config.event_count, payload));
+            }
+            Found::Lost(events) => {
                 report.lost_records += 1;
                 report.lost_events += events;
             }
         }
     }
+    report.events_pending += pending_events;
+    pending_events
 }
 
 fn remove<F: FileSystem>(fs: &F, path: &Path, report: &mut Recovery) {

@@ -19,6 +19,10 @@ pub(crate) struct SegmentInfo {
     pub size: u64,
     /// The last sequence number readable in it; 0 when it holds none.
     pub last_seq: u64,
+    /// The events of the records up to `readable_end` that were counted pending: appended in
+    /// this run, or found after the cursor at recovery. Raised with `readable_end`, so that a
+    /// reader at `readable_end` knows how many of them it never delivered (lost to damage).
+    pub events: u64,
     /// The writer no longer writes to it: once all its records are acked it can go.
     pub sealed: bool,
 }
@@ -83,6 +87,11 @@ pub struct Stats {
     pub bytes_on_disk: AtomicU64,
     /// Gauge: records appended (or recovered after the cursor) and not yet acknowledged.
     pub records_pending: AtomicU64,
+    /// Gauge: the events those records hold, as [`crate::Config::event_count`] reads them from
+    /// their payloads (a payload it cannot read counts 0; without it the gauge stays 0). The
+    /// events of records lost to damage found while reading leave it once the reader has read
+    /// to the end of what is readable in their segment.
+    pub events_pending: AtomicU64,
     /// Gauge: segment files on disk.
     pub segments: AtomicU64,
     /// Counter: records appended since open.
@@ -116,6 +125,7 @@ pub struct Stats {
 pub struct StatsSnapshot {
     pub bytes_on_disk: u64,
     pub records_pending: u64,
+    pub events_pending: u64,
     pub segments: u64,
     pub appended_records: u64,
     pub acked_records: u64,
@@ -136,6 +146,7 @@ impl Stats {
         StatsSnapshot {
             bytes_on_disk: get(&self.bytes_on_disk),
             records_pending: get(&self.records_pending),
+            events_pending: get(&self.events_pending),
             segments: get(&self.segments),
             appended_records: get(&self.appended_records),
             acked_records: get(&self.acked_records),

@@ -1198,3 +1198,365 @@ fn damage_in_the_middle_reports_the_events_of_records_whose_header_survived() {
         assert_eq!(seqs(&drain(&mut reader)), [1, 2, 4, 5]);
     }
 }
+
+/// The pending-events gauge.
+fn events_pending<F: FileSystem>(reader: &Reader<F>) -> u64 {
+    reader.shared().stats.snapshot().events_pending
+}
+
+/// The events [`append_batches`] gives the records of `seqs`.
+fn events_of(seqs: impl IntoIterator<Item = u64>) -> u64 {
+    seqs.into_iter().map(|i| 100 * i).sum()
+}
+
+#[test]
+fn events_pending_follow_appends_and_acks_in_any_order() {
+    let config = Config {
+        segment_size: HEADER_LEN + 3 * BATCH_FRAME,
+        ..counting_config()
+    };
+    let fs = MemFs::new();
+    let (mut writer, mut reader, recovery) = open(fs.clone(), config).unwrap();
+    assert_eq!(recovery.events_pending, 0);
+    assert_eq!(events_pending(&reader), 0);
+    append_batches(&mut writer, 1..=4);
+    assert_eq!(events_pending(&reader), events_of(1..=4));
+    // A group counts each of its records, and a payload that does not say counts none.
+    writer
+        .append(&[
+            batch_payload(500, BATCH_LEN),
+            b"not a batch".to_vec(),
+            batch_payload(700, BATCH_LEN),
+        ])
+        .unwrap();
+    assert_eq!(events_pending(&reader), events_of(1..=4) + 1200);
+
+    // Reading leaves them pending: the sink has them, the buffer still holds them.
+    let records = drain(&mut reader);
+    assert_eq!(seqs(&records), (1..=7).collect::<Vec<_>>());
+    assert_eq!(events_pending(&reader), events_of(1..=4) + 1200);
+
+    let mut left = events_of(1..=4) + 1200;
+    for (seq, events) in [(3, 300), (6, 0), (1, 100), (7, 700), (4, 400)] {
+        reader.ack(seq).unwrap();
+        left -= events;
+        assert_eq!(events_pending(&reader), left, "after the ack of {seq}");
+    }
+    // Repeated and unknown acks take nothing off.
+    reader.ack(3).unwrap();
+    reader.ack(99).unwrap();
+    assert_eq!(events_pending(&reader), left);
+    reader.ack(2).unwrap();
+    reader.ack(5).unwrap();
+    assert_eq!(events_pending(&reader), 0);
+    assert_eq!(reader.shared().stats.snapshot().records_pending, 0);
+    assert_eq!(segments(&fs).len(), 1, "acked segments went");
+}
+
+#[test]
+fn events_pending_stay_0_without_an_event_count() {
+    let fs = MemFs::new();
+    {
+        let (mut writer, mut reader, _) = open(fs.clone(), config()).unwrap();
+        append_batches(&mut writer, 1..=3);
+        assert_eq!(events_pending(&reader), 0);
+        reader.next().unwrap().unwrap();
+        reader.ack(1).unwrap();
+        assert_eq!(events_pending(&reader), 0);
+        reader.persist().unwrap();
+    }
+    let (_, reader, recovery) = open(fs, config()).unwrap();
+    assert_eq!(recovery.records_pending, 2);
+    assert_eq!(recovery.events_pending, 0);
+    assert_eq!(events_pending(&reader), 0);
+}
+
+#[test]
+fn a_reopened_buffer_counts_the_events_after_its_cursor() {
+    let config = Config {
+        segment_size: HEADER_LEN + 3 * BATCH_FRAME,
+        ..counting_config()
+    };
+    let fs = MemFs::new();
+    {
+        let (mut writer, mut reader, _) = open(fs.clone(), config.clone()).unwrap();
+        append_batches(&mut writer, 1..=10);
+        drain(&mut reader);
+        for seq in [1, 2, 3, 4, 6, 9] {
+            reader.ack(seq).unwrap();
+        }
+        reader.persist().unwrap();
+        assert_eq!(events_pending(&reader), events_of([5, 7, 8, 10]));
+    }
+    let (mut writer, mut reader, recovery) = open(fs.clone(), config.clone()).unwrap();
+    assert_eq!(recovery.cursor, 4);
+    // 6 and 9 were acked after the cursor: they wait again, and so do their events.
+    let waiting = events_of(5..=10);
+    assert_eq!(recovery.events_pending, waiting);
+    assert!(
+        recovery
+            .to_string()
+            .contains(&format!("pending=6 events_pending={waiting} ")),
+        "{recovery}"
+    );
+    assert_eq!(events_pending(&reader), waiting);
+
+    // The reopened buffer goes on counting: appends add, acks of old and new records subtract.
+    append_batches(&mut writer, 11..=11);
+    assert_eq!(events_pending(&reader), waiting + 1100);
+    assert_eq!(seqs(&drain(&mut reader)), (5..=11).collect::<Vec<_>>());
+    for seq in [11, 5, 9] {
+        reader.ack(seq).unwrap();
+    }
+    assert_eq!(events_pending(&reader), events_of([6, 7, 8, 10]));
+    drop((writer, reader));
+
+    // Unsaved acks are redelivered; the count follows the cursor the log holds.
+    let (_, mut reader, recovery) = open(fs, config).unwrap();
+    let cursor = recovery.cursor;
+    let expected = events_of((cursor + 1)..=11);
+    assert_eq!(recovery.events_pending, expected, "{recovery}");
+    assert_eq!(events_pending(&reader), expected);
+    for record in drain(&mut reader) {
+        reader.ack(record.seq).unwrap();
+    }
+    assert_eq!(events_pending(&reader), 0);
+}
+
+#[test]
+fn events_of_records_damaged_on_disk_are_not_pending_after_recovery() {
+    let fs = MemFs::new();
+    {
+        let (mut writer, _, _) = open(fs.clone(), counting_config()).unwrap();
+        append_batches(&mut writer, 1..=5);
+    }
+    let record_3 = HEADER_LEN + 2 * BATCH_FRAME;
+    fs.corrupt(
+        &segment_path(Path::new(DIR), 1),
+        record_3 + FRAME_HEADER_LEN as u64 + 100,
+        &[0x40],
+    )
+    .unwrap();
+    let (_, mut reader, recovery) = open(fs, counting_config()).unwrap();
+    assert_eq!(recovery.lost_events, 300, "{recovery}");
+    assert_eq!(
+        recovery.events_pending,
+        events_of([1, 2, 4, 5]),
+        "{recovery}"
+    );
+    assert_eq!(events_pending(&reader), events_of([1, 2, 4, 5]));
+    for record in drain(&mut reader) {
+        reader.ack(record.seq).unwrap();
+    }
+    assert_eq!(events_pending(&reader), 0);
+}
+
+#[test]
+fn events_of_records_lost_while_reading_leave_the_gauge() {
+    let config = Config {
+        segment_size: HEADER_LEN + 3 * BATCH_FRAME,
+        ..counting_config()
+    };
+    let dir = Path::new(DIR);
+    let fs = MemFs::new();
+    let (mut writer, mut reader, _) = open(fs.clone(), config).unwrap();
+    // Segments: 1-3, 4-6, 7-9, 10-11 (the one being written).
+    append_batches(&mut writer, 1..=11);
+    assert_eq!(events_pending(&reader), events_of(1..=11));
+    // Record 2's payload, in a sealed segment, and record 11's header, in the one being
+    // written; segment 3 goes away under the buffer.
+    fs.corrupt(
+        &segment_path(dir, 1),
+        HEADER_LEN + BATCH_FRAME + FRAME_HEADER_LEN as u64 + 50,
+        &[0x01],
+    )
+    .unwrap();
+    fs.corrupt(&segment_path(dir, 4), HEADER_LEN + BATCH_FRAME + 2, &[0x01])
+        .unwrap();
+    fs.remove_file(&segment_path(dir, 3)).unwrap();
+
+    let records = drain(&mut reader);
+    assert_eq!(seqs(&records), [1, 3, 4, 5, 6, 10]);
+    assert_eq!(
+        events_pending(&reader),
+        events_of([1, 3, 4, 5, 6, 10]),
+        "what was delivered and waits for its ack"
+    );
+    // The writer goes on in the damaged segment, past the damage.
+    append_batches(&mut writer, 12..=12);
+    assert_eq!(seqs(&drain(&mut reader)), [12]);
+    assert_eq!(events_pending(&reader), events_of([1, 3, 4, 5, 6, 10, 12]));
+    for seq in [12, 1, 10, 3, 4, 5, 6] {
+        reader.ack(seq).unwrap();
+    }
+    assert_eq!(events_pending(&reader), 0);
+}
+
+#[test]
+fn events_of_recovered_records_lost_while_reading_leave_the_gauge() {
+    let config = Config {
+        segment_size: HEADER_LEN + 3 * BATCH_FRAME,
+        ..counting_config()
+    };
+    let dir = Path::new(DIR);
+    let fs = MemFs::new();
+    {
+        let (mut writer, _, _) = open(fs.clone(), config.clone()).unwrap();
+        append_batches(&mut writer, 1..=9);
+    }
+    let (_, mut reader, recovery) = open(fs.clone(), config).unwrap();
+    assert_eq!(recovery.events_pending, events_of(1..=9));
+    // Damaged after recovery checked them: record 5, and all of segment 3.
+    fs.corrupt(
+        &segment_path(dir, 2),
+        HEADER_LEN + BATCH_FRAME + FRAME_HEADER_LEN as u64 + 9,
+        &[0x01],
+    )
+    .unwrap();
+    fs.remove_file(&segment_path(dir, 3)).unwrap();
+    assert_eq!(seqs(&drain(&mut reader)), [1, 2, 3, 4, 6]);
+    assert_eq!(events_pending(&reader), events_of([1, 2, 3, 4, 6]));
+    for seq in [6, 4, 3, 2, 1] {
+        reader.ack(seq).unwrap();
+    }
+    assert_eq!(events_pending(&reader), 0);
+}
+
+#[test]
+fn damage_read_around_after_a_failed_salvage_is_not_taken_off_twice() {
+    let fs = MemFs::new();
+    {
+        let (mut writer, _, _) = open(fs.clone(), counting_config()).unwrap();
+        append_batches(&mut writer, 1..=5);
+    }
+    fs.corrupt(
+        &segment_path(Path::new(DIR), 1),
+        HEADER_LEN + 2 * BATCH_FRAME + FRAME_HEADER_LEN as u64 + 100,
+        &[0x40],
+    )
+    .unwrap();
+    // The salvage cannot move the original to quarantine: the reader reads around the damage.
+    fs.fail_next_rename();
+    let (_, mut reader, recovery) = open(fs, counting_config()).unwrap();
+    assert!(recovery.quarantined.is_empty(), "{recovery}");
+    assert_eq!(
+        recovery.events_pending,
+        events_of([1, 2, 4, 5]),
+        "{recovery}"
+    );
+    assert_eq!(seqs(&drain(&mut reader)), [1, 2, 4, 5]);
+    let stats = reader.shared().stats.snapshot();
+    assert_eq!(
+        stats.damaged_bytes,
+        2 * BATCH_FRAME,
+        "found at recovery, then skipped while reading"
+    );
+    assert_eq!(events_pending(&reader), events_of([1, 2, 4, 5]));
+    for seq in [1, 2, 4, 5] {
+        reader.ack(seq).unwrap();
+    }
+    assert_eq!(events_pending(&reader), 0);
+}
+
+/// A small deterministic random number generator (xorshift64*), so that a failing sequence of
+/// operations is found again from its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    }
+}
+
+/// Random appends (batches, and payloads whose count cannot be read), reads, acks in any
+/// order, cursor writes and reopenings, checked after every step against a model: the gauges
+/// hold the events and the number of the records after the cursor the buffer was opened with
+/// that were not acknowledged since.
+#[test]
+fn events_pending_match_a_model_of_the_pending_records() {
+    for seed in 1..=40u64 {
+        let config = Config {
+            segment_size: HEADER_LEN + 4 * BATCH_FRAME,
+            ..counting_config()
+        };
+        let fs = MemFs::new();
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let (mut writer, mut reader, _) = open(fs.clone(), config.clone()).unwrap();
+        // The records after the cursor: their events, and whether they were acked since open.
+        let mut log: std::collections::BTreeMap<u64, (u64, bool)> = Default::default();
+        let mut unacked: Vec<u64> = Vec::new();
+        let mut reopened = 0;
+        for step in 0..300 {
+            let what = match rng.below(20) {
+                0..=6 => {
+                    let group: Vec<(u64, Vec<u8>)> = (0..=rng.below(3))
+                        .map(|_| match rng.below(5) {
+                            0 => (0, b"opaque".to_vec()),
+                            _ => {
+                                let events = rng.below(1000);
+                                (events, batch_payload(events as u32, BATCH_LEN))
+                            }
+                        })
+                        .collect();
+                    let payloads: Vec<&[u8]> = group.iter().map(|(_, p)| p.as_slice()).collect();
+                    let appended = writer.append(&payloads).unwrap();
+                    for (seq, (events, _)) in (appended.first_seq..).zip(&group) {
+                        log.insert(seq, (*events, false));
+                    }
+                    "append"
+                }
+                7..=11 => {
+                    for _ in 0..=rng.below(4) {
+                        match reader.next().unwrap() {
+                            Some(record) => unacked.push(record.seq),
+                            None => break,
+                        }
+                    }
+                    "read"
+                }
+                12..=17 if !unacked.is_empty() => {
+                    let seq = unacked.swap_remove(rng.below(unacked.len() as u64) as usize);
+                    reader.ack(seq).unwrap();
+                    log.get_mut(&seq).unwrap().1 = true;
+                    "ack"
+                }
+                18 => {
+                    reader.persist().unwrap();
+                    "persist"
+                }
+                19 => {
+                    drop((writer, reader));
+                    let recovery;
+                    (writer, reader, recovery) = open(fs.clone(), config.clone()).unwrap();
+                    reopened += 1;
+                    // What the cursor covers is gone; acks after it were lost with the reader.
+                    log.retain(|seq, _| *seq > recovery.cursor);
+                    for (_, acked) in log.values_mut() {
+                        *acked = false;
+                    }
+                    unacked.clear();
+                    let events: u64 = log.values().map(|(events, _)| events).sum();
+                    assert_eq!(
+                        (recovery.events_pending, recovery.records_pending),
+                        (events, log.len() as u64),
+                        "seed {seed} step {step}: {recovery}"
+                    );
+                    "reopen"
+                }
+                _ => "nothing",
+            };
+            let stats = reader.shared().stats.snapshot();
+            let waiting = log.values().filter(|(_, acked)| !acked);
+            let (records, events) = waiting.fold((0, 0), |(r, e), (events, _)| (r + 1, e + events));
+            assert_eq!(
+                (stats.events_pending, stats.records_pending),
+                (events, records),
+                "seed {seed} step {step} ({what})"
+            );
+        }
+        assert!(reopened > 0, "seed {seed} never reopened the buffer");
+    }
+}

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use crate::format::{HEADER_LEN, SEGMENT_HEADER, encode, frame_len, segment_path};
 use crate::fs::{FileSystem, FsFile, write_all_at};
 use crate::shared::{SegmentInfo, Shared, add};
-use crate::{Config, SyncMode};
+use crate::{Config, SyncMode, events_in};
 
 /// What an append wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -256,8 +256,10 @@ impl<F: FileSystem> Writer<F> {
         }
 
         self.buf.clear();
+        let mut events = 0;
         for (seq, payload) in (first_seq..).zip(payloads) {
             encode(&mut self.buf, seq, payload.as_ref());
+            events += u64::from(events_in(self.config.event_count, payload.as_ref()));
         }
         let count = payloads.len() as u64;
         let Some(current) = self.current.as_mut() else {
@@ -281,15 +283,20 @@ impl<F: FileSystem> Writer<F> {
         current.dirty = true;
         let last_seq = first_seq + count - 1;
         self.next_seq = last_seq + 1;
+        let stats = &self.shared.stats;
+        add(&stats.appended_records, count);
+        add(&stats.bytes_on_disk, bytes);
+        // Counted before the records become readable: a reader that got one and saw it acked
+        // first would subtract from gauges that do not hold it yet (a subtraction stops at 0),
+        // and they would stay too high for good.
+        add(&stats.records_pending, count);
+        add(&stats.events_pending, events);
         if let Some(info) = self.shared.segments().get_mut(&current.id) {
             info.readable_end = current.len;
             info.size = current.len;
             info.last_seq = last_seq;
+            info.events += events;
         }
-        let stats = &self.shared.stats;
-        add(&stats.appended_records, count);
-        add(&stats.records_pending, count);
-        add(&stats.bytes_on_disk, bytes);
         self.shared.notify_appended();
         Ok(Appended {
             first_seq,
@@ -412,6 +419,7 @@ impl<F: FileSystem> Writer<F> {
                 readable_end: HEADER_LEN,
                 size: HEADER_LEN,
                 last_seq: 0,
+                events: 0,
                 sealed: false,
             },
         );
