@@ -723,7 +723,7 @@ async fn read_loop<F: FileSystem>(task: ReadTask<F>, fanout: Fanout) {
     if grace.is_some() {
         let left = shared.stats.snapshot();
         if left.records_pending > 0 {
-            tracing::info!(component = %id, batches = left.records_pending, bytes = left.bytes_on_disk, in_flight = outstanding, "Stopped with batches waiting in the disk buffer; the next start delivers them.");
+            tracing::info!(component = %id, events = left.events_pending, batches = left.records_pending, bytes = left.bytes_on_disk, "Stopped with events waiting in the disk buffer; the next start delivers them.");
         }
     }
 }

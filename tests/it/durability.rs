@@ -239,11 +239,14 @@ fn a_stop_with_a_disk_buffered_backlog_is_clean_and_quick() {
         took < Duration::from_secs(15),
         "the stop took {took:?} with everything on disk (shutdown_timeout is 60s)"
     );
-    assert!(
-        log.contains("Stopped with batches waiting in the disk buffer"),
-        "the stop says what waits:\n{}",
-        tail(&log, 3000)
-    );
+    let waiting: u64 = log
+        .lines()
+        .find(|l| l.contains("Stopped with events waiting in the disk buffer"))
+        .and_then(|l| l.split(" events=").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("the stop says what waits:\n{}", tail(&log, 3000)));
+    assert_eq!(waiting, N, "every event waits in the buffer");
     let hold = a.hold_ports();
     let b = Server::start(&receiver("http", Some(port), Path::new("{DIR}/out.log")));
     let out = b.path("out.log");
