@@ -253,6 +253,23 @@ fn http_server_refusals_say_why() {
         "{resp}"
     );
     assert!(resp.contains("credentials"), "{resp}");
+    // The scheme is case-insensitive (RFC 9110 §11.1); the token is not.
+    let (status, resp) = post(
+        port,
+        "/",
+        "text/plain",
+        &small,
+        &["-H", "Authorization: bearer s3cret"],
+    );
+    assert_eq!(status, 200, "a lower-case scheme: {resp}");
+    let (status, resp) = post(
+        port,
+        "/",
+        "text/plain",
+        &small,
+        &["-H", "Authorization: Bearer S3CRET"],
+    );
+    assert_eq!(status, 401, "the token in the wrong case: {resp}");
 
     let (status, resp) = post(
         port,
@@ -301,11 +318,12 @@ fn http_server_refusals_say_why() {
     let (status, resp) = curl(&["-H", auth[1], url.as_str()]);
     assert_eq!(status, 405, "{resp}");
 
-    // After all that, a good request is served and is the only thing written.
+    // After all that, a good request is served and, with the lower-case one, is all that is
+    // written.
     let (status, resp) = post(port, "/", "text/plain", &small, &auth);
     assert_eq!(status, 200, "{resp}");
-    let events = wait_lines(&server.out(), 1, ARRIVE_TIMEOUT);
-    assert_eq!(message(&events[0]), "hello 1");
+    let events = wait_lines(&server.out(), 2, ARRIVE_TIMEOUT);
+    assert!(events.iter().all(|e| message(e) == "hello 1"), "{events:?}");
     assert!(
         server.metric(
             "loghaul_component_errors_total",
@@ -551,6 +569,38 @@ fn http_server_broken_wire_input() {
     }
     good(2);
 
+    // A chunk announcing 2^64-1 bytes, and nothing after it: 413 as the size arrives (waiting
+    // for the body would end in a 408 after request_timeout); the same for chunks adding up
+    // past max_body_size, and after a good request on a keep-alive connection.
+    for (what, request) in [
+        (
+            "one huge chunk",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\nFFFFFFFFFFFFFFFF\r\n".to_vec(),
+        ),
+        (
+            "chunks past max_body_size in all",
+            [
+                &b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n100000\r\n"[..],
+                &vec![b'x'; 1 << 20],
+                b"\r\n100001\r\n",
+            ]
+            .concat(),
+        ),
+        (
+            "after a good request",
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 7\r\n\r\ngood 5\nPOST / HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n7fffffffffff\r\n".to_vec(),
+        ),
+    ] {
+        let mut s = connect(port);
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(&request).unwrap();
+        let mut answer = Vec::new();
+        let _ = s.read_to_end(&mut answer);
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.contains("HTTP/1.1 413"), "{what}: {answer}");
+        assert!(answer.contains("max_body_size"), "{what}: {answer}");
+    }
+
     // Headers over 64KiB.
     let mut big = b"GET /health HTTP/1.1\r\nHost: x\r\n".to_vec();
     for i in 0..1000 {
@@ -591,10 +641,14 @@ fn http_server_broken_wire_input() {
     assert_eq!(status, 413, "{resp}");
     good(4);
 
-    let events = wait_lines(&server.out(), 4, ARRIVE_TIMEOUT);
+    let events = wait_lines(&server.out(), 5, ARRIVE_TIMEOUT);
     let mut numbers: Vec<u64> = events.iter().map(|e| trailing_number(message(e))).collect();
     numbers.sort_unstable();
-    assert_eq!(numbers, [1, 2, 3, 4], "only the good requests are written");
+    assert_eq!(
+        numbers,
+        [1, 2, 3, 4, 5],
+        "only the good requests are written"
+    );
     assert!(server.metric("loghaul_component_errors_total", "web", None) >= 3);
     server.finish();
 }

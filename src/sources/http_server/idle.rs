@@ -38,6 +38,8 @@ use hyper::rt::{Read, ReadBufCursor, Write};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use super::chunks::{Watch, Watched};
+
 /// What the connection task sees of hyper's progress on one connection.
 #[derive(Default)]
 pub struct Progress {
@@ -97,15 +99,17 @@ impl Drop for InFlight {
 /// The socket as hyper sees it: bytes hyper had read but not parsed when it was put aside come
 /// first, and every read and write is noted in [`Progress`].
 pub struct Io {
-    stream: TokioIo<TcpStream>,
+    /// The socket, with the watch on chunk sizes that lives as long as the connection (every
+    /// byte passes it once, when it is read from the socket; a prefix given back is not).
+    stream: TokioIo<Watched<TcpStream>>,
     prefix: Bytes,
     progress: Arc<Progress>,
 }
 
 impl Io {
-    pub fn new(stream: TcpStream, progress: Arc<Progress>) -> Io {
+    pub fn new(stream: TcpStream, watch: Watch, progress: Arc<Progress>) -> Io {
         Io {
-            stream: TokioIo::new(stream),
+            stream: TokioIo::new(Watched::new(stream, watch)),
             prefix: Bytes::new(),
             progress,
         }
@@ -128,11 +132,11 @@ impl Io {
     }
 
     pub fn stream(&self) -> &TcpStream {
-        self.stream.inner()
+        self.stream.inner().get_ref()
     }
 
     pub fn into_stream(self) -> TcpStream {
-        self.stream.into_inner()
+        self.stream.into_inner().into_inner()
     }
 }
 

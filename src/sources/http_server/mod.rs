@@ -13,6 +13,7 @@
 //!
 //! Every refusal has a JSON body saying what was wrong, and is counted.
 
+mod chunks;
 pub mod config;
 mod idle;
 
@@ -169,7 +170,7 @@ async fn serve_http2<S>(
         .keep_alive_timeout(ctx.config.request_timeout);
     // Boxed, so an HTTP/1 connection's task does not carry room for it.
     let mut connection =
-        Box::pin(builder.serve_connection(TokioIo::new(stream), service(ctx, None, subject)));
+        Box::pin(builder.serve_connection(TokioIo::new(stream), service(ctx, None, subject, None)));
     tokio::select! {
         _ = connection.as_mut() => {}
         () = shutdown.wait() => {
@@ -198,9 +199,11 @@ async fn serve_http1_tls(
     // Counts the requests, so that a header timeout is told apart from a keep-alive connection
     // that idled out after serving some: here hyper's header timer is both.
     let progress = Arc::new(idle::Progress::default());
+    let flags = Arc::new(chunks::Flags::default());
+    let watch = chunks::Watch::new(flags.clone(), ctx.config.max_body_size);
     let connection = builder.serve_connection(
-        TokioIo::new(stream),
-        service(ctx, Some(progress.clone()), subject),
+        TokioIo::new(chunks::Watched::new(stream, watch)),
+        service(ctx, Some(progress.clone()), subject, Some(flags)),
     );
     tokio::pin!(connection);
     tokio::select! {
@@ -222,12 +225,18 @@ type ServiceFuture = Pin<Box<dyn Future<Output = Result<Response<Reply>, Infalli
 #[derive(Clone)]
 struct TlsSubject(Arc<str>);
 
+/// An HTTP/1 request's number on its connection, and where its connection's watch on chunk
+/// sizes reports (see [`chunks`]).
+#[derive(Clone)]
+struct ChunkWatch(Arc<chunks::Flags>, u64);
+
 /// The service both protocols run; on HTTP/1, each request is counted in `progress` until its
-/// response is buffered.
+/// response is buffered, and numbered for the watch on its chunk sizes (`chunks`).
 fn service(
     ctx: &Arc<Ctx>,
     progress: Option<Arc<idle::Progress>>,
     subject: Option<Arc<str>>,
+    chunks: Option<Arc<chunks::Flags>>,
 ) -> impl hyper::service::Service<
     Request<Incoming>,
     Response = Response<Reply>,
@@ -241,10 +250,17 @@ fn service(
         // Boxed: hyper's HTTP/1 connection keeps a slot the size of this future for as long as
         // it lives.
         let subject = subject.clone();
+        // Numbered now: hyper calls the service for each request in the connection's order.
+        let watch = chunks
+            .as_ref()
+            .map(|f| ChunkWatch(f.clone(), f.next_request()));
         Box::pin(async move {
             let (mut parts, body) = req.into_parts();
             if let Some(subject) = subject {
                 parts.extensions.insert(TlsSubject(subject));
+            }
+            if let Some(watch) = watch {
+                parts.extensions.insert(watch);
             }
             let mut body = Some(body);
             let resp = handle(&parts, &mut body, &ctx).await;
@@ -271,11 +287,13 @@ async fn serve_http1(
     shutdown: &mut crate::pipeline::ShutdownSignal,
 ) {
     let progress = Arc::new(idle::Progress::default());
-    let mut io = idle::Io::new(stream, progress.clone());
+    let flags = Arc::new(chunks::Flags::default());
+    let watch = chunks::Watch::new(flags.clone(), ctx.config.max_body_size);
+    let mut io = idle::Io::new(stream, watch, progress.clone());
     // The preface peek saw bytes: hyper starts at once.
     let mut head_timeout = ctx.config.request_timeout;
     loop {
-        match serve_until_idle(io, ctx, peer, &progress, shutdown, head_timeout).await {
+        match serve_until_idle(io, ctx, peer, (&progress, &flags), shutdown, head_timeout).await {
             Some(back) if !shutdown.is_triggered() => io = back,
             _ => return,
         }
@@ -308,7 +326,7 @@ async fn serve_until_idle(
     io: idle::Io,
     ctx: &Arc<Ctx>,
     peer: std::net::SocketAddr,
-    progress: &Arc<idle::Progress>,
+    (progress, flags): (&Arc<idle::Progress>, &Arc<chunks::Flags>),
     shutdown: &mut crate::pipeline::ShutdownSignal,
     head_timeout: Duration,
 ) -> Option<idle::Io> {
@@ -322,8 +340,10 @@ async fn serve_until_idle(
         .max_buf_size(MAX_HEAD)
         .pipeline_flush(true);
     // Boxed, so the task of an idle connection holds none of it.
-    let mut connection =
-        Box::new(builder.serve_connection(io, service(ctx, Some(progress.clone()), None)));
+    let mut connection = Box::new(builder.serve_connection(
+        io,
+        service(ctx, Some(progress.clone()), None, Some(flags.clone())),
+    ));
     let mut closing = false;
     let ended = {
         let stop = shutdown.wait();
@@ -686,7 +706,8 @@ async fn handle(
         ctx.fanout.budget().cloned(),
         tokio::time::Instant::now() + ctx.config.ack_timeout,
     );
-    let body = match read_body(body, declared_length(&req.headers), ctx, &mut share).await {
+    let watch = req.extensions.get::<ChunkWatch>();
+    let body = match read_body(body, declared_length(&req.headers), watch, ctx, &mut share).await {
         Ok(body) => body,
         Err(refusal) => return refusal.respond(ctx),
     };
@@ -955,10 +976,12 @@ impl Share {
 }
 
 /// Reads the body as it arrives, each piece charged before it is kept, within `max_body_size`
-/// and `request_timeout`.
+/// (told by a chunk size that announces more as soon as it arrives, through `watch`) and
+/// `request_timeout`.
 async fn read_body(
     mut body: Incoming,
     declared: Option<usize>,
+    watch: Option<&ChunkWatch>,
     ctx: &Ctx,
     share: &mut Share,
 ) -> Result<Bytes, Refusal> {
@@ -968,8 +991,20 @@ async fn read_body(
     }
     let mut out = Vec::with_capacity(declared.unwrap_or(0).min(max));
     let deadline = tokio::time::Instant::now() + ctx.config.request_timeout;
+    let oversized = async {
+        match watch {
+            Some(ChunkWatch(flags, n)) => flags.oversized(*n).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(oversized);
     loop {
-        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+        let frame = tokio::select! {
+            biased;
+            () = &mut oversized => return Err(Refusal::TooLarge(max)),
+            frame = tokio::time::timeout_at(deadline, body.frame()) => frame,
+        };
+        let frame = match frame {
             Err(_) => return Err(Refusal::Slow),
             Ok(None) => break,
             Ok(Some(Err(e))) => return Err(Refusal::Read(e.to_string())),
