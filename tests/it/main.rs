@@ -35,6 +35,7 @@ mod http_sink;
 mod kafka;
 mod listener;
 mod logger;
+mod memory;
 mod rsyslog;
 mod shutdown;
 mod tls;

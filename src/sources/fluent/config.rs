@@ -13,6 +13,9 @@ pub const DEFAULT_ADDRESS: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOC
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// Default `max_request_size`: 16MiB, as fluentd's `chunk_size_limit` suggests for real senders.
 pub const DEFAULT_MAX_REQUEST_SIZE: usize = 16 << 20;
+/// Default `max_events_per_request`: ten million, twice what a 256 MB chunk of fluentd's file
+/// buffer holds in 50-byte records.
+pub const DEFAULT_MAX_EVENTS_PER_REQUEST: usize = 10_000_000;
 /// Default `max_decompressed_size`: 256MiB, fluentd's `decompression_size_limit`.
 pub const DEFAULT_MAX_DECOMPRESSED_SIZE: usize = 256 << 20;
 
@@ -34,9 +37,16 @@ pub struct RawFluentSource {
     /// client is no fault).
     #[serde(default)]
     pub idle_timeout: Option<RawDuration>,
-    /// Largest request accepted; a longer one closes its connection. Default `16MiB`.
+    /// Largest value held whole while it arrives: a Message-mode request, one entry of a
+    /// Forward or PackedForward request, a request's head or option (the entries of a
+    /// Forward or PackedForward request are read one by one, whatever their total). More
+    /// closes the connection. Default `16MiB`.
     #[serde(default)]
     pub max_request_size: Option<RawSize>,
+    /// Most entries one request may carry; more closes the connection (the request is not
+    /// acknowledged). Default `10000000`.
+    #[serde(default)]
+    pub max_events_per_request: Option<usize>,
     /// Largest output of decompressing one request's entries; more closes the connection
     /// (a decompression bomb costs no more than this). Default `256MiB`.
     #[serde(default)]
@@ -76,6 +86,7 @@ pub struct FluentSourceConfig {
     /// Close a connection quiet this long, if set.
     pub idle_timeout: Option<std::time::Duration>,
     pub max_request_size: usize,
+    pub max_events_per_request: usize,
     pub max_decompressed_size: usize,
     /// `Some` when the handshake is required.
     pub security: Option<Security>,
@@ -144,6 +155,11 @@ impl ComponentConfig for FluentSourceConfig {
             DEFAULT_MAX_REQUEST_SIZE,
             true,
         );
+        let max_events_per_request = cx.positive(
+            s.max_events_per_request,
+            "max_events_per_request",
+            DEFAULT_MAX_EVENTS_PER_REQUEST,
+        );
         let max_decompressed_size = cx.size(
             s.max_decompressed_size.as_ref(),
             "max_decompressed_size",
@@ -198,6 +214,7 @@ impl ComponentConfig for FluentSourceConfig {
             max_connections_per_client: per_client?,
             idle_timeout: idle_timeout?,
             max_request_size: max_request_size?,
+            max_events_per_request: max_events_per_request?,
             max_decompressed_size: max_decompressed_size?,
             security,
             self_hostname: s.self_hostname.unwrap_or_else(crate::net::host_name),

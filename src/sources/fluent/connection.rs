@@ -99,15 +99,17 @@ pub async fn serve(mut conn: Conn, ctx: Arc<FluentContext>) {
             }
         }
     }
+    let mut stream = Stream::new(
+        ctx.config.max_request_size,
+        ctx.limits.max_decompressed_size,
+    );
+    stream.set_max_entries(ctx.config.max_events_per_request as u64);
     let mut c = Connection {
         peer: conn.peer,
         tls_subject: conn.tls_subject.clone(),
         splitter: Splitter::new(ctx.config.max_request_size),
         decoder: Decoder::new(ctx.limits),
-        stream: Stream::new(
-            ctx.config.max_request_size,
-            ctx.limits.max_decompressed_size,
-        ),
+        stream,
         pending: VecDeque::new(),
         arena: BytesMut::new(),
         batch: new_batch(&ctx, conn.peer),
@@ -474,9 +476,9 @@ impl Connection {
             RequestError::UnknownCompression(_) | RequestError::Decompress(_) => {
                 ErrorKind::Decompression
             }
-            RequestError::TooLarge { .. } | RequestError::ValueTooLarge { .. } => {
-                ErrorKind::Oversized
-            }
+            RequestError::TooLarge { .. }
+            | RequestError::ValueTooLarge { .. }
+            | RequestError::TooManyEvents { .. } => ErrorKind::Oversized,
         };
         self.ctx.metrics.error(kind, 1);
         crate::warn_limited!(self.ctx.metrics, error = %e, peer = %self.peer, "Closing a forward connection: a request cannot be processed.");

@@ -967,6 +967,11 @@ impl Share {
         Some(charge)
     }
 
+    /// The most the share can ever hold: the budget's limit.
+    fn limit(&self) -> usize {
+        self.budget.as_ref().map_or(usize::MAX, |b| b.limit())
+    }
+
     /// Holds exactly `bytes` from now on.
     fn set(&self, bytes: usize) {
         if let Some(charge) = &self.charge {
@@ -989,7 +994,8 @@ async fn read_body(
     if let Some(len) = declared {
         share.hold(len).await?;
     }
-    let mut out = Vec::with_capacity(declared.unwrap_or(0).min(max));
+    // Reserved at once for the same reason as the inflated body (see `inflate`).
+    let mut out = Vec::with_capacity(declared.unwrap_or(max).min(max));
     let deadline = tokio::time::Instant::now() + ctx.config.request_timeout;
     let oversized = async {
         match watch {
@@ -1040,7 +1046,10 @@ async fn inflate(
         InflateError::Broken(why) => Refusal::Broken(encoding, why),
     };
     let mut inflater = Inflater::new(encoding, max).map_err(broken)?;
-    let mut out = Vec::new();
+    // Room for the most it may inflate to, reserved at once: only the pages written take
+    // memory, while a vector doubling as it fills would copy itself and leave the old copies'
+    // pages with the allocator (twice the memory at the peak, outside the charge).
+    let mut out = Vec::with_capacity(max.min(share.limit()).saturating_add(INFLATE_STEP + 1));
     let mut input = &body[..];
     loop {
         share.hold(body.len() + out.len() + INFLATE_STEP).await?;

@@ -82,6 +82,8 @@ pub enum RequestError {
     /// Most of the request's entries are no valid event (at least [`MAX_INVALID`] of them, and
     /// more than the valid ones): garbage, not a client's mistake in a few records.
     MostlyInvalid { invalid: u64, valid: u64 },
+    /// The request carries more entries than `max_events_per_request`.
+    TooManyEvents { limit: u64 },
 }
 
 /// Invalid entries a request may hold before it is refused as mostly invalid (when they are
@@ -110,6 +112,10 @@ impl std::fmt::Display for RequestError {
             RequestError::MostlyInvalid { invalid, valid } => write!(
                 f,
                 "{invalid} of the request's entries are no valid event ({valid} valid): refused"
+            ),
+            RequestError::TooManyEvents { limit } => write!(
+                f,
+                "a request of more entries than max_events_per_request ({limit})"
             ),
         }
     }

@@ -97,6 +97,8 @@ pub struct Stream {
     scratch: Vec<u8>,
     /// The index of the connection's peer in the batch's `peers`.
     peer: u16,
+    /// Most entries one request may carry.
+    max_entries: u64,
 }
 
 /// The request being read.
@@ -165,7 +167,13 @@ impl Stream {
             req: None,
             scratch: Vec::new(),
             peer: 0,
+            max_entries: u64::MAX,
         }
+    }
+
+    /// Refuses requests of more than `max` entries (valid or not).
+    pub fn set_max_entries(&mut self, max: u64) {
+        self.max_entries = max;
     }
 
     /// The index in each batch's `peers` that events get (0 unless said).
@@ -453,6 +461,11 @@ impl Stream {
         r: &mut Reader<'_>,
         batch: &mut EventBatch,
     ) -> Result<(), RequestError> {
+        if req.valid + req.invalid >= self.max_entries {
+            return Err(RequestError::TooManyEvents {
+                limit: self.max_entries,
+            });
+        }
         let before = batch.events.len();
         self.decoder.entry(r, batch, req.tag_span, self.peer)?;
         req.at = r.pos();

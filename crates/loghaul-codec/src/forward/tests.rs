@@ -948,3 +948,35 @@ fn an_entry_over_max_value_is_refused() {
     let (_, _, err) = read_as_stream(&req, 64 << 10, 1 << 20, 0);
     assert_eq!(err, Some(RequestError::ValueTooLarge { limit: 1 << 20 }));
 }
+
+#[test]
+fn a_request_of_more_entries_than_allowed_is_refused() {
+    let (_, blob) = entries(11);
+    let req = packed_request("t", &blob, false, Some(&[("chunk", "c")]));
+    let mut reader = Stream::new(1 << 20, 1 << 20);
+    reader.set_max_entries(10);
+    let mut buf = BytesMut::from(&req[..]);
+    let (mut arena, mut batch) = (
+        BytesMut::new(),
+        EventBatch::new(Bytes::new(), "s".into(), "fluent"),
+    );
+    assert_eq!(reader.begin(&mut buf, &mut arena, &batch), Ok(true));
+    let err = loop {
+        match reader.step(&mut buf, &mut arena, &mut batch, 1 << 20) {
+            Ok(Step::Done(_)) => panic!("11 entries passed a bound of 10"),
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(err, RequestError::TooManyEvents { limit: 10 });
+    assert!(batch.is_empty());
+    let (_, blob) = entries(10);
+    let req = packed_request("t", &blob, false, None);
+    let mut buf = BytesMut::from(&req[..]);
+    assert_eq!(reader.begin(&mut buf, &mut arena, &batch), Ok(true));
+    while !matches!(
+        reader.step(&mut buf, &mut arena, &mut batch, 1 << 20),
+        Ok(Step::Done(_))
+    ) {}
+    assert_eq!(batch.len(), 10);
+}
