@@ -4,8 +4,9 @@
 //! compressed body is inflated with a small limit, so a bomb costs that limit and no more. The
 //! decoded batch must hold together: spans inside the arena, nested ranges inside the fields table
 //! and pointing forward (so walking them ends), one event per record or non-empty line, the tag
-//! and extras on every event, and JSON output that is valid JSON. Deep nesting must be an error,
-//! never a stack overflow.
+//! and extras on every event, and JSON output that is valid JSON; the estimate a server charges
+//! before decoding must bound what decoding made. Deep nesting must be an error, never a stack
+//! overflow.
 #![no_main]
 
 use std::io::Write as _;
@@ -117,7 +118,16 @@ fuzz_target!(|data: &[u8]| {
     let tag = (first & 0x20 != 0).then_some(TAG);
     let extra: &[(&str, &str)] = if first & 0x40 != 0 { &EXTRA } else { &[] };
 
-    let batch = match http_body::decode(body.clone(), format, tag, extra, "fuzz".into()) {
+    // As the server decodes: within the estimate it charged to its memory budget first.
+    let estimate = http_body::estimate(&body, format, tag, extra);
+    let batch = match http_body::decode_within(
+        body.clone(),
+        format,
+        tag,
+        extra,
+        "fuzz".into(),
+        Some(estimate),
+    ) {
         Ok(batch) => batch,
         Err(e) => {
             assert!(e.line >= 1, "lines are 1-based");
@@ -139,6 +149,9 @@ fuzz_target!(|data: &[u8]| {
         },
     };
     assert_eq!(batch.events.len(), expected, "one event per record or line");
+    assert!(batch.events.len() <= estimate.events, "{estimate:?}");
+    assert!(batch.fields.len() <= estimate.fields, "{estimate:?}");
+    assert!(batch.arena.len() <= estimate.arena, "{estimate:?}");
 
     let mut out = Vec::new();
     for event in &batch.events {
