@@ -128,15 +128,20 @@ fn count3(bytes: &[u8], a: u8, b: u8, c: u8) -> usize {
     n
 }
 
-/// The lines of `body` that hold something besides whitespace.
-fn lines_with_content(body: &[u8]) -> usize {
+/// The lines of `body` that hold something besides whitespace (NDJSON records), or, with
+/// `text`, anything besides a line end (`\r\n` too: text events).
+fn lines_with_content(body: &[u8], text: bool) -> usize {
     let mut n = 0;
     let mut pos = 0;
     while pos < body.len() {
         let end = memchr::memchr(b'\n', &body[pos..]).map_or(body.len(), |i| pos + i);
-        if body[pos..end].iter().any(|b| !b.is_ascii_whitespace()) {
-            n += 1;
-        }
+        let line = &body[pos..end];
+        let counts = if text {
+            !line.strip_suffix(b"\r").unwrap_or(line).is_empty()
+        } else {
+            line.iter().any(|b| !b.is_ascii_whitespace())
+        };
+        n += usize::from(counts);
         pos = end + 1;
     }
     n
@@ -150,13 +155,13 @@ pub fn estimate(body: &[u8], format: Format, tag: Option<&str>, extra: Extra<'_>
     let extra = extra.len();
     match format {
         Format::Text => Estimate {
-            events: lines_with_content(body),
+            events: lines_with_content(body, true),
             fields: extra,
             arena: body.len() + extra_bytes,
         },
         Format::Ndjson | Format::Json => {
             let events = if format == Format::Ndjson {
-                lines_with_content(body)
+                lines_with_content(body, false)
             } else {
                 memchr::memchr_iter(b'{', body).count()
             };
@@ -407,6 +412,7 @@ mod tests {
             ),
             (b"{\"a\":1}\n\n  \n{\"a\":[2,3]}\n{}\n", Format::Ndjson),
             (b"one\r\ntwo\n\nthree", Format::Text),
+            (b"\t\n \r\n\r\nx", Format::Text),
             (b"", Format::Ndjson),
         ] {
             let e = estimate(body, format, Some("tag.x"), &extra);
