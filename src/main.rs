@@ -211,7 +211,7 @@ async fn serve(config: Config, path: Option<std::path::PathBuf>) -> anyhow::Resu
         Ok(())
     } else {
         anyhow::bail!(
-            "stopped before every sink flushed (shutdown_timeout {:?} passed, or a second signal asked to stop now); some events may not have been written",
+            "stopped before every sink flushed or saved its buffer to disk (shutdown_timeout {:?} passed, a buffer could not be written, or a second signal asked to stop now); some events may not have been written",
             config.shutdown_timeout
         )
     }

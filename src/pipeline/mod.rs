@@ -64,7 +64,10 @@ impl Abort {
 /// budget.
 pub fn abortable(
     task: impl std::future::Future<Output = ()> + Send + 'static,
-) -> (impl std::future::Future<Output = ()> + Send + 'static, Abort) {
+) -> (
+    impl std::future::Future<Output = ()> + Send + 'static,
+    Abort,
+) {
     let state = std::sync::Arc::new(AbortState {
         aborted: std::sync::atomic::AtomicBool::new(false),
         notify: tokio::sync::Notify::new(),

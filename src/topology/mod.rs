@@ -12,11 +12,13 @@
 //! Stop order is the data's order: sources stop accepting and drain their connections; when a
 //! source ends, its fan-out's senders drop; a transform ends when all its inputs have; a sink
 //! ends when its queue is closed and empty, after a final flush. Nothing is cut off mid-batch.
-//! A disk buffer's writer ends when its queue closes (after a last fsync), and its reader once
-//! the sink has had everything written and settled what it took; what it could not deliver
-//! stays on disk for the next start. Memory buffers not drained when the last part of
-//! `shutdown_timeout` begins are written to disk (`pipeline::spill`) and fed to their sinks at
-//! the next start. Every fan-out charges the global memory budget (`limits.memory`).
+//! A sink is not waited for once everything it holds is safe on disk: a disk buffer's reader
+//! feeds its sink nothing more at the stop and ends after the writer's last fsync (and at most
+//! a short grace for what the sink holds), and the sink is then stopped where it is, what it
+//! did not acknowledge staying in the log for the next start; a memory buffer not drained when
+//! the last part of `shutdown_timeout` begins is written to disk (`pipeline::spill`), settled
+//! for its sources, and its sink stopped. Every fan-out charges the global memory budget
+//! (`limits.memory`).
 
 use std::collections::HashMap;
 use std::time::Duration;

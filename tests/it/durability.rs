@@ -95,6 +95,36 @@ fn assert_none_lost(got: &[u64], n: u64, what: &str) -> usize {
     counts.iter().filter(|&&c| c > 1).count()
 }
 
+/// The count a log line says: the number after ` events=` on the first line holding `marker`.
+fn logged_events(log: &str, marker: &str) -> u64 {
+    log.lines()
+        .find(|l| l.contains(marker))
+        .and_then(|l| l.split(" events=").nth(1))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "no `{marker}` with a count in the log:\n{}",
+                tail(log, 4000)
+            )
+        })
+}
+
+/// After `a` stopped (its ports held by `hold`): starts a receiver of `kind` on `port`, where
+/// `a`'s sink sends, then `a` again. Returns the receiver and the file it writes.
+fn restart_with_receiver(
+    a: &mut Server,
+    hold: PortHold,
+    kind: &str,
+    port: u16,
+) -> (Server, PathBuf) {
+    let b = Server::start(&receiver(kind, Some(port), Path::new("{DIR}/out.log")));
+    let out = b.path("out.log");
+    a.restart();
+    drop(hold);
+    (b, out)
+}
+
 /// The downstream (a second loghaul's `fluent` source) is stopped for 60 s while 300,000 events
 /// flow into a `fluent` sink with a disk buffer; it comes back and gets every event. The
 /// buffer's backlog rises while it is gone and falls to nothing after.
@@ -182,14 +212,7 @@ fn a_stop_writes_an_undrained_memory_buffer_to_disk_and_the_next_start_delivers_
     // disk: the stop is clean.
     assert!(status.success(), "{status}\n{}", tail(&a.stderr(), 3000));
     let hold = a.hold_ports();
-    let log = a.stderr();
-    let spilled: u64 = log
-        .lines()
-        .find(|l| l.contains("wrote it to disk"))
-        .and_then(|l| l.split(" events=").nth(1))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no spill in the log:\n{}", tail(&log, 4000)));
+    let spilled = logged_events(&a.stderr(), "wrote it to disk");
     assert!(spilled >= N, "{spilled} of {N} events written to disk");
     let inspect = output_text(&loghaul(&[
         "buffer",
@@ -198,10 +221,7 @@ fn a_stop_writes_an_undrained_memory_buffer_to_disk_and_the_next_start_delivers_
     ]));
     assert!(!inspect.contains("damage"), "{inspect}");
 
-    let b = Server::start(&receiver("http", Some(port), Path::new("{DIR}/out.log")));
-    let out = b.path("out.log");
-    a.restart();
-    drop(hold);
+    let (b, out) = restart_with_receiver(&mut a, hold, "http", port);
     let got = wait_all(&out, N, Duration::from_secs(60));
     a.wait_metric_eq("loghaul_disk_buffer_records", "up", None, 0);
     let dups = assert_none_lost(&got, N, "after a stop with the sink down");
@@ -239,19 +259,10 @@ fn a_stop_with_a_disk_buffered_backlog_is_clean_and_quick() {
         took < Duration::from_secs(15),
         "the stop took {took:?} with everything on disk (shutdown_timeout is 60s)"
     );
-    let waiting: u64 = log
-        .lines()
-        .find(|l| l.contains("Stopped with events waiting in the disk buffer"))
-        .and_then(|l| l.split(" events=").nth(1))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("the stop says what waits:\n{}", tail(&log, 3000)));
+    let waiting = logged_events(&log, "Stopped with events waiting in the disk buffer");
     assert_eq!(waiting, N, "every event waits in the buffer");
     let hold = a.hold_ports();
-    let b = Server::start(&receiver("http", Some(port), Path::new("{DIR}/out.log")));
-    let out = b.path("out.log");
-    a.restart();
-    drop(hold);
+    let (b, out) = restart_with_receiver(&mut a, hold, "http", port);
     let got = wait_all(&out, N, Duration::from_secs(60));
     a.wait_metric_eq("loghaul_disk_buffer_records", "up", None, 0);
     let dups = assert_none_lost(&got, N, "after a stop with a disk-buffered backlog");
@@ -298,10 +309,7 @@ sinks:
     assert!(status.success(), "{status}\n{}", tail(&log, 3000));
     assert!(log.contains("wrote it to disk"), "{}", tail(&log, 3000));
     let hold = a.hold_ports();
-    let b = Server::start(&receiver("fluent", Some(port), Path::new("{DIR}/out.log")));
-    let out = b.path("out.log");
-    a.restart();
-    drop(hold);
+    let (b, out) = restart_with_receiver(&mut a, hold, "fluent", port);
     wait_all(&out, N, Duration::from_secs(60));
     // Nothing more comes: the file is not read again from an old checkpoint (what would be
     // read again would arrive within this wait, as the first copies did).
@@ -397,10 +405,7 @@ sinks:
     let log = a.stderr();
     assert!(status.success(), "{status}\n{}", tail(&log, 3000));
     let hold = a.hold_ports();
-    let b = Server::start(&receiver("fluent", Some(port), Path::new("{DIR}/out.log")));
-    let out = b.path("out.log");
-    a.restart();
-    drop(hold);
+    let (b, out) = restart_with_receiver(&mut a, hold, "fluent", port);
     let got = wait_all(&out, N, Duration::from_secs(90));
     a.wait_metric_eq("loghaul_disk_buffer_records", "up", None, 0);
     let dups = assert_none_lost(&got, N, "a 20 MB request across a stop");

@@ -354,11 +354,14 @@ impl Decoder {
         peer: u16,
     ) -> Result<Request, RequestError> {
         let limit = self.limits.max_decompressed_size;
-        // The stream moves the request's bytes into the arena as it reads them (inflated
-        // entries take the place of compressed ones). When the request is the arena's last,
-        // they are its own bytes, moved back in place; otherwise a copy is read and lands at
-        // the end, so the bytes after the request keep their offsets.
-        let mut buf = if end == arena.len() {
+        // The stream moves the request's bytes into the arena as it reads them. Plain entries
+        // move back where they were, so the arena is left as it was. Inflated entries take the
+        // place of compressed ones: when more follows the request in the arena, a copy of it is
+        // read instead and lands at the end, so that what follows keeps its offsets (what this
+        // request makes is appended, as the contract says).
+        let in_place =
+            end == arena.len() || !is_compressed(arena.get(start..end).unwrap_or_default());
+        let mut buf = if in_place {
             arena.split_off(start)
         } else {
             BytesMut::from(arena.get(start..end).unwrap_or_default())

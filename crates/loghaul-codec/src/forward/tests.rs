@@ -980,3 +980,42 @@ fn a_request_of_more_entries_than_allowed_is_refused() {
     ) {}
     assert_eq!(batch.len(), 10);
 }
+
+/// Decoding a request in the middle of an arena leaves the arena's bytes where they were (a
+/// caller walks on to the next request by its offset); what a compressed request makes is
+/// appended after all of them.
+#[test]
+fn decoding_in_place_leaves_what_follows_where_it_was() {
+    let (list, blob) = entries(5);
+    let mut stream = packed_request("plain", &blob, false, Some(&[("chunk", "a")]));
+    stream.extend(packed_request(
+        "gz",
+        &gzip(&blob),
+        false,
+        Some(&[("compressed", "gzip"), ("chunk", "b")]),
+    ));
+    stream.extend(forward_request("fwd", &list, Some(&[("chunk", "c")])));
+    let mut arena = BytesMut::from(&stream[..]);
+    let mut batch = EventBatch::new(Bytes::new(), "s".into(), "fluent");
+    let mut decoder = Decoder::new(LIMITS);
+    let mut splitter = Splitter::new(1 << 20);
+    let mut at = 0;
+    let mut chunks = Vec::new();
+    while at < stream.len() {
+        let n = splitter.split(&arena[at..stream.len()]).unwrap().unwrap();
+        let r = decoder
+            .decode(&mut arena, at, at + n, &mut batch, 0)
+            .unwrap();
+        chunks.push(r.chunk.map(|(s, e)| arena[s..e].to_vec()).unwrap());
+        assert_eq!(
+            &arena[..stream.len()],
+            &stream[..],
+            "the arena moved under the requests"
+        );
+        at += n;
+    }
+    assert_eq!(chunks, [b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]);
+    batch.arena = arena.freeze();
+    assert_eq!(batch.len(), 15);
+    assert_eq!(message(&batch, 5), "e0");
+}
