@@ -2,7 +2,8 @@
 # Two loghaul builds, A and B, in one interleaved experiment: `loghaul bench run SCENARIO` with
 # each build in turn (A B A B ..., the order swapped every round so neither always goes first),
 # ROUNDS rounds of RUNS runs each after a warm-up, then each build's median rate and CPU per
-# million events, and B's median rate as a share of A's. The bench harness itself is B's.
+# million events, and B's median rate as a share of A's. The bench harness itself is B's, or
+# AB_HARNESS's (when B is a wrapper that sets something for the server only).
 #
 #   bench/ab.sh A_BIN B_BIN SCENARIO [ROUNDS] [RUNS] [-- extra `bench run` options]
 #
@@ -19,7 +20,7 @@ for round in $(seq "$rounds"); do
     for which in "${order[@]}"; do
         bin="$a"
         [ "$which" = b ] && bin="$b"
-        "$b" bench run "$scenario" --subjects loghaul --runs "$runs" --warmup 1 \
+        "${AB_HARNESS:-$b}" bench run "$scenario" --subjects loghaul --runs "$runs" --warmup 1 \
             --loghaul-bin "$bin" --out "$work/out-$which-$round" "$@" 2>&1 |
             grep -E "^\[[0-9]+/[0-9]+\] $scenario loghaul run" | grep -v -e warmup -e failed |
             sed -E 's/.* = ([0-9.]+)(M|k)\/s, CPU [0-9.]+s \(([0-9.]+) s\/1M.*/\1 \2 \3/' |

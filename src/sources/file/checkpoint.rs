@@ -15,12 +15,18 @@
 //!
 //! Writing: the document goes to `checkpoints.json.tmp`, is fsync'd, renamed over
 //! `checkpoints.json`, and the directory is fsync'd, so a crash at any moment leaves either the
-//! old document or the new one, never a torn one.
+//! old document or the new one, never a torn one. Those two fsyncs can take a hundred
+//! milliseconds on a busy disk, so [`Writer`] does them on a thread of its own: the tailing loop
+//! hands it the latest snapshot and goes on (a file rotated away and replaced while the loop
+//! stood still would never be opened).
 
 use std::fs::File;
 use std::io::{self, Write as _};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -252,6 +258,122 @@ impl Store {
     }
 }
 
+/// Saves snapshots handed to it on a thread of its own, the latest one winning: a snapshot
+/// that arrives while another is written replaces any still waiting. A failed save is tried
+/// again after `retry`, unless a newer snapshot came meanwhile. Every save's result goes to
+/// the `report` callback (health, counters, logs), on the writer's thread.
+pub struct Writer {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    slot: Mutex<Slot>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct Slot {
+    next: Option<Vec<Entry>>,
+    closing: bool,
+}
+
+impl Writer {
+    /// Starts the writer thread.
+    ///
+    /// # Errors
+    ///
+    /// The thread cannot be spawned (out of threads or memory): the source cannot start.
+    pub fn spawn(
+        store: Store,
+        retry: Duration,
+        mut report: impl FnMut(&Store, io::Result<()>) + Send + 'static,
+    ) -> io::Result<Writer> {
+        let shared = Arc::new(Shared {
+            slot: Mutex::new(Slot::default()),
+            wake: Condvar::new(),
+        });
+        let theirs = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("loghaul-checkpoints".into())
+            .spawn(move || {
+                loop {
+                    let (entries, closing) = {
+                        let mut slot = theirs.slot.lock().unwrap_or_else(PoisonError::into_inner);
+                        while slot.next.is_none() && !slot.closing {
+                            slot = theirs
+                                .wake
+                                .wait(slot)
+                                .unwrap_or_else(PoisonError::into_inner);
+                        }
+                        (slot.next.take(), slot.closing)
+                    };
+                    let Some(entries) = entries else {
+                        return;
+                    };
+                    let result = store.save(&entries);
+                    let failed = result.is_err();
+                    report(&store, result);
+                    if failed && !closing {
+                        // Kept for a retry unless a newer snapshot arrived; the wait ends
+                        // early at a close, which tries once more.
+                        let mut slot = theirs.slot.lock().unwrap_or_else(PoisonError::into_inner);
+                        if slot.next.is_none() {
+                            slot.next = Some(entries);
+                        }
+                        if !slot.closing {
+                            let _ = theirs.wake.wait_timeout(slot, retry);
+                        }
+                    } else if closing {
+                        // The last snapshot was written (or tried once more): done, unless one
+                        // came after it.
+                        let slot = theirs.slot.lock().unwrap_or_else(PoisonError::into_inner);
+                        if slot.next.is_none() {
+                            return;
+                        }
+                    }
+                }
+            })?;
+        Ok(Writer {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Hands over the latest snapshot; one still waiting is replaced.
+    pub fn submit(&self, entries: Vec<Entry>) {
+        let mut slot = self
+            .shared
+            .slot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        slot.next = Some(entries);
+        self.shared.wake.notify_one();
+    }
+
+    /// Writes what is waiting (one attempt) and stops the thread; returns once it is done.
+    pub fn close(&mut self) {
+        {
+            let mut slot = self
+                .shared
+                .slot
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            slot.closing = true;
+            self.shared.wake.notify_one();
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -283,6 +405,71 @@ mod tests {
             panic!("entries expected");
         };
         assert_eq!(back, entries);
+    }
+
+    fn entry(offset: u64) -> Entry {
+        Entry {
+            path: PathBuf::from("/var/log/a.log"),
+            id: FileId { dev: 1, ino: 2 },
+            fingerprint: Fingerprint { len: 3, hash: 4 },
+            offset,
+        }
+    }
+
+    #[test]
+    fn the_writer_saves_the_latest_snapshot_and_the_last_one_at_close() {
+        let dir = tempfile::tempdir().unwrap();
+        let results = Arc::new(Mutex::new(Vec::new()));
+        let seen = results.clone();
+        let mut writer = Writer::spawn(
+            Store::new(dir.path().to_path_buf()),
+            Duration::from_millis(10),
+            move |_, r| seen.lock().unwrap().push(r.is_ok()),
+        )
+        .unwrap();
+        for offset in 0..50 {
+            writer.submit(vec![entry(offset)]);
+        }
+        writer.close();
+        let Loaded::Entries(back) = Store::new(dir.path().to_path_buf()).load() else {
+            panic!("entries expected");
+        };
+        assert_eq!(back, vec![entry(49)]);
+        let results = results.lock().unwrap();
+        assert!(!results.is_empty() && results.iter().all(|ok| *ok));
+    }
+
+    #[test]
+    fn a_failed_save_is_retried_until_it_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        // The store's directory is a file for now: every save fails.
+        let blocked = dir.path().join("data");
+        std::fs::write(&blocked, b"not a directory").unwrap();
+        let results = Arc::new(Mutex::new(Vec::new()));
+        let seen = results.clone();
+        let mut writer = Writer::spawn(
+            Store::new(blocked.clone()),
+            Duration::from_millis(5),
+            move |_, r| seen.lock().unwrap().push(r.is_ok()),
+        )
+        .unwrap();
+        writer.submit(vec![entry(7)]);
+        let failed = |n: usize| results.lock().unwrap().iter().filter(|ok| !**ok).count() >= n;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !failed(2) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(failed(2), "the failed save was tried again");
+        std::fs::remove_file(&blocked).unwrap();
+        let saved = || matches!(Store::new(blocked.clone()).load(), Loaded::Entries(e) if e == vec![entry(7)]);
+        while !saved() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            saved(),
+            "the retry wrote the snapshot once the directory could be made"
+        );
+        writer.close();
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! restart is [`checkpoint`]'s.
 
 pub mod checkpoint;
+mod closer;
 pub mod config;
 mod events;
 pub mod lines;
@@ -33,7 +34,8 @@ impl BuildSource for FileSourceConfig {
             }
             let mut shutdown = cx.shutdown.clone();
             let id = cx.id.clone();
-            let tailer = tailer::Tailer::new(self.clone(), cx, data_dir);
+            let tailer = tailer::Tailer::new(self.clone(), cx, data_dir)
+                .context("cannot start the file source's helper threads")?;
             let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
             let thread = std::thread::Builder::new()
                 .name(format!("file:{id}"))

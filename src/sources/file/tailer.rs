@@ -10,8 +10,9 @@
 //!                         batch full (≥ max_read_size) or pass over ─► Fanout::send
 //!                         due partial lines and multiline groups ─► events
 //!                         files renamed away or deleted: read to the end, then released
+//!                           (closed on a helper thread: closing a deleted file frees its blocks)
 //!                         closed files that grew: reopen (least recently active evicted)
-//!   every checkpoint_interval   write checkpoints (committed offsets only)
+//!   every checkpoint_interval   hand checkpoints (committed offsets only) to their writer thread
 //!   read a trickle        sleep 20ms, so lines gather into batches
 //!   nothing read          wait (1ms doubling to 50ms); shutdown ends it early
 //!   file created, renamed or removed in a watched directory (inotify, [`super::events`]):
@@ -40,7 +41,8 @@ use loghaul_core::{
     Span, Timestamp, Value,
 };
 
-use super::checkpoint::{Check, Entry, FileId, Fingerprint, Loaded, Store};
+use super::checkpoint::{Check, Entry, FileId, Fingerprint, Loaded, Store, Writer};
+use super::closer::Closer;
 use super::config::{FileSourceConfig, ReadFrom};
 use super::events::{Events, fixed_dir};
 use super::lines::{Lines, Piece};
@@ -192,7 +194,10 @@ pub struct Tailer {
     shutdown: ShutdownSignal,
     shutdown_timeout: Duration,
     acknowledgements: bool,
-    store: Store,
+    /// Writes checkpoints off this thread (a save's fsyncs must not stall the tailing).
+    checkpoints: Writer,
+    /// Closes released files off this thread (closing a deleted file frees its blocks).
+    closer: Closer,
     host: String,
     files: HashMap<FileId, Watched>,
     /// Round-robin order of `files`.
@@ -209,7 +214,6 @@ pub struct Tailer {
     /// Paths already reported unreadable (logged once each).
     unreadable: HashSet<PathBuf>,
     dirty: bool,
-    checkpoint_failing: bool,
     pieces: Vec<Piece>,
     watched_gauge: Arc<AtomicI64>,
     open_gauge: Arc<AtomicI64>,
@@ -218,7 +222,15 @@ pub struct Tailer {
 impl Tailer {
     /// A tailer for `config`, with the source's context, keeping checkpoints in `data_dir`.
     /// Must be called on the runtime (it keeps its handle to send batches from its thread).
-    pub fn new(config: FileSourceConfig, cx: SourceContext, data_dir: PathBuf) -> Tailer {
+    ///
+    /// # Errors
+    ///
+    /// The checkpoint writer's or the file closer's thread cannot be started.
+    pub fn new(
+        config: FileSourceConfig,
+        cx: SourceContext,
+        data_dir: PathBuf,
+    ) -> io::Result<Tailer> {
         let SourceContext {
             id,
             metrics,
@@ -254,7 +266,13 @@ impl Tailer {
             }
             Loaded::Entries(entries) => (entries.into_iter().map(|e| (e.id, e)).collect(), false),
         };
-        Tailer {
+        let checkpoints = Writer::spawn(
+            store,
+            config.checkpoint_interval,
+            checkpoint_reporter(id.clone(), metrics.clone()),
+        )?;
+        let closer = Closer::spawn()?;
+        Ok(Tailer {
             id,
             config,
             metrics,
@@ -263,7 +281,8 @@ impl Tailer {
             shutdown,
             shutdown_timeout,
             acknowledgements,
-            store,
+            checkpoints,
+            closer,
             host: crate::net::host_name(),
             files: HashMap::new(),
             order: Vec::new(),
@@ -276,11 +295,10 @@ impl Tailer {
             patterns,
             unreadable: HashSet::new(),
             dirty: false,
-            checkpoint_failing: false,
             pieces: Vec::new(),
             watched_gauge,
             open_gauge,
-        }
+        })
     }
 
     /// Runs until `stop` is set, then emits what is held, waits a little for the last acks and
@@ -362,6 +380,9 @@ impl Tailer {
         }
         self.poll_acks(false);
         self.checkpoint();
+        // The last snapshot is on disk (or its write was tried once more) before the source
+        // reports it stopped.
+        self.checkpoints.close();
         if !self.pending.is_empty() {
             tracing::warn!(component = %self.id, batches = self.pending.len(), "Stopped before every tailed line was acknowledged; the next start reads the unacknowledged ones again.");
         }
@@ -1262,7 +1283,9 @@ impl Tailer {
     }
 
     fn forget(&mut self, id: FileId) {
-        self.files.remove(&id);
+        if let Some(file) = self.files.remove(&id).and_then(|w| w.file) {
+            self.closer.close(file);
+        }
         self.order.retain(|o| *o != id);
         self.dirty = true;
     }
@@ -1286,29 +1309,39 @@ impl Tailer {
         // Checkpoints of files not found again (unreadable for now) are kept.
         entries.extend(self.saved.values().cloned());
         entries.sort_by(|a, b| a.path.cmp(&b.path));
-        match self.store.save(&entries) {
-            Ok(()) => {
-                self.dirty = false;
-                if self.checkpoint_failing {
-                    self.checkpoint_failing = false;
-                    self.metrics.set_health(Health::Running, None);
-                    tracing::info!(component = %self.id, "Checkpoints are written again.");
-                }
+        self.checkpoints.submit(entries);
+        self.dirty = false;
+    }
+}
+
+/// What the checkpoint writer does with each save's result: a failure degrades the source's
+/// health and is counted and logged (rate-limited); the first success after it restores both.
+fn checkpoint_reporter(
+    id: Arc<str>,
+    metrics: Arc<ComponentMetrics>,
+) -> impl FnMut(&Store, io::Result<()>) + Send + 'static {
+    let mut failing = false;
+    move |store, result| match result {
+        Ok(()) => {
+            if failing {
+                failing = false;
+                metrics.set_health(Health::Running, None);
+                tracing::info!(component = %id, "Checkpoints are written again.");
             }
-            Err(e) => {
-                self.metrics.error(ErrorKind::Checkpoint, 1);
-                if !self.checkpoint_failing {
-                    self.checkpoint_failing = true;
-                    self.metrics.set_health(
-                        Health::Degraded,
-                        Some(format!(
-                            "cannot write checkpoints to {}: {e}",
-                            self.store.path().display()
-                        )),
-                    );
-                }
-                crate::warn_limited!(self.metrics, path = %self.store.path().display(), error = %e, "Failed to write checkpoints; tailing goes on and the write is retried (a restart now would read again what was read since the last checkpoint).");
+        }
+        Err(e) => {
+            metrics.error(ErrorKind::Checkpoint, 1);
+            if !failing {
+                failing = true;
+                metrics.set_health(
+                    Health::Degraded,
+                    Some(format!(
+                        "cannot write checkpoints to {}: {e}",
+                        store.path().display()
+                    )),
+                );
             }
+            crate::warn_limited!(metrics, path = %store.path().display(), error = %e, "Failed to write checkpoints; tailing goes on and the write is retried (a restart now would read again what was read since the last checkpoint).");
         }
     }
 }

@@ -6,10 +6,18 @@
 //!
 //! ```text
 //! request ─► /health? ─► echo mode? ─► auth ─► path ─► POST? ─► content type ─► encoding
-//!         ─► body (≤ max_body_size, within request_timeout) ─► inflate (≤ max_decompressed_size)
-//!         ─► decode whole (a bad line refuses the whole body) ─► fan-out ─► wait for the sinks'
-//!            commit (≤ ack_timeout) ─► 200 {"accepted": N} | 503 + Retry-After
+//!         ─► body (≤ max_body_size, within request_timeout; a chunked body's announced sizes
+//!            are watched) ─► inflate (≤ max_decompressed_size, one MiB at a time)
+//!         ─► decode (≤ max_events_per_request; a bad line refuses the whole body)
+//!         ─► fan-out ─► wait for the sinks' commit (≤ ack_timeout)
+//!         ─► 200 {"accepted": N} | 503 + Retry-After
 //! ```
+//!
+//! Memory: each stage is charged to the memory budget before it allocates: the body as it
+//! arrives (its `Content-Length` at once), the inflated bytes a MiB at a time, then the most
+//! that decoding can make of them ([`http_body::estimate`]), shrunk to what it made. A request
+//! that needs more than the whole budget is refused (413); one that waits past `ack_timeout`
+//! for the budget is answered 503 with `Retry-After`.
 //!
 //! Every refusal has a JSON body saying what was wrong, and is counted.
 
@@ -883,7 +891,7 @@ impl Refusal {
                     StatusCode::PAYLOAD_TOO_LARGE,
                     ErrorKind::MemoryLimit,
                     &format!(
-                        "decoding the body needs up to {needs} bytes of memory, more than limits.memory ({limit} bytes) holds; send smaller requests"
+                        "the request needs up to {needs} bytes of memory (its body, inflated, then decoded), more than limits.memory ({limit} bytes) holds; send smaller requests"
                     ),
                 )
             }
