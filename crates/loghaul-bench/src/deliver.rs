@@ -25,9 +25,10 @@
 //! its drain, so what a tier still owed at the end of the step is charged to it.
 //!
 //! The climb stops after the first step the tree did not sustain: lines lost, or still missing
-//! at the idle timeout, or a p99 delay of a second or more (the seed's "delay occurred": the tree
-//! fell behind and its backlog grew through the step). Higher steps would only pile up backlog
-//! (`--all-steps` climbs them anyway: the lab's test, which must not depend on speed, does).
+//! at the idle timeout, or a p99 delay of a second or more (the published peer-deliver run's
+//! "delay occurred": the tree fell behind and its backlog grew through the step). Higher steps
+//! would only pile up backlog (`--all-steps` climbs them anyway: the lab's test, which must not
+//! depend on speed, does).
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -47,9 +48,9 @@ use crate::subjects::{self, Companion, Peers, Scenario, SubjectKind, TreeLaunch,
 use crate::target::{TargetOptions, TargetUrl};
 use crate::watch::Watcher;
 
-/// Lines per second written to each agent's file, step by step: the seed's steps, then higher
-/// until the tree cannot keep up, in steps of 10% past 100,000 (where a two-core machine runs
-/// out) so the highest sustained rate is found within 10%.
+/// Lines per second written to each agent's file, step by step: the published peer-deliver
+/// run's steps, then higher until the tree cannot keep up, in steps of 10% past 100,000 (where a
+/// two-core machine runs out) so the highest sustained rate is found within 10%.
 pub const DEFAULT_RATES: &[u64] = &[
     10, 100, 1_000, 10_000, 20_000, 50_000, 60_000, 100_000, 110_000, 120_000, 130_000, 140_000,
     150_000, 200_000, 300_000, 400_000, 500_000,

@@ -1,7 +1,8 @@
-//! `http_client`: the seed's HTTP-client experiment. Every client moves the same bytes to and from
-//! the same local server (the lab's `bench httpd`, started once): a download of one file, and an
-//! upload of NDJSON events in batches (one POST per batch over one keep-alive connection). What
-//! counts is the client's own wall seconds, CPU seconds and CPU/wall, as in the seed's three charts.
+//! `http_client`: the published HTTP-client experiment. Every client moves the same bytes to and
+//! from the same local server (the lab's `bench httpd`, started once): a download of one file,
+//! and an upload of NDJSON events in batches (one POST per batch over one keep-alive
+//! connection). What counts is the client's own wall seconds, CPU seconds and CPU/wall, as in
+//! the published experiment's three charts.
 //!
 //! ```text
 //! events.ndjson (N events) ─► batch files (B events each) ─► list file
@@ -576,7 +577,7 @@ fn markdown(
     s
 }
 
-/// Three panels per part (wall, CPU, CPU/wall), as the seed's three charts.
+/// Three panels per part (wall, CPU, CPU/wall), as the published experiment's three charts.
 fn svg(transfers: &[Transfer], title: &str) -> String {
     let mut subjects: Vec<&str> = Vec::new();
     for t in transfers {

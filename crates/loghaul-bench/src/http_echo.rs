@@ -1,8 +1,8 @@
-//! `http_echo`: the seed's HTTP echo-server experiment. Each server answers every request with its
-//! path and the time; `ab -c 2000 -n 8000` (no keep-alive, as the seed ran it) hits it five times,
-//! then `wrk` (keep-alive, two threads) at 2,000 and 10,000 connections, because single-threaded
-//! `ab` saturates before a fast server does. The `ceiling` subject, the lab's own hand-written
-//! server, shows where that is in the same run.
+//! `http_echo`: the published HTTP echo-server experiment. Each server answers every request with
+//! its path and the time; `ab -c 2000 -n 8000` (no keep-alive, as the published experiment ran
+//! it) hits it five times, then `wrk` (keep-alive, two threads) at 2,000 and 10,000 connections,
+//! because single-threaded `ab` saturates before a fast server does. The `ceiling` subject, the
+//! lab's own hand-written server, shows where that is in the same run.
 //!
 //! ```text
 //! for each subject:  start ─► check the echo ─► warm-up ab run(s) ─► ab × runs ─► wrk × each -c ─► stop
@@ -396,7 +396,7 @@ fn ms(v: Option<f64>) -> String {
     })
 }
 
-/// The report: ab in the seed's table shape, then wrk.
+/// The report: ab in the published experiment's table shape, then wrk.
 pub fn markdown(plan: &Plan, o: &HttpOptions, records: &[EchoRecord], machine: &str) -> String {
     let mut s = String::new();
     let _ = writeln!(

@@ -8,7 +8,7 @@
 //! GET  /empty      -> an empty body (a client's start-up and one request, nothing moved)
 //! GET  /stats      -> {"requests": N, "bytes": N}: POSTs and body bytes received so far
 //! POST any path    -> body read and discarded (Content-Length only), then the echo answer
-//! any other GET    -> "<path> <time>\n", the echo answer the seed's servers gave
+//! any other GET    -> "<path> <time>\n", the echo answer the published experiment's servers gave
 //! ```
 //!
 //! Hand-written on purpose: a request head is found with one `memmem`, and nothing is parsed that

@@ -1,4 +1,5 @@
-//! Pre-generated payload blocks: the generator's messages, built from the seed before the clock starts.
+//! Pre-generated payload blocks: the generator's messages, built from the payload seed
+//! (`--seed`) before the clock starts.
 //!
 //! Every message carries a marker that any server passes through untouched, because it sits in the
 //! message text:

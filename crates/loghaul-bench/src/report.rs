@@ -1,13 +1,14 @@
 //! Results of `bench run`: raw runs (JSON, CSV), a Markdown table of medians with min–max, and an SVG
 //! bar chart.
 //!
-//! The table keeps the seeds' shape, `implementation | platform | duration | rate`, and adds what a
-//! comparison needs: CPU-seconds per million events, CPU/wall, peak RSS, loss, duplicates and
-//! latency. A subject that cannot run a scenario, or failed, still gets its row, saying so.
+//! The table keeps the published experiments' shape, `implementation | platform | duration |
+//! rate`, and adds what a comparison needs: CPU-seconds per million events, CPU/wall, peak RSS,
+//! loss, duplicates and latency. A subject that cannot run a scenario, or failed, still gets its
+//! row, saying so.
 //!
-//! `forward_deliver` climbs rate steps instead of repeating runs, so its table is the seed's
-//! (`rate of writing | receiving per process | remarks`) with a row per step ([`StepRecord`],
-//! [`write_tree`]).
+//! `forward_deliver` climbs rate steps instead of repeating runs, so its table is the published
+//! peer-deliver run's (`rate of writing | receiving per process | remarks`) with a row per step
+//! ([`StepRecord`], [`write_tree`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -757,7 +758,8 @@ pub fn tls_notes(
     s
 }
 
-/// A count as the seed's tables print it: whole, with thousands separators (`269,636`).
+/// A count as the published experiments' tables print it: whole, with thousands separators
+/// (`269,636`).
 pub fn count(v: f64) -> String {
     let digits = format!("{:.0}", v.max(0.0));
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
@@ -795,7 +797,8 @@ pub struct StepRecord {
     pub written_per_sec: f64,
     /// Lines of the step each receiver wrote (duplicates included), by receiver.
     pub received_per_receiver: Vec<u64>,
-    /// Each receiver's lines ÷ the span, by receiver: the seed's "receiving (lines/sec/process)".
+    /// Each receiver's lines ÷ the span, by receiver: the published run's "receiving
+    /// (lines/sec/process)".
     pub receiving_per_sec: Vec<f64>,
     /// Seconds from the generators' start to the step's last arrival.
     pub span_secs: f64,
@@ -854,7 +857,7 @@ impl StepRecord {
         self.receiving_per_sec.iter().sum::<f64>() / self.receiving_per_sec.len() as f64
     }
 
-    /// What went wrong in the step, if anything: the seed's "Remarks".
+    /// What went wrong in the step, if anything: the published run's "Remarks".
     pub fn remarks(&self) -> String {
         let mut r = Vec::new();
         if self.status == Status::Timeout {
@@ -903,7 +906,7 @@ pub struct TreeContext<'a> {
     pub command: &'a str,
 }
 
-/// The seed's figures: Fluentd's peer-deliver benchmark (fluent/fluentd-benchmark,
+/// The published experiment's figures: Fluentd's peer-deliver benchmark (fluent/fluentd-benchmark,
 /// `peer_deliver/README.md`; 2014, 2 × Xeon E5-2670, 32 cores, 10 agents → 2 delivers → 2
 /// receivers), rate of writing per agent and lines per second per receiver process.
 pub const SEED_DELIVER: &[(u64, u64, &str)] = &[
@@ -930,7 +933,7 @@ pub fn best_sustained(steps: &[&StepRecord]) -> Option<(u64, f64)> {
 }
 
 /// The Markdown of `forward_deliver`: per subject, a row per step, its headline and notes; then
-/// the seed's figures.
+/// the published experiment's figures.
 pub fn tree_markdown(cx: &TreeContext<'_>, records: &[StepRecord], notes: &[TreeNote]) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -1511,7 +1514,7 @@ mod tests {
             .lines()
             .filter(|l| l.starts_with("| ") && !l.starts_with("| rate"))
             .collect();
-        // Three steps, then the seed's seven.
+        // Three steps, then the published experiment's seven.
         assert_eq!(rows.len(), 3 + SEED_DELIVER.len(), "{md}");
         assert!(
             rows[1].starts_with(

@@ -144,7 +144,8 @@ pub fn default_message_size(scenario: Scenario) -> usize {
         Scenario::Rfc5424 => 256,
         // The message text of a forward record, a tailed line: a typical application log line.
         Scenario::Forward | Scenario::ForwardRelay | Scenario::Tail => 100,
-        // About the seed's dummer lines (LTSV: id, time, level, method, uri, status, ...).
+        // About the published peer-deliver run's dummer lines (LTSV: id, time, level, method,
+        // uri, status, ...).
         Scenario::ForwardDeliver => 128,
         _ => 128,
     }

@@ -1484,8 +1484,9 @@ pub fn deliver_config(d: usize, port: u16, api: u16, receivers: &[u16]) -> Strin
     )
 }
 
-/// out_forward to `ports` with acks, buffered as the seed's agents and delivers were
-/// (`flush_interval 0`, 1MB chunks, 64 queued, 32 flush threads), blocking when full.
+/// out_forward to `ports` with acks, buffered as the published peer-deliver run's agents and
+/// delivers were (`flush_interval 0`, 1MB chunks, 64 queued, 32 flush threads), blocking when
+/// full.
 fn fluentd_forward_out(ports: &[u16]) -> String {
     let servers: String = ports
         .iter()
@@ -1507,7 +1508,8 @@ fn fluentd_forward_out(ports: &[u16]) -> String {
 }
 
 /// Fluentd agent `i` of `forward_deliver`: in_tail (`format none`: the line as `message`, as in
-/// the seed) → out_forward to every deliver; a monitor_agent on `monitor` tells it is up.
+/// the published peer-deliver run) → out_forward to every deliver; a monitor_agent on `monitor`
+/// tells it is up.
 /// Fluentd follows a file renamed away by itself, so the path names the live file only.
 pub fn fluentd_agent_config(
     i: usize,

@@ -869,7 +869,7 @@ fn scenario_forward_deliver_small() {
                 .lines()
                 .filter(|l| l.starts_with(&format!("| {rate} | ")))
                 .count(),
-            // Ours, and the seed's row of the same rate below it.
+            // Ours, and the published experiment's row of the same rate below it.
             2,
             "{rate}: {table}"
         );
@@ -952,7 +952,7 @@ fn forward_deliver_ignores_runs_warmup_and_events_saying_so() {
         "{md}"
     );
     assert!(md.contains("rsyslog: n/a: "), "{md}");
-    // The seed's table is there whatever ran.
+    // The published experiment's table is there whatever ran.
     assert!(md.contains("| 60,000 | 269,636 | Delay occured |"), "{md}");
 }
 
