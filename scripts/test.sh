@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step says how long the run has taken so far (docs/testing.md reads the breakdown off it).
+step() { printf '\n==> [%dm%02ds] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
 
 step "toolchain and build dependencies"
 ./scripts/install.sh
@@ -44,4 +45,4 @@ step "fuzz targets: build, then 30 s each from the committed corpus (which the r
 ./scripts/fuzz.sh run 30
 
 echo
-echo "test.sh: all checks passed"
+echo "test.sh: all checks passed in $((SECONDS / 60))m$((SECONDS % 60))s"

@@ -1,24 +1,13 @@
-//! The `loghaul` binary: parses the command line, then runs the pipeline or a tool.
+//! The `loghaul` binary: parses the command line and calls the library ([`loghaul::server`],
+//! the buffer and bench crates); the allocator and its options are chosen here.
 
-mod api;
 mod cli;
-mod config;
-mod metrics;
-mod net;
-mod pipeline;
-mod sinks;
-mod sources;
-mod topology;
-mod transforms;
 
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context as _;
 use clap::Parser as _;
-use config::Config;
-use tokio::signal::unix::{SignalKind, signal};
+use loghaul::{config, server};
 
 use cli::{BufferCommand, Cli, Command, ConfigCommand, DlqCommand};
 
@@ -55,15 +44,20 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let result = match cli.command {
-        Command::Run { config } => run(config),
-        Command::Validate { config } => return validate(&config),
+        Command::Run { config } => server::run(config),
+        Command::Validate { config } => return server::validate(&config),
         Command::Config {
             command: ConfigCommand::Default,
         } => {
             print!("{}", config::DEFAULT_YAML);
             Ok(())
         }
-        Command::Dlq { command } => dlq(command),
+        Command::Dlq {
+            command: DlqCommand::Stats { config },
+        } => server::dlq_stats(config.as_deref()),
+        Command::Dlq {
+            command: DlqCommand::Replay { sink, config },
+        } => server::dlq_replay(&sink, config.as_deref()),
         Command::Buffer {
             command: BufferCommand::Inspect { path },
         } => loghaul_buffer::inspect(&loghaul_buffer::RealFs, &path)
@@ -94,155 +88,4 @@ fn init_logging(verbose: u8) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
-}
-
-/// The configuration at `path`, or the embedded default.
-fn load_config(path: Option<&std::path::Path>) -> anyhow::Result<Config> {
-    match path {
-        Some(p) => Config::load(p).map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}")),
-        None => config::default_config()
-            .map_err(|e| anyhow::anyhow!("the embedded default configuration is invalid:\n{e}")),
-    }
-}
-
-fn dlq(command: DlqCommand) -> anyhow::Result<()> {
-    match command {
-        DlqCommand::Stats { config } => {
-            let config = load_config(config.as_deref())?;
-            let dir = sinks::dlq::dir(&config.data_dir);
-            let stats = sinks::dlq::stats(&dir)
-                .with_context(|| format!("cannot read {}", dir.display()))?;
-            print!("{stats}");
-            Ok(())
-        }
-        DlqCommand::Replay { sink, config } => {
-            let config = load_config(config.as_deref())?;
-            println!("{}", sinks::dlq::replay_command(&config, &sink)?);
-            Ok(())
-        }
-    }
-}
-
-fn validate(path: &std::path::Path) -> ExitCode {
-    match Config::load(path) {
-        Ok(config) => {
-            for warning in config.warnings() {
-                eprintln!("{warning}");
-            }
-            println!("{}: ok", path.display());
-            ExitCode::SUCCESS
-        }
-        Err(errors) => {
-            eprintln!("{errors}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// Keeps glibc malloc from handing freed batch memory back to the kernel.
-///
-/// Batches allocate 100-300 KiB buffers on the worker threads and free them on the sink threads,
-/// thousands of times a second. With the default settings glibc trims a worker arena's heap as
-/// soon as those frees leave its top free (`madvise(MADV_DONTNEED)` from the sink thread), so the
-/// next batch takes page faults and zeroes fresh pages: about 9% of the `basic` benchmark's CPU.
-/// Peak RSS is set by the memory in flight (bounded queues), so keeping freed memory costs none.
-#[allow(unsafe_code)]
-fn tune_malloc() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallopt only changes allocator parameters; it is called once, before the runtime
-        // starts any thread, and the values are in the ranges glibc documents.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 4 * 1024 * 1024);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, 64 * 1024 * 1024);
-        }
-    }
-}
-
-fn run(path: Option<std::path::PathBuf>) -> anyhow::Result<()> {
-    let config = load_config(path.as_deref())?;
-    for warning in config.warnings() {
-        tracing::warn!("{warning}");
-    }
-    raise_fd_limit();
-    tune_malloc();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("loghaul-worker")
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(serve(config, path))
-}
-
-async fn serve(config: Config, path: Option<std::path::PathBuf>) -> anyhow::Result<()> {
-    let registry = Arc::new(metrics::Registry::default());
-    let reopen = Arc::new(AtomicU64::new(0));
-    let mut sigterm = signal(SignalKind::terminate()).context("cannot install SIGTERM handler")?;
-    let mut sigint = signal(SignalKind::interrupt()).context("cannot install SIGINT handler")?;
-    let mut sighup = signal(SignalKind::hangup()).context("cannot install SIGHUP handler")?;
-
-    let api_listener = match &config.api {
-        Some(api) => Some(
-            api::bind(api.address)
-                .await
-                .with_context(|| format!("api: cannot listen on {}", api.address))?,
-        ),
-        None => None,
-    };
-    let topology = topology::start(&config, &registry, reopen.clone()).await?;
-    if let (Some(listener), Some(api)) = (api_listener, &config.api) {
-        tokio::spawn(
-            api::serve(
-                listener,
-                registry.clone(),
-                api::Access::of(api),
-                topology.shutdown_signal(),
-            )
-            .context("api")?,
-        );
-    }
-    tracing::info!(
-        config = %path.as_ref().map_or("<embedded default>".to_string(), |p| p.display().to_string()),
-        sources = config.sources.len(),
-        transforms = config.transforms.len(),
-        sinks = config.sinks.len(),
-        api = ?config.api.as_ref().map(|a| a.address),
-        "loghaul started."
-    );
-    loop {
-        tokio::select! {
-            _ = sigterm.recv() => break,
-            _ = sigint.recv() => break,
-            _ = sighup.recv() => {
-                tracing::info!("SIGHUP: reopening output files.");
-                reopen.fetch_add(1, Ordering::AcqRel);
-            }
-        }
-    }
-    tracing::info!(timeout = ?config.shutdown_timeout, "Shutting down: draining connections and flushing sinks.");
-    // A second SIGINT/SIGTERM while draining means "now": exit without waiting (as Vector and
-    // most daemons do), saying what that may cost.
-    let stopped = tokio::select! {
-        clean = topology.stop(config.shutdown_timeout) => clean,
-        _ = sigterm.recv() => false,
-        _ = sigint.recv() => false,
-    };
-    if stopped {
-        tracing::info!("loghaul stopped.");
-        Ok(())
-    } else {
-        anyhow::bail!(
-            "stopped before every sink flushed or saved its buffer to disk (shutdown_timeout {:?} passed, a buffer could not be written, or a second signal asked to stop now); some events may not have been written",
-            config.shutdown_timeout
-        )
-    }
-}
-
-/// Thousands of clients need thousands of descriptors: lift the soft limit to the hard one,
-/// as rsyslog and nginx do. Failure is harmless (we run with what we have).
-fn raise_fd_limit() {
-    match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(n) => tracing::debug!(limit = n, "Raised the open-files limit."),
-        Err(error) => tracing::warn!(%error, "Could not raise the open-files limit."),
-    }
 }

@@ -3,7 +3,6 @@
 //! share ([`http`]); how Kafka clients report their errors ([`kafka`]).
 
 pub mod http;
-pub mod kafka;
 pub mod listener;
 pub mod tls;
 pub mod udp;

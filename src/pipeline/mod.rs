@@ -11,6 +11,7 @@
 //! ```
 
 pub mod disk;
+pub mod dlq;
 pub mod fanout;
 pub mod queue;
 pub mod shutdown;

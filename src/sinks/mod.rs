@@ -10,7 +10,6 @@
 
 pub mod blackhole;
 pub mod console;
-pub mod dlq;
 pub mod encoder;
 pub mod file;
 pub mod fluent;
@@ -130,7 +129,7 @@ pub trait BuildSink: Send + Sync {
     fn replay(
         &self,
         cx: SinkContext,
-        letters: Vec<dlq::DeadLetter>,
+        letters: Vec<crate::pipeline::dlq::DeadLetter>,
     ) -> Option<BoxFuture<'static, Replayed>> {
         let _ = (cx, letters);
         None
@@ -143,5 +142,5 @@ pub struct Replayed {
     /// Events the destination accepted this time.
     pub delivered: usize,
     /// Dead letters that failed again, with the new reason.
-    pub failed: Vec<(dlq::DeadLetter, String)>,
+    pub failed: Vec<(crate::pipeline::dlq::DeadLetter, String)>,
 }

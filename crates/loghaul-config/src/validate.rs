@@ -388,6 +388,20 @@ impl<'v> Validator<'v, '_> {
         self.cx.positive(value, &path, default)
     }
 
+    /// An optional count that must be positive when given (`max_connections_per_client`).
+    /// `None` when it was given and is invalid (the error is recorded); `Some(None)` when not
+    /// given.
+    pub fn optional_positive(
+        &mut self,
+        value: Option<usize>,
+        key: &'static str,
+    ) -> Option<Option<usize>> {
+        match value {
+            None => Some(None),
+            Some(n) => self.positive(Some(n), key, n).map(Some),
+        }
+    }
+
     /// A listening address `HOST:PORT` at `key` (a path of keys for nested values).
     pub fn address(&mut self, text: &str, key: &[&str]) -> Option<SocketAddr> {
         let path = self.path(key);

@@ -49,11 +49,11 @@ mod torn;
 
 pub use config::FileSinkConfig;
 
-use super::dlq::DeadLetters;
 use super::encoder::{BufferPool, LineEncoder};
 use super::template::push_field;
 use super::{BuildSink, BuiltSink, ReopenGeneration, SinkContext};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
+use crate::pipeline::dlq::DeadLetters;
 use crate::pipeline::{Delivery, Input, Prepare, Prepared};
 
 impl BuildSink for FileSinkConfig {
@@ -73,7 +73,7 @@ impl BuildSink for FileSinkConfig {
     fn replay(
         &self,
         cx: SinkContext,
-        letters: Vec<super::dlq::DeadLetter>,
+        letters: Vec<crate::pipeline::dlq::DeadLetter>,
     ) -> Option<crate::pipeline::BoxFuture<'static, super::Replayed>> {
         if self.path.has_time || self.path.has_fields {
             return None;
@@ -1083,7 +1083,7 @@ mod tests {
             data_dir: dir.path().join("data"),
             tls: None,
         };
-        let letter = super::super::dlq::DeadLetter {
+        let letter = crate::pipeline::dlq::DeadLetter {
             reason: "cannot write".into(),
             attempts: 1,
             target: None,

@@ -44,10 +44,10 @@ pub use config::HttpSinkConfig;
 use partition::{Batcher, Ready};
 use target::Target;
 
-use super::dlq::DeadLetters;
 use super::{BuildSink, BuiltSink, SinkContext, SinkThread};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::net::tls::{MaybeTls, TlsClient};
+use crate::pipeline::dlq::DeadLetters;
 use crate::pipeline::{Input, QUEUE_BATCHES};
 
 /// Requests filled and waiting for a worker. Small: the workers hold the ones being sent, and
@@ -81,7 +81,7 @@ impl BuildSink for HttpSinkConfig {
     fn replay(
         &self,
         cx: SinkContext,
-        letters: Vec<crate::sinks::dlq::DeadLetter>,
+        letters: Vec<crate::pipeline::dlq::DeadLetter>,
     ) -> Option<crate::pipeline::BoxFuture<'static, crate::sinks::Replayed>> {
         let mut config = self.clone();
         config.retry = cx.retry.unwrap_or_default();

@@ -11,8 +11,8 @@ use super::config::{Encoding, HttpSinkConfig};
 use super::target::Target;
 use super::{Outcome, Pool, Request, attempt, compress, jitter};
 use crate::net::tls::TlsClient;
+use crate::pipeline::dlq::DeadLetter;
 use crate::sinks::Replayed;
-use crate::sinks::dlq::DeadLetter;
 
 /// Attempts per request when the sink's policy says `forever`.
 const REPLAY_ATTEMPTS: u32 = 5;

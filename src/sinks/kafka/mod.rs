@@ -31,10 +31,10 @@ use rdkafka::{ClientContext, config::RDKafkaLogLevel};
 
 pub use config::KafkaSinkConfig;
 
-use super::dlq::DeadLetters;
 use super::encoder::LineEncoder;
 use super::{BuildSink, BuiltSink, SinkContext, SinkThread};
 use crate::metrics::{ComponentMetrics, ErrorKind, Health};
+use crate::pipeline::dlq::DeadLetters;
 use crate::pipeline::{Input, Prepare, QUEUE_BATCHES};
 
 /// How long `send` waits before trying again when librdkafka's queue is full.
@@ -80,7 +80,7 @@ struct Context {
     dead: Arc<DeadLetters>,
     /// The sink is degraded by a broker error; the next delivery clears it.
     degraded: AtomicBool,
-    reasons: crate::net::kafka::Reasons,
+    reasons: crate::kafka::Reasons,
 }
 
 impl ClientContext for Context {

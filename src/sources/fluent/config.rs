@@ -148,7 +148,7 @@ impl ComponentConfig for FluentSourceConfig {
                 .map(Some),
         };
         let per_client =
-            crate::sources::syslog::config::per_client_limit(s.max_connections_per_client, cx);
+            cx.optional_positive(s.max_connections_per_client, "max_connections_per_client");
         let max_request_size = cx.size(
             s.max_request_size.as_ref(),
             "max_request_size",

@@ -176,7 +176,7 @@ impl ComponentConfig for HttpServerConfig {
             DEFAULT_MAX_CONNECTIONS,
         );
         let per_client =
-            crate::sources::syslog::config::per_client_limit(s.max_connections_per_client, cx);
+            cx.optional_positive(s.max_connections_per_client, "max_connections_per_client");
         let request_timeout = cx.duration(
             s.request_timeout.as_ref(),
             "request_timeout",

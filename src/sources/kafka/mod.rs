@@ -72,7 +72,7 @@ struct Context {
     metrics: Arc<ComponentMetrics>,
     state: Arc<Mutex<State>>,
     lag: Arc<AtomicI64>,
-    reasons: crate::net::kafka::Reasons,
+    reasons: crate::kafka::Reasons,
 }
 
 impl ClientContext for Context {

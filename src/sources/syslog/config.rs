@@ -162,7 +162,8 @@ impl ComponentConfig for SyslogSourceConfig {
                 .duration(Some(raw), "idle_timeout", std::time::Duration::ZERO, true)
                 .map(Some),
         };
-        let per_client = per_client_limit(s.max_connections_per_client, cx);
+        let per_client =
+            cx.optional_positive(s.max_connections_per_client, "max_connections_per_client");
         let timezone = match &s.timezone {
             None => Some(TimeZoneSetting::Utc),
             Some(t) => match parse_timezone(t) {
@@ -213,18 +214,5 @@ impl SyslogSourceConfig {
             max_per_client: self.max_connections_per_client,
             idle_timeout: self.idle_timeout,
         }
-    }
-}
-
-/// `max_connections_per_client`: positive when given.
-pub(crate) fn per_client_limit(
-    value: Option<usize>,
-    cx: &mut Validator<'_, '_>,
-) -> Option<Option<usize>> {
-    match value {
-        None => Some(None),
-        Some(n) => cx
-            .positive(Some(n), "max_connections_per_client", n)
-            .map(Some),
     }
 }

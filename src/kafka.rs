@@ -1,4 +1,5 @@
-//! What the kafka sink and source share about their client's errors: the reason `/health` shows.
+//! What the `kafka` sink and source share (their librdkafka client's errors: the reason
+//! `/health` shows).
 
 use std::sync::Mutex;
 

@@ -1,0 +1,17 @@
+//! loghaul as a library: the configuration and its component registry ([`config`]), the
+//! components ([`sources`], [`transforms`], [`sinks`]), the pipeline they are joined by
+//! ([`pipeline`], [`topology`]), the network layer ([`net`]), metrics and the HTTP API, and
+//! [`server`], which runs it all. The `loghaul` binary parses the command line and calls
+//! [`server`]; tests and fuzz targets use the same parts in-process.
+
+pub mod api;
+pub mod config;
+pub mod kafka;
+pub mod metrics;
+pub mod net;
+pub mod pipeline;
+pub mod server;
+pub mod sinks;
+pub mod sources;
+pub mod topology;
+pub mod transforms;
