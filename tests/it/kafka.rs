@@ -54,9 +54,10 @@ sinks:
 fn consumed(servers: &[&Server]) -> Vec<u64> {
     let mut all = Vec::new();
     for s in servers {
-        // A consumer that has read nothing yet has no file yet.
+        // A consumer that has read nothing yet has no file yet; one that is reading may be in
+        // the middle of a line.
         if s.out().exists() {
-            for_each_line(&s.out(), |v: Value| all.push(trailing_number(message(&v))));
+            for_each_written_line(&s.out(), |v: Value| all.push(trailing_number(message(&v))));
         }
     }
     all
