@@ -43,17 +43,36 @@ it_modules_for() {
     esac
 }
 
+if ! $quick; then
+    step "toolchain and build dependencies"
+    ./scripts/install.sh
+
+    step "peers and clients for the tests (rsyslog, logger, syslog-ng, ruby-eventmachine)"
+    ./scripts/install-peers.sh
+
+    step "forward-protocol clients for the tests (PyPI fluent-logger, npm @fluent-org/logger, fluent-logger-golang)"
+    ./scripts/install-clients.sh
+fi
+export PATH="$HOME/.cargo/bin:$PATH"
+
+# The lab's peers (install-peers.sh writes where it put them).
+if [ -f "${LOGHAUL_PEERS_DIR:-/opt/loghaul-peers}/env.sh" ]; then
+    # shellcheck disable=SC1091
+    . "${LOGHAUL_PEERS_DIR:-/opt/loghaul-peers}/env.sh"
+fi
+
+# 2,000-connection tests need more descriptors than the usual 1024 soft limit.
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+# In the release profile: the C libraries that build scripts compile (librdkafka, jemalloc, zstd)
+# are then built once for clippy and the tests, not a second time for the dev profile.
+cargo clippy --release --workspace --all-targets --locked -- -D warnings
+
 if $quick; then
-    export PATH="$HOME/.cargo/bin:$PATH"
-    if [ -f "${LOGHAUL_PEERS_DIR:-/opt/loghaul-peers}/env.sh" ]; then
-        # shellcheck disable=SC1091
-        . "${LOGHAUL_PEERS_DIR:-/opt/loghaul-peers}/env.sh"
-    fi
-    ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-    step "cargo fmt --check"
-    cargo fmt --all -- --check
-    step "cargo clippy -D warnings"
-    cargo clippy --release --workspace --all-targets --locked -- -D warnings
     step "unit tests"
     cargo test --workspace --release --locked --lib --bins
     base="${QUICK_BASE:-$(git merge-base HEAD main 2>/dev/null || echo HEAD)}"
@@ -74,33 +93,6 @@ if $quick; then
     echo "test.sh --quick: passed in $((SECONDS / 60))m$((SECONDS % 60))s"
     exit 0
 fi
-
-step "toolchain and build dependencies"
-./scripts/install.sh
-export PATH="$HOME/.cargo/bin:$PATH"
-
-step "peers and clients for the tests (rsyslog, logger, syslog-ng, ruby-eventmachine)"
-./scripts/install-peers.sh
-
-step "forward-protocol clients for the tests (PyPI fluent-logger, npm @fluent-org/logger, fluent-logger-golang)"
-./scripts/install-clients.sh
-
-# The lab's peers (install-peers.sh writes where it put them).
-if [ -f "${LOGHAUL_PEERS_DIR:-/opt/loghaul-peers}/env.sh" ]; then
-    # shellcheck disable=SC1091
-    . "${LOGHAUL_PEERS_DIR:-/opt/loghaul-peers}/env.sh"
-fi
-
-# 2,000-connection tests need more descriptors than the usual 1024 soft limit.
-ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
-
-step "cargo fmt --check"
-cargo fmt --all -- --check
-
-step "cargo clippy -D warnings"
-# In the release profile: the C libraries that build scripts compile (librdkafka, jemalloc, zstd)
-# are then built once for clippy and the tests, not a second time for the dev profile.
-cargo clippy --release --workspace --all-targets --locked -- -D warnings
 
 step "cargo test (release: the integration and bench tests drive the real binary under load)"
 export LOGHAUL_BIN="$PWD/target/release/loghaul"

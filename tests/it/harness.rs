@@ -876,27 +876,24 @@ pub fn read_lines(path: &Path) -> Vec<Value> {
 
 /// [`for_each_line`] for a file a running server is writing: a last line without its newline
 /// yet is being written, and is left for the next read.
-pub fn for_each_written_line(path: &Path, mut f: impl FnMut(Value)) -> usize {
+pub fn for_each_written_line(path: &Path, f: impl FnMut(Value)) -> usize {
     let bytes = fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     let written = bytes
         .iter()
         .rposition(|&b| b == b'\n')
         .map_or(&bytes[..0], |end| &bytes[..=end]);
-    let mut n = 0;
-    for line in written.split(|&b| b == b'\n') {
-        if line.is_empty() {
-            continue;
-        }
-        f(parse_line(line));
-        n += 1;
-    }
-    n
+    for_each_json_line(written, f)
 }
 
 /// Calls `f` with every line's JSON, one at a time (for files too large to hold parsed). A
 /// file still being written may end in part of a line: see [`for_each_written_line`].
-pub fn for_each_line(path: &Path, mut f: impl FnMut(Value)) -> usize {
+pub fn for_each_line(path: &Path, f: impl FnMut(Value)) -> usize {
     let bytes = fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    for_each_json_line(&bytes, f)
+}
+
+/// Calls `f` with the JSON of every non-empty line of `bytes`; returns how many.
+fn for_each_json_line(bytes: &[u8], mut f: impl FnMut(Value)) -> usize {
     let mut n = 0;
     for line in bytes.split(|&b| b == b'\n') {
         if line.is_empty() {
