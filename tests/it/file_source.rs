@@ -629,7 +629,8 @@ sinks:
 
     let total = 2 * JAVA_EVENTS + PYTHON_EVENTS + cont_groups.len();
     wait_lines(&work.out(), total, WAIT);
-    // Two multiline timeouts more, for a group wrongly split in two.
+    // A group wrongly split in two shows its second part when the multiline timer fires: a
+    // fixed wait of two of its timeouts is the test, as only time makes it fire.
     std::thread::sleep(Duration::from_millis(1000));
     let events = read_lines(&work.out());
     assert_eq!(
@@ -671,7 +672,8 @@ fn file_source_partial_last_line_is_emitted_once_and_crlf_loses_its_cr() {
     let events = work.wait_count(3);
     let messages: Vec<&str> = events.iter().map(message).collect();
     assert_eq!(messages, ["crlf 000000", "lf 000001", "partial 000002"]);
-    // Three timeouts with nothing appended: still one event for it.
+    // Three timeouts with nothing appended: still one event for it. A fixed wait is the test:
+    // what must not happen is the partial-line timer firing again, and only time makes it fire.
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(read_lines(&work.out()).len(), 3, "the partial line again");
     append_bytes(&plain, b"appended 000003\n");
@@ -815,8 +817,15 @@ fn file_source_binary_file_and_directory_in_the_glob() {
     wait_for_line(&work.out(), "line 99 of blob.log", |e| {
         e.get("message").and_then(Value::as_str) == Some("blob event seq 000099")
     });
-    // A few glob rounds, for anything read from the directory.
-    std::thread::sleep(Duration::from_millis(500));
+    wait_for_line(&work.out(), "line 49 of a.log", |e| {
+        e.get("message").and_then(Value::as_str) == Some("a event seq 000049")
+    });
+    // A file created now is found by a later scan, one that would also have entered the
+    // directory: once its line is in, so is anything read from there.
+    append_bytes(&work.log("zz.log"), b"scanned again\n");
+    wait_for_line(&work.out(), "the line of zz.log", |e| {
+        e.get("message").and_then(Value::as_str) == Some("scanned again")
+    });
     let events = read_lines(&work.out());
     let is_numbered = |m: &str| {
         (m.starts_with("a event seq ") || m.starts_with("blob event seq ")) && m.len() <= 22
@@ -922,8 +931,15 @@ fn file_source_unreadable_file_is_counted_logged_once_and_read_when_fixed() {
     let server = work.start_as_nobody(&cfg);
     work.wait_count(50);
     let unreadable = wait_file_metric(&server, "loghaul_file_unreadable_total", "logs", None, 1);
-    // Many glob rounds (100ms each) with the file still unreadable.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Ten more scans that found the file still unreadable (each one counts it): ten chances to
+    // log it again.
+    wait_file_metric(
+        &server,
+        "loghaul_file_unreadable_total",
+        "logs",
+        None,
+        unreadable + 10,
+    );
     let b_name = b.display().to_string();
     let mentions = server
         .stderr()
@@ -1158,7 +1174,8 @@ fn file_source_acknowledgements_hold_the_checkpoint_until_delivery() {
     append(&a, "a", 0..200);
     let size = fs::metadata(&a).expect("stat").len();
     wait_file_metric(&sender, "loghaul_file_read_bytes_total", "logs", None, size);
-    // Several checkpoint intervals.
+    // A fixed wait is the test here: what must not happen is the checkpoint timer's write, and
+    // only time makes it fire (six of its 100ms intervals).
     std::thread::sleep(Duration::from_millis(600));
     assert_eq!(
         checkpoint_offset(&checkpoints, &a),

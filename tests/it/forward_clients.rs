@@ -426,7 +426,13 @@ fn unwritable_file_sink_withholds_acks_until_it_recovers() {
         Some("kind=\"ack\""),
         6,
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // Three more refusals: the client kept trying through them.
+    server.wait_metric(
+        "loghaul_component_errors_total",
+        "fin",
+        Some("kind=\"ack\""),
+        withheld + 3,
+    );
     assert_eq!(
         client.poll(),
         None,
@@ -610,13 +616,20 @@ sinks:
     }
     send_tcp(server.ports.tcp, wire.as_bytes());
 
-    let count = wait_line_count(&recv_out, COUNT as usize, Duration::from_secs(90), || {
-        format!(
-            "loghaul's sink sent {} events; receive.mjs stderr:\n{}",
-            server.metric("loghaul_component_sent_events_total", "fwd", None),
-            tail(&receiver.stderr(), 2000)
-        )
-    });
+    let acked = || server.metric("loghaul_component_sent_events_total", "fwd", None) >= COUNT;
+    let count = wait_line_count(
+        &recv_out,
+        COUNT as usize,
+        Duration::from_secs(90),
+        acked,
+        || {
+            format!(
+                "loghaul's sink sent {} events; receive.mjs stderr:\n{}",
+                server.metric("loghaul_component_sent_events_total", "fwd", None),
+                tail(&receiver.stderr(), 2000)
+            )
+        },
+    );
     let mut numbers = Vec::with_capacity(count);
     let mut bad = Vec::new();
     let (base, _) = parse_rfc3339_utc("2026-01-02T03:04:05Z");
@@ -719,18 +732,31 @@ sinks:
         })
     };
 
-    std::thread::sleep(Duration::from_millis(1500));
+    // The phases are counted in events the generator has sent, not in time, so a slow machine
+    // stretches them instead of emptying them.
+    let sent_at_least = |n: u64| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while next.load(Ordering::SeqCst) < n {
+            assert!(
+                Instant::now() < deadline,
+                "the generator sent {} of {n} events in 60s",
+                next.load(Ordering::SeqCst)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    };
+    sent_at_least(3_000);
     let killed_at = next.load(Ordering::SeqCst);
     c1.signal("KILL");
     assert!(
         c1.wait_exit(Duration::from_secs(10)).is_some(),
         "C did not die of SIGKILL"
     );
-    std::thread::sleep(Duration::from_millis(2000));
+    sent_at_least(killed_at + 4_000);
     let restart_at = next.load(Ordering::SeqCst);
     let c2 = Server::start(&c_template);
     let restarted_at = next.load(Ordering::SeqCst);
-    std::thread::sleep(Duration::from_millis(2000));
+    sent_at_least(restarted_at + 4_000);
     stop.store(true, Ordering::SeqCst);
     generator.join().expect("generator thread");
     let total = next.load(Ordering::SeqCst);
@@ -843,7 +869,8 @@ sinks:
     }
     send_tcp(a.ports.tcp, wire.as_bytes());
     let out = b.path("out.jsonl");
-    let count = wait_line_count(&out, COUNT as usize, Duration::from_secs(60), || {
+    let acked = || a.metric("loghaul_component_sent_events_total", "fwd", None) >= COUNT;
+    let count = wait_line_count(&out, COUNT as usize, Duration::from_secs(60), acked, || {
         format!(
             "A sent {} events; A's stderr:\n{}",
             a.metric("loghaul_component_sent_events_total", "fwd", None),
@@ -1015,12 +1042,14 @@ fn run_id(what: &str) -> String {
     )
 }
 
-/// Waits until `path` holds at least `n` lines (counting newlines only); returns the count.
-/// `context` says what to print beside a timeout.
+/// Waits until `path` holds at least `n` lines (counting newlines only), then until `settled`
+/// holds (the sender has every event acknowledged, so nothing can be sent again); returns the
+/// count. `context` says what to print beside a timeout.
 fn wait_line_count(
     path: &Path,
     n: usize,
     timeout: Duration,
+    settled: impl Fn() -> bool,
     context: impl Fn() -> String,
 ) -> usize {
     let deadline = Instant::now() + timeout;
@@ -1040,8 +1069,16 @@ fn wait_line_count(
         path.display(),
         context()
     );
-    // Settle: a duplicate would show up now.
-    std::thread::sleep(Duration::from_millis(500));
+    // A duplicate comes from a chunk sent again for want of its ack: once every event is
+    // acknowledged, whatever was sent twice has been written.
+    while !settled() {
+        assert!(
+            Instant::now() < deadline,
+            "the sender has not settled within {timeout:?}; {}",
+            context()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     fs::read(path)
         .map(|b| b.iter().filter(|&&c| c == b'\n').count())
         .unwrap_or(count)
