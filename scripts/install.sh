@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what loghaul needs to build on a fresh Debian machine and builds the release binary.
 # Usage: scripts/install.sh            (then: ./target/release/loghaul run)
+#        scripts/install.sh --deps-only  the toolchain and build dependencies, no build
+#                                        (scripts/test.sh builds in its own profile)
 # Idempotent and non-interactive (safe under CI=true with no stdin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,6 +30,8 @@ if ! command -v cargo >/dev/null 2>&1; then
     export PATH="$HOME/.cargo/bin:$PATH"
   fi
 fi
+
+[ "${1:-}" = "--deps-only" ] && exit 0
 
 cargo build --release --locked --bin loghaul
 echo "install.sh: built $(pwd)/target/release/loghaul ($(./target/release/loghaul --version))"

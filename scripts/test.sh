@@ -45,7 +45,7 @@ it_modules_for() {
 
 if ! $quick; then
     step "toolchain and build dependencies"
-    ./scripts/install.sh
+    ./scripts/install.sh --deps-only
 
     step "peers and clients for the tests (rsyslog, logger, syslog-ng, ruby-eventmachine)"
     ./scripts/install-peers.sh
@@ -68,13 +68,14 @@ step "cargo fmt --check"
 cargo fmt --all -- --check
 
 step "cargo clippy -D warnings"
-# In the release profile: the C libraries that build scripts compile (librdkafka, jemalloc, zstd)
-# are then built once for clippy and the tests, not a second time for the dev profile.
-cargo clippy --release --workspace --all-targets --locked -- -D warnings
+# Clippy and the tests share one profile (`ci`: release without LTO and full debug info, see
+# Cargo.toml), so the C libraries that build scripts compile (librdkafka, jemalloc, zstd) are built
+# once for both.
+cargo clippy --profile ci --workspace --all-targets --locked -- -D warnings
 
 if $quick; then
     step "unit tests"
-    cargo test --workspace --release --locked --lib --bins
+    cargo test --workspace --profile ci --locked --lib --bins
     base="${QUICK_BASE:-$(git merge-base HEAD main 2>/dev/null || echo HEAD)}"
     modules=$(
         { git diff --name-only "$base"; git diff --name-only HEAD; } | sort -u |
@@ -85,7 +86,7 @@ if $quick; then
         step "integration tests of what changed:" $modules
         filters=()
         for m in $modules; do filters+=("$m::"); done
-        cargo test --release --locked --test it -- "${filters[@]}"
+        cargo test --profile ci --locked --test it -- "${filters[@]}"
     else
         step "no integration tests cover what changed"
     fi
@@ -94,9 +95,9 @@ if $quick; then
     exit 0
 fi
 
-step "cargo test (release: the integration and bench tests drive the real binary under load)"
-export LOGHAUL_BIN="$PWD/target/release/loghaul"
-cargo test --workspace --release --locked
+step "cargo test (optimized: the integration and bench tests drive the real binary under load)"
+export LOGHAUL_BIN="$PWD/target/ci/loghaul"
+cargo test --workspace --profile ci --locked
 
 step "fuzz targets: build, then 30 s each from the committed corpus (which the runs leave as is)"
 ./scripts/fuzz.sh run 30
