@@ -2177,6 +2177,140 @@ mod tests {
         }
     }
 
+    /// Every config the lab writes for a subject, rendered for fixed ports and paths.
+    fn rendered_configs() -> Vec<(String, String)> {
+        let pki = ServerPki {
+            ca: "/run/pki/ca.crt".into(),
+            cert: "/run/pki/server.crt".into(),
+            key: "/run/pki/server.key".into(),
+        };
+        let disk = DiskBuffer {
+            sync: "50ms",
+            data_dir: "/run/data".into(),
+        };
+        let mut out = Vec::new();
+        for s in [
+            Scenario::Basic,
+            Scenario::Syslog,
+            Scenario::Raw,
+            Scenario::Rfc5424,
+            Scenario::Forward,
+            Scenario::ForwardRelay,
+            Scenario::ForwardDeliver,
+            Scenario::TlsHandshake,
+        ] {
+            let n = s.name();
+            let c = |d, t| loghaul_subject_config(s, 5514, 8686, "/run/out.log", d, t);
+            out.push((format!("loghaul-{n}.yaml"), c(None, None)));
+            out.push((format!("loghaul-{n}-disk.yaml"), c(Some(&disk), None)));
+            out.push((format!("loghaul-{n}-tls.yaml"), c(None, Some(&pki))));
+        }
+        for s in [
+            Scenario::Basic,
+            Scenario::Syslog,
+            Scenario::Raw,
+            Scenario::Rfc5424,
+            Scenario::TlsHandshake,
+        ] {
+            let n = s.name();
+            let r = |q, t: Option<&RsyslogTls<'_>>| {
+                rsyslog_config_with(s, 5514, "/run/work", "/run/out.log", q, t)
+            };
+            out.push((format!("rsyslog-{n}.conf"), r(ActionQueue::Direct, None)));
+            out.push((
+                format!("rsyslog-da-{n}.conf"),
+                r(ActionQueue::DiskAssisted, None),
+            ));
+            for driver in [TlsDriver::Gtls, TlsDriver::Ossl] {
+                let tls = RsyslogTls { driver, pki: &pki };
+                out.push((
+                    format!("rsyslog-tls-{}-{n}.conf", driver.name()),
+                    r(ActionQueue::Direct, Some(&tls)),
+                ));
+            }
+            out.push((
+                format!("syslog-ng-{n}.conf"),
+                syslog_ng_config(s, 5514, "/run/out.log"),
+            ));
+        }
+        out.push((
+            "loghaul-relay-a.yaml".into(),
+            relay_config(5514, 8686, 5515),
+        ));
+        out.push((
+            "loghaul-tail.yaml".into(),
+            tail_config("/run/in.log", "/run/state", 8686, "/run/out.log"),
+        ));
+        out.push((
+            "loghaul-kafka-producer.yaml".into(),
+            kafka_producer_config(5514, 8686, "127.0.0.1:9092", "bench"),
+        ));
+        out.push((
+            "loghaul-kafka-consumer.yaml".into(),
+            kafka_consumer_config(1, 8686, "127.0.0.1:9092", "g", "bench", "/run/out.log"),
+        ));
+        out.push((
+            "loghaul-agent.yaml".into(),
+            agent_config(
+                3,
+                "/run/agent-3.log",
+                "/run/state/agent-3",
+                8686,
+                &[5514, 5515],
+            ),
+        ));
+        out.push((
+            "loghaul-deliver.yaml".into(),
+            deliver_config(1, 5514, 8686, &[5515, 5516]),
+        ));
+        out.push(("fluentd.conf".into(), fluentd_config(5514, "/run")));
+        out.push((
+            "fluentd-receiver.conf".into(),
+            fluentd_file_receiver(
+                "scenario forward_deliver; receiver 1",
+                5514,
+                "/run/receiver-1",
+                "flush_mode immediate",
+            ),
+        ));
+        out.push((
+            "fluentd-agent.conf".into(),
+            fluentd_agent_config(
+                2,
+                "/run/agent-2.log",
+                "/run/state/agent-2.pos",
+                8686,
+                &[5514, 5515],
+            ),
+        ));
+        out.push((
+            "fluentd-deliver.conf".into(),
+            fluentd_deliver_config(0, 5514, &[5515, 5516]),
+        ));
+        out.push(("basic.rb".into(), EM_BASIC.to_string()));
+        out
+    }
+
+    /// The configs are byte for byte those in `testdata/configs/` (rewritten with
+    /// `LOGHAUL_BLESS=1` when a change to a config is meant).
+    #[test]
+    fn configs_are_unchanged() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/configs");
+        let bless = std::env::var_os("LOGHAUL_BLESS").is_some();
+        if bless {
+            std::fs::create_dir_all(&dir).unwrap();
+        }
+        for (name, text) in rendered_configs() {
+            let path = dir.join(&name);
+            if bless {
+                std::fs::write(&path, &text).unwrap();
+            } else {
+                let want = std::fs::read_to_string(&path).unwrap();
+                assert!(want == text, "{name} differs:\n{text}");
+            }
+        }
+    }
+
     #[test]
     fn only_loghaul_and_fluentd_make_a_tree() {
         for kind in [
