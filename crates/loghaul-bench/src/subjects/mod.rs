@@ -150,7 +150,22 @@ impl SubjectKind {
         match self {
             Self::LoghaulDisk50ms | Self::LoghaulDiskBatch | Self::LoghaulTls => Self::Loghaul,
             Self::RsyslogDa | Self::RsyslogTls => Self::Rsyslog,
-            k => k,
+            k @ (Self::Loghaul
+            | Self::Rsyslog
+            | Self::SyslogNg
+            | Self::Eventmachine
+            | Self::Bare
+            | Self::Fluentd
+            | Self::Node
+            | Self::Tornado
+            | Self::Finagle
+            | Self::Ceiling
+            | Self::Curl
+            | Self::NetHttp
+            | Self::Curb
+            | Self::EmHttp
+            | Self::Requests
+            | Self::Urllib3) => k,
         }
     }
 
@@ -408,10 +423,25 @@ impl Peers {
                 Some(program) => which(program),
                 None => bail!("{FLUENTD_MISSING}"),
             },
-            k => bail!(
+            k @ (SubjectKind::Node
+            | SubjectKind::Tornado
+            | SubjectKind::Finagle
+            | SubjectKind::Ceiling
+            | SubjectKind::Curl
+            | SubjectKind::NetHttp
+            | SubjectKind::Curb
+            | SubjectKind::EmHttp
+            | SubjectKind::Requests
+            | SubjectKind::Urllib3) => bail!(
                 "{} is a peer of the HTTP experiments, started by their own runners",
                 k.name()
             ),
+            // `base` maps every variant to its server.
+            k @ (SubjectKind::LoghaulDisk50ms
+            | SubjectKind::LoghaulDiskBatch
+            | SubjectKind::LoghaulTls
+            | SubjectKind::RsyslogDa
+            | SubjectKind::RsyslogTls) => bail!("{} is a variant, not a server", k.name()),
         };
         if !p.exists() {
             bail!(
@@ -505,7 +535,22 @@ impl Peers {
                     parts.next().unwrap_or("?")
                 )
             }
-            k => crate::http_peers::platform(k, &self.ruby),
+            k @ (SubjectKind::Node
+            | SubjectKind::Tornado
+            | SubjectKind::Finagle
+            | SubjectKind::Ceiling
+            | SubjectKind::Curl
+            | SubjectKind::NetHttp
+            | SubjectKind::Curb
+            | SubjectKind::EmHttp
+            | SubjectKind::Requests
+            | SubjectKind::Urllib3) => crate::http_peers::platform(k, &self.ruby),
+            // The variants returned above.
+            k @ (SubjectKind::LoghaulDisk50ms
+            | SubjectKind::LoghaulDiskBatch
+            | SubjectKind::LoghaulTls
+            | SubjectKind::RsyslogDa
+            | SubjectKind::RsyslogTls) => self.platform(k.base(), loghaul),
         }
     }
 }

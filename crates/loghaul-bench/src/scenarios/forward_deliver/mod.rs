@@ -123,7 +123,7 @@ impl std::fmt::Display for TreeShape {
     }
 }
 
-/// How to start `forward_deliver`'s tree (see [`crate::deliver`]): the processes of each tier,
+/// How to start `forward_deliver`'s tree (see [`run`]): the processes of each tier,
 /// to be started receivers first (each tier connects to the one after it) and stopped agents
 /// first (each drains into the one after it).
 #[derive(Clone, Debug)]

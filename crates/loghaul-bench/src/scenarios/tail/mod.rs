@@ -102,7 +102,7 @@ impl Scenario for Tail {
     }
 }
 
-/// How to start one subject of `tail` (see [`crate::tail`]). There is no port and no readiness
+/// How to start one subject of `tail` (see [`run`]). There is no port and no readiness
 /// probe: the subject starts reading as soon as it runs, and its clock starts with the process.
 #[derive(Clone, Debug)]
 pub struct TailLaunch {
