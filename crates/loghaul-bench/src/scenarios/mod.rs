@@ -336,6 +336,7 @@ pub const SYSLOG_SUBJECTS: &[SubjectKind] = &[
 ];
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 
@@ -354,6 +355,61 @@ mod tests {
             Some("forward_relay")
         );
         assert!(by_name("nope").is_none());
+    }
+
+    /// Who runs what, as the lab's tables have always said it.
+    #[test]
+    fn subjects_run_where_their_scenarios_list_them() {
+        let runs = |name: &str, kind: SubjectKind| by_name(name).unwrap().why_not(kind).is_none();
+        // The disk variants run the one-process scenarios only.
+        for n in ["basic", "syslog", "forward"] {
+            assert!(runs(n, SubjectKind::LoghaulDiskBatch), "{n}");
+        }
+        for n in ["forward_relay", "tail", "http_echo", "tls_handshake"] {
+            assert!(!runs(n, SubjectKind::LoghaulDisk50ms), "{n}");
+        }
+        // rsyslog-da goes wherever rsyslog goes.
+        for s in REGISTRY {
+            assert_eq!(
+                s.why_not(SubjectKind::RsyslogDa).is_none(),
+                s.why_not(SubjectKind::Rsyslog).is_none(),
+                "{}",
+                s.name()
+            );
+        }
+        // The TLS variants: the one-process scenarios and tls_handshake; loghaul speaks the
+        // forward protocol over TLS too, rsyslog has no forward input.
+        for kind in [SubjectKind::LoghaulTls, SubjectKind::RsyslogTls] {
+            for n in ["syslog", "rfc5424", "tls_handshake"] {
+                assert!(runs(n, kind), "{n} {kind:?}");
+            }
+            for n in ["forward_relay", "tail", "http_echo"] {
+                assert!(!runs(n, kind), "{n} {kind:?}");
+            }
+        }
+        assert!(runs("forward", SubjectKind::LoghaulTls));
+        assert!(!runs("forward", SubjectKind::RsyslogTls));
+        assert!(!runs("tls_handshake", SubjectKind::Bare));
+        // Only loghaul and fluentd make a tree.
+        for kind in [
+            SubjectKind::Rsyslog,
+            SubjectKind::SyslogNg,
+            SubjectKind::Eventmachine,
+            SubjectKind::Bare,
+        ] {
+            assert!(!runs("forward_deliver", kind), "{kind:?}");
+        }
+        assert!(runs("forward_deliver", SubjectKind::Loghaul));
+        assert!(runs("forward_deliver", SubjectKind::Fluentd));
+        assert_eq!(
+            by_name("eventmachine_nope").map(|s| s.name()),
+            None,
+            "no scenario by a subject's name"
+        );
+        assert_eq!(
+            by_name("syslog").and_then(|s| s.why_not(SubjectKind::Eventmachine)),
+            Some("n/a: a line counter, it parses no syslog")
+        );
     }
 
     #[test]
