@@ -48,8 +48,8 @@ impl Scenario for KafkaPipeline {
         &[SubjectKind::Loghaul]
     }
 
-    fn unsupported(&self, kind: SubjectKind) -> &'static str {
-        let _ = kind;
+    /// Every other subject alike: its peers are Kafka's tools, in every round.
+    fn unsupported(&self, _: SubjectKind) -> &'static str {
         "n/a: `kafka_pipeline` runs loghaul, with Kafka's own producer and consumer perf tools as \
          its peers in every round"
     }
