@@ -45,7 +45,8 @@ use loghaul_codec::{
 };
 use loghaul_core::{Event, EventBatch, Field, Flags, OptSpan, Span, Timestamp, Value};
 
-use crate::subjects::Scenario;
+use crate::scenarios::Scenario;
+use crate::subjects::{Input, SubjectKind};
 
 /// Bytes asked of each `read`, as loghaul's TCP source asks (`READ_SIZE` in its `tcp.rs`).
 const READ_SIZE: usize = 128 * 1024;
@@ -63,31 +64,26 @@ const MAX_LINE: usize = 100 * 1024;
 /// The longest nap at the end of the tailed file, as the source's when nothing was read.
 const TAIL_IDLE_MAX: Duration = Duration::from_millis(50);
 
-/// The wire of a scenario as loghaul's bench config sets it (see `subjects::loghaul_config`).
+/// The wire of an input as loghaul's bench config sets it (see `subjects::loghaul`).
 #[derive(Clone, Copy, Debug)]
 enum Wire {
     Syslog(Format, FramingMode),
     Forward,
 }
 
-fn wire(scenario: Scenario) -> Result<Wire> {
-    Ok(match scenario {
-        Scenario::Basic | Scenario::Raw => Wire::Syslog(Format::Raw, FramingMode::Newline),
-        Scenario::Syslog => Wire::Syslog(Format::Rfc3164, FramingMode::Newline),
-        Scenario::Rfc5424 => Wire::Syslog(Format::Rfc5424, FramingMode::OctetCounting),
-        Scenario::Forward => Wire::Forward,
-        Scenario::ForwardRelay => bail!("the bare loop has no relay: run it with `forward`"),
-        Scenario::ForwardDeliver => bail!("the bare loop has no tree: run it with `forward`"),
-        Scenario::HttpEcho | Scenario::HttpClient => {
-            bail!("the bare loop speaks no HTTP: the HTTP experiments have `ceiling`")
+/// The wire the bare loop reads in `scenario`, if it runs it.
+fn wire(scenario: &dyn Scenario) -> Result<Wire> {
+    if let Some(why) = scenario.why_not(SubjectKind::Bare) {
+        bail!("{why}");
+    }
+    Ok(match scenario.input() {
+        Some(Input::CountedLines | Input::RawLines) => {
+            Wire::Syslog(Format::Raw, FramingMode::Newline)
         }
-        Scenario::Tail => bail!("`tail` reads a file, not connections: see `bare::tail`"),
-        Scenario::TlsHandshake => {
-            bail!("the bare loop reads long-lived connections: `tls_handshake` has no bare row")
-        }
-        Scenario::KafkaPipeline => {
-            bail!("the bare loop has no Kafka client: `kafka_pipeline` runs loghaul only")
-        }
+        Some(Input::Rfc3164) => Wire::Syslog(Format::Rfc3164, FramingMode::Newline),
+        Some(Input::Rfc5424) => Wire::Syslog(Format::Rfc5424, FramingMode::OctetCounting),
+        Some(Input::Forward) => Wire::Forward,
+        None => bail!("`{}` reads no connections", scenario.name()),
     })
 }
 
@@ -104,10 +100,10 @@ enum Sink {
 ///
 /// # Errors
 /// The output cannot be created or a connection cannot be accepted.
-pub fn serve(listener: &TcpListener, scenario: Scenario, out: &Path) -> Result<()> {
+pub fn serve(listener: &TcpListener, scenario: &dyn Scenario, out: &Path) -> Result<()> {
     let wire = wire(scenario)?;
     let count = Arc::new(AtomicU64::new(0));
-    let file = if scenario == Scenario::Basic {
+    let file = if scenario.input() == Some(Input::CountedLines) {
         let (count, out) = (Arc::clone(&count), out.to_path_buf());
         std::thread::spawn(move || publish_forever(&count, &out));
         None

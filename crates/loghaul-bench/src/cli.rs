@@ -12,14 +12,16 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 
 use crate::connect::TlsClientOptions;
-use crate::deliver::{DEFAULT_RATES, TreeOptions};
 use crate::fluent::{self, FluentMode, FluentOptions};
 use crate::generator::{self, GenConfig};
 use crate::meter::{self, MeterSource, StopRule};
 use crate::payload::{Format, Framing, PayloadSpec};
 use crate::progress::{Progress, human};
-use crate::scenario::{self, Plan};
-use crate::subjects::{Scenario, SubjectKind, TlsDriver, TreeShape};
+use crate::runner::{self, Plan};
+use crate::scenarios::forward_deliver::TreeShape;
+use crate::scenarios::forward_deliver::run::{DEFAULT_RATES, TreeOptions};
+use crate::scenarios::{self, Scenario};
+use crate::subjects::{SubjectKind, TlsDriver};
 use crate::target::{TargetOptions, TargetUrl};
 
 /// `loghaul bench ...`
@@ -252,8 +254,8 @@ pub struct MeterArgs {
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// The experiment.
-    #[arg(value_enum)]
-    pub scenario: Scenario,
+    #[arg(value_parser = scenarios::parser())]
+    pub scenario: &'static dyn Scenario,
     /// Subjects, comma-separated, run interleaved in this order.
     /// [default: loghaul,rsyslog,syslog-ng,eventmachine; http_echo:
     /// loghaul,node,tornado,eventmachine,finagle,ceiling; http_client:
@@ -301,7 +303,7 @@ pub struct RunArgs {
     /// The load generator: the lab's own, or syslog-ng's loggen as an independent cross-check (no
     /// latency then: loggen stamps whole seconds).
     #[arg(long, value_enum, default_value = "builtin")]
-    pub generator: scenario::Driver,
+    pub generator: runner::Driver,
     /// The forward scenarios' requests (`--fluent-mode`, `--batch`, `--ack`; ignored elsewhere).
     #[command(flatten)]
     pub fluent: FluentArgs,
@@ -347,8 +349,8 @@ pub struct HttpArgs {
 }
 
 impl HttpArgs {
-    fn options(&self) -> crate::http_echo::HttpOptions {
-        crate::http_echo::HttpOptions {
+    fn options(&self) -> crate::scenarios::http_echo::run::HttpOptions {
+        crate::scenarios::http_echo::run::HttpOptions {
             ab_concurrency: self.ab_concurrency,
             ab_requests: self.ab_requests,
             wrk_connections: self
@@ -427,8 +429,8 @@ pub struct DiscardArgs {
 #[derive(Debug, Args)]
 pub struct BareArgs {
     /// The experiment whose wire and output to use.
-    #[arg(long, value_enum)]
-    pub scenario: Scenario,
+    #[arg(long, value_parser = scenarios::parser())]
+    pub scenario: &'static dyn Scenario,
     /// Address to listen on (every scenario but `tail`).
     #[arg(long, required_unless_present = "input")]
     pub listen: Option<String>,
@@ -479,14 +481,18 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             crate::discard::serve_forever(l, Duration::from_secs(1))
         }
         BenchCommand::Httpd(a) => crate::httpd::run(a.port, a.download_bytes, a.threads),
-        BenchCommand::Bare(a) => match (a.scenario, a.listen, a.input) {
-            (Scenario::Tail, _, Some(input)) => crate::bare::tail(&input, &a.out),
-            (Scenario::Tail, ..) => bail!("the bare loop of `tail` reads a file: give --input"),
-            (_, Some(listen), None) => {
+        BenchCommand::Bare(a) => match (a.scenario.input(), a.listen, a.input) {
+            // A scenario with no input port reads a file: `tail`'s.
+            (None, _, Some(input)) => crate::bare::tail(&input, &a.out),
+            (None, ..) => bail!(
+                "the bare loop of `{}` reads a file: give --input",
+                a.scenario.name()
+            ),
+            (Some(_), Some(listen), None) => {
                 let l = TcpListener::bind(&listen).with_context(|| format!("binding {listen}"))?;
                 crate::bare::serve(&l, a.scenario, &a.out)
             }
-            (s, ..) => bail!("the bare loop of `{}` serves --listen", s.name()),
+            (Some(_), ..) => bail!("the bare loop of `{}` serves --listen", a.scenario.name()),
         },
     }
 }
@@ -611,31 +617,10 @@ fn command_line() -> String {
 }
 
 fn run_cmd(a: RunArgs) -> Result<()> {
-    let subjects = a.subjects.clone().unwrap_or_else(|| {
-        use SubjectKind as K;
-        match a.scenario {
-            Scenario::HttpEcho => vec![
-                K::Loghaul,
-                K::Node,
-                K::Tornado,
-                K::Eventmachine,
-                K::Finagle,
-                K::Ceiling,
-            ],
-            Scenario::TlsHandshake => vec![K::LoghaulTls, K::RsyslogTls],
-            Scenario::KafkaPipeline => vec![K::Loghaul],
-            Scenario::HttpClient => vec![
-                K::Loghaul,
-                K::Curl,
-                K::NetHttp,
-                K::Curb,
-                K::EmHttp,
-                K::Requests,
-                K::Urllib3,
-            ],
-            _ => vec![K::Loghaul, K::Rsyslog, K::SyslogNg, K::Eventmachine],
-        }
-    });
+    let subjects = a
+        .subjects
+        .clone()
+        .unwrap_or_else(|| a.scenario.default_subjects().to_vec());
     let loghaul = match a.loghaul_bin {
         Some(p) => p,
         None => {
@@ -646,7 +631,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
                 .is_some_and(|n| n.starts_with("loghaul-bench"));
             // The bare loop is `loghaul bench bare`, so it needs the real binary too.
             if standalone
-                && (matches!(a.scenario, Scenario::HttpEcho | Scenario::HttpClient)
+                && (a.scenario.needs_loghaul()
                     || subjects
                         .iter()
                         .any(|k| matches!(k.base(), SubjectKind::Loghaul | SubjectKind::Bare)))
@@ -658,22 +643,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
             exe
         }
     };
-    let tree = a.scenario == Scenario::ForwardDeliver;
-    if tree && (a.runs.is_some() || a.warmup.is_some() || a.events.is_some()) {
-        // Said, not refused: bench/run-all.sh passes its extra options to every scenario.
-        eprintln!(
-            "forward_deliver climbs its rate steps once per subject, with no warm-up round, and \
-             writes rate × --step-duration lines per step: --runs, --warmup and --events do not \
-             apply and are ignored"
-        );
-    }
-    let (runs, warmup) = if tree {
-        (1, 0)
-    } else if a.scenario == Scenario::HttpEcho {
-        (a.runs.unwrap_or(5), a.warmup.unwrap_or(1))
-    } else {
-        (a.runs.unwrap_or(3), a.warmup.unwrap_or(1))
-    };
+    let (runs, warmup) = a.scenario.rounds(a.runs, a.warmup, a.events);
     if runs == 0 || subjects.is_empty() {
         bail!("--runs and --subjects must not be empty");
     }
@@ -685,13 +655,11 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         subjects,
         runs,
         warmup,
-        events: a
-            .events
-            .unwrap_or_else(|| scenario::default_events(a.scenario)),
+        events: a.events.unwrap_or_else(|| a.scenario.default_events()),
         connections: a.connections,
         message_size: a
             .message_size
-            .unwrap_or_else(|| scenario::default_message_size(a.scenario)),
+            .unwrap_or_else(|| a.scenario.default_message_size()),
         seed: a.seed,
         out: out.clone(),
         loghaul,
@@ -704,7 +672,7 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         http: a.http.options(),
         rsyslog_tls_driver: a.rsyslog_tls_driver,
     };
-    let table = scenario::run(&plan)?;
+    let table = runner::run(&plan)?;
     println!("{table}");
     eprintln!("results: {}", out.display());
     Ok(())

@@ -6,9 +6,10 @@
 //! loss, duplicates and latency. A subject that cannot run a scenario, or failed, still gets its
 //! row, saying so.
 //!
-//! `forward_deliver` climbs rate steps instead of repeating runs, so its table is the published
-//! peer-deliver run's (`rate of writing | receiving per process | remarks`) with a row per step
-//! ([`StepRecord`], [`write_tree`]).
+//! This module knows no scenario: what a scenario measures beyond the common columns goes into a
+//! record's [`RunRecord::extra`] and into the notes under the table (`Context::notes`), both
+//! written by the scenario (`crate::scenarios::Scenario::report`). A scenario whose results are
+//! not runs of subjects at all writes its own report beside this one's helpers.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -90,17 +91,17 @@ pub struct RunRecord {
     /// (`None`: plain TCP).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tls: Option<String>,
-    /// `tls_handshake`: connections the subject refused or broke off, each a message lost
-    /// (`None`: none).
+    /// With a connection per message: connections the subject refused or broke off, each a
+    /// message lost (`None`: none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failed_connections: Option<u64>,
     /// The first of those failures' errors, as the generator saw it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_failure: Option<String>,
-    /// `kafka_pipeline`: the broker's CPU, the consumers' lag, a killed consumer, what Kafka's
-    /// tools said beside their rate (`None`: another scenario).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kafka: Option<crate::kafka_pipeline::KafkaRecord>,
+    /// What the scenario measured beyond the common fields, each under a key of its own, written
+    /// into the record's JSON beside them (`None` of a scenario: nothing).
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
 }
 
 impl RunRecord {
@@ -140,7 +141,7 @@ impl RunRecord {
             tls: None,
             failed_connections: None,
             first_failure: None,
-            kafka: None,
+            extra: serde_json::Map::new(),
         }
     }
 
@@ -282,7 +283,7 @@ pub fn summarize(records: &[RunRecord], subjects: &[String]) -> Vec<Summary> {
         .collect()
 }
 
-fn fmt_spread(s: Option<Spread>, f: &dyn Fn(f64) -> String) -> String {
+pub(crate) fn fmt_spread(s: Option<Spread>, f: &dyn Fn(f64) -> String) -> String {
     match s {
         Some(s) if s.min != s.max => format!("{} ({}–{})", f(s.median), f(s.min), f(s.max)),
         Some(s) => f(s.median),
@@ -444,7 +445,7 @@ pub fn csv(records: &[RunRecord]) -> String {
     s
 }
 
-fn esc(s: &str) -> String {
+pub(crate) fn esc(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -585,7 +586,7 @@ pub struct Context<'a> {
     /// The command that produced the results.
     pub command: &'a str,
     /// Markdown that goes under the table (what the scenario's figures need said beside them,
-    /// e.g. `tail`'s ratios and targets); empty for most scenarios.
+    /// its ratios and targets); empty for most scenarios.
     pub notes: &'a str,
 }
 
@@ -650,114 +651,6 @@ pub fn write_all(
     Ok(table)
 }
 
-/// What a run with TLS subjects needs said under its table (empty when it has none): in
-/// `tls_handshake`, handshakes per second and CPU per handshake; elsewhere, each TLS subject's
-/// rate against its plaintext self and loghaul's TLS rate against rsyslog's, from the medians of
-/// the same run; and the protocol and cipher suite agreed.
-pub fn tls_notes(
-    scenario: crate::subjects::Scenario,
-    events: u64,
-    records: &[RunRecord],
-    subjects: &[String],
-) -> String {
-    use crate::subjects::{Scenario, SubjectKind};
-    use clap::ValueEnum as _;
-    let handshakes = scenario == Scenario::TlsHandshake;
-    let is_tls =
-        |name: &str| SubjectKind::from_str(name, false).is_ok_and(|k: SubjectKind| k.tls());
-    if !handshakes && !subjects.iter().any(|n| is_tls(n)) {
-        return String::new();
-    }
-    let summaries = summarize(records, subjects);
-    let rate_of = |name: &str| {
-        summaries
-            .iter()
-            .find(|m| m.subject == name)
-            .and_then(|m| m.events_per_sec)
-            .map(|s| s.median)
-    };
-    let tls_of = |name: &str| {
-        records
-            .iter()
-            .filter(|r| r.subject == name && !r.warmup)
-            .find_map(|r| r.tls.clone())
-    };
-    let mut s = String::new();
-    if handshakes {
-        let _ = writeln!(
-            s,
-            "Every event is a connection of its own: connect, the TLS handshake (the `-tls` \
-             subjects; the others plain TCP), one line, close, and the server's close; no \
-             session resumption, so every handshake is a full one. The rate is handshakes \
-             (connections) per second, {} connections per run.\n",
-            count(events as f64),
-        );
-        let _ = writeln!(
-            s,
-            "| subject | handshakes/s | server CPU-ms per handshake | generator CPU/wall | \
-             failed | TLS |"
-        );
-        let _ = writeln!(s, "|---|---:|---:|---:|---:|---|");
-        for m in &summaries {
-            if m.runs == 0 {
-                continue;
-            }
-            let failed: u64 = records
-                .iter()
-                .filter(|r| r.subject == m.subject && !r.warmup)
-                .filter_map(|r| r.failed_connections)
-                .sum();
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {failed} | {} |",
-                m.subject,
-                fmt_spread(m.events_per_sec, &|v| count(v)),
-                // CPU-s per 1M events is CPU-µs per event: ÷ 1000 for milliseconds.
-                fmt_spread(m.cpu_secs_per_million, &|v| format!("{:.3}", v / 1000.0)),
-                fmt_spread(m.gen_cores, &|v| format!("{v:.2}")),
-                tls_of(&m.subject).unwrap_or_else(|| "plain TCP".into()),
-            );
-        }
-        s.push('\n');
-    }
-    let mut ratios = Vec::new();
-    for (tls, plain) in [("loghaul-tls", "loghaul"), ("rsyslog-tls", "rsyslog")] {
-        if let (Some(a), Some(b)) = (rate_of(tls), rate_of(plain))
-            && b > 0.0
-        {
-            ratios.push(format!("{tls} ÷ {plain}: **{:.2}**", a / b));
-        }
-    }
-    if let (Some(a), Some(b)) = (rate_of("loghaul-tls"), rate_of("rsyslog-tls"))
-        && b > 0.0
-    {
-        ratios.push(format!("loghaul-tls ÷ rsyslog-tls: **{:.2}×**", a / b));
-    }
-    if !ratios.is_empty() {
-        let what = if handshakes {
-            "handshakes/s"
-        } else {
-            "events/s"
-        };
-        let _ = writeln!(
-            s,
-            "Ratios of the medians ({what}, same run): {}.\n",
-            ratios.join("; ")
-        );
-    }
-    if !handshakes {
-        let mut agreed: Vec<String> = subjects
-            .iter()
-            .filter_map(|n| tls_of(n).map(|t| format!("{n}: {t}")))
-            .collect();
-        agreed.dedup();
-        if !agreed.is_empty() {
-            let _ = writeln!(s, "TLS agreed: {}.\n", agreed.join("; "));
-        }
-    }
-    s
-}
-
 /// A count as the published experiments' tables print it: whole, with thousands separators
 /// (`269,636`).
 pub fn count(v: f64) -> String {
@@ -770,448 +663,6 @@ pub fn count(v: f64) -> String {
         out.push(c);
     }
     out
-}
-
-/// One rate step of `forward_deliver` (see [`crate::deliver`]).
-#[derive(Clone, Debug, Serialize)]
-pub struct StepRecord {
-    /// Subject name.
-    pub subject: String,
-    /// Implementation and tree description.
-    pub platform: String,
-    /// 1-based step number.
-    pub step: usize,
-    /// Lines per second written to each agent's file.
-    pub rate_per_agent: u64,
-    /// Processes per tier.
-    pub shape: crate::subjects::TreeShape,
-    /// How long the generators wrote.
-    pub step_secs: f64,
-    /// Complete (every line arrived) or timed out.
-    pub status: Status,
-    /// Lines written, over all agents.
-    pub written: u64,
-    /// Lines written to each agent's file.
-    pub written_per_agent: Vec<u64>,
-    /// Lines per second written, over all agents, as the generators achieved it.
-    pub written_per_sec: f64,
-    /// Lines of the step each receiver wrote (duplicates included), by receiver.
-    pub received_per_receiver: Vec<u64>,
-    /// Each receiver's lines ÷ the span, by receiver: the published run's "receiving
-    /// (lines/sec/process)".
-    pub receiving_per_sec: Vec<f64>,
-    /// Seconds from the generators' start to the step's last arrival.
-    pub span_secs: f64,
-    /// Lines written and never received.
-    pub loss: u64,
-    /// Extra copies received, over all receivers.
-    pub duplicates: u64,
-    /// Delay (arrival − send time) percentiles, ms, from the watchers' samples.
-    pub delay_p50_ms: Option<f64>,
-    /// 99th percentile.
-    pub delay_p99_ms: Option<f64>,
-    /// 99.9th percentile.
-    pub delay_p999_ms: Option<f64>,
-    /// Largest delay sampled.
-    pub delay_max_ms: Option<f64>,
-    /// CPU seconds of the agents, from the step's start to the end of its drain.
-    pub cpu_agents_secs: f64,
-    /// CPU seconds of the delivers.
-    pub cpu_delivers_secs: f64,
-    /// CPU seconds of the receivers.
-    pub cpu_receivers_secs: f64,
-    /// CPU seconds of the generator's writing threads (`None`: not measurable).
-    pub gen_cpu_secs: Option<f64>,
-    /// The whole machine over the same interval, in cores (busy CPU-s ÷ wall): the tree, the
-    /// lab, the kernel's threads, interrupts (`None`: /proc/stat unreadable).
-    pub machine_busy_cores: Option<f64>,
-    /// Cores' worth of time the hypervisor took over the interval.
-    pub machine_steal_cores: Option<f64>,
-    /// Wall seconds from the step's start to the end of its drain.
-    pub wall_secs: f64,
-    /// CPU seconds of the lab's own process over the interval: the generator's threads, the
-    /// watchers and the books.
-    pub lab_cpu_secs: Option<f64>,
-    /// The machine's busy CPU seconds that were neither the tree's nor the lab's: kernel threads
-    /// (writeback of the files), interrupts, and anything else running on the machine. On a
-    /// shared machine, what this step competed with.
-    pub others_cpu_secs: Option<f64>,
-    /// Peak resident memory of the agents so far, summed, bytes.
-    pub peak_rss_agents_bytes: u64,
-    /// Of the delivers.
-    pub peak_rss_delivers_bytes: u64,
-    /// Of the receivers.
-    pub peak_rss_receivers_bytes: u64,
-    /// Lines arrived in each second of the step, by receiver.
-    pub flow_per_sec: Vec<Vec<u64>>,
-    /// Complete, no loss, and a p99 delay under a second.
-    pub sustained: bool,
-}
-
-impl StepRecord {
-    /// Lines per second per receiver process, averaged over the receivers.
-    pub fn receiving_mean(&self) -> f64 {
-        if self.receiving_per_sec.is_empty() {
-            return 0.0;
-        }
-        self.receiving_per_sec.iter().sum::<f64>() / self.receiving_per_sec.len() as f64
-    }
-
-    /// What went wrong in the step, if anything: the published run's "Remarks".
-    pub fn remarks(&self) -> String {
-        let mut r = Vec::new();
-        if self.status == Status::Timeout {
-            r.push("timed out: lines missing".to_string());
-        } else if self.loss > 0 {
-            r.push("lines lost".to_string());
-        }
-        if self
-            .delay_p99_ms
-            .is_some_and(|p| p >= crate::deliver::DELAY_LIMIT_MS)
-        {
-            r.push("delay occurred (p99 ≥ 1s)".to_string());
-        }
-        if self.duplicates > 0 {
-            r.push(format!("{} duplicates", count(self.duplicates as f64)));
-        }
-        r.join("; ")
-    }
-}
-
-/// A subject of `forward_deliver` without steps, or that stopped climbing early, and why.
-#[derive(Clone, Debug, Serialize)]
-pub struct TreeNote {
-    /// Subject name.
-    pub subject: String,
-    /// Implementation and tree description.
-    pub platform: String,
-    /// Why.
-    pub note: String,
-}
-
-/// What a `forward_deliver` results folder describes besides the steps.
-#[derive(Clone, Debug)]
-pub struct TreeContext<'a> {
-    /// Processes per tier.
-    pub shape: crate::subjects::TreeShape,
-    /// Seconds each step writes.
-    pub step_secs: f64,
-    /// Rotation of the agents' files (lines; 0 = none).
-    pub rotate_lines: u64,
-    /// Bytes per line (without the newline).
-    pub message_size: usize,
-    /// Machine description.
-    pub machine: &'a str,
-    /// The command that produced the results.
-    pub command: &'a str,
-}
-
-/// The published experiment's figures: Fluentd's peer-deliver benchmark (fluent/fluentd-benchmark,
-/// `peer_deliver/README.md`; 2014, 2 × Xeon E5-2670, 32 cores, 10 agents → 2 delivers → 2
-/// receivers), rate of writing per agent and lines per second per receiver process.
-pub const SEED_DELIVER: &[(u64, u64, &str)] = &[
-    (10, 50, ""),
-    (100, 500, ""),
-    (1_000, 5_000, ""),
-    (10_000, 50_000, ""),
-    (20_000, 100_000, ""),
-    (50_000, 250_000, ""),
-    (60_000, 269_636, "Delay occured"),
-];
-
-/// What one Fluentd receiver took alone in the same benchmark suite, lines per second.
-pub const SEED_RECEIVER_ALONE: u64 = 467_393;
-
-/// The headline of a subject's steps: the highest sustained step, as (rate per agent, lines per
-/// second per receiver process).
-pub fn best_sustained(steps: &[&StepRecord]) -> Option<(u64, f64)> {
-    steps
-        .iter()
-        .filter(|r| r.sustained)
-        .map(|r| (r.rate_per_agent, r.receiving_mean()))
-        .max_by(|a, b| a.1.total_cmp(&b.1))
-}
-
-/// The Markdown of `forward_deliver`: per subject, a row per step, its headline and notes; then
-/// the published experiment's figures.
-pub fn tree_markdown(cx: &TreeContext<'_>, records: &[StepRecord], notes: &[TreeNote]) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "### `forward_deliver`: {}, {}s per step, {}-byte lines{}; acks end to end\n",
-        cx.shape,
-        cx.step_secs,
-        cx.message_size,
-        if cx.rotate_lines > 0 {
-            format!(
-                ", agents' files rotated every {} lines",
-                count(cx.rotate_lines as f64)
-            )
-        } else {
-            String::new()
-        }
-    );
-    let mut subjects: Vec<(&str, &str)> = Vec::new();
-    for r in records {
-        if !subjects.iter().any(|(n, _)| *n == r.subject) {
-            subjects.push((&r.subject, &r.platform));
-        }
-    }
-    for n in notes {
-        if !subjects.iter().any(|(name, _)| *name == n.subject) {
-            subjects.push((&n.subject, &n.platform));
-        }
-    }
-    let ms = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.1}ms"));
-    for (name, platform) in subjects {
-        let _ = writeln!(s, "**{name}** ({platform})\n");
-        let mine: Vec<&StepRecord> = records.iter().filter(|r| r.subject == name).collect();
-        if !mine.is_empty() {
-            s.push_str(
-                "| rate of writing (lines/s per agent) | written (lines/s, all agents) | \
-                 receiving (lines/s per receiver process) | delay p50 | delay p99 | delay max | \
-                 loss | dups | CPU-s agents | CPU-s delivers | CPU-s receivers | generator CPU-s | \
-                 others CPU-s | remarks |\n",
-            );
-            s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-            for r in &mine {
-                let (lo, hi) = r
-                    .receiving_per_sec
-                    .iter()
-                    .fold((f64::MAX, 0.0f64), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-                let receiving = if r.receiving_per_sec.len() > 1 && count(lo) != count(hi) {
-                    format!(
-                        "{} ({}–{})",
-                        count(r.receiving_mean()),
-                        count(lo),
-                        count(hi)
-                    )
-                } else {
-                    count(r.receiving_mean())
-                };
-                let _ = writeln!(
-                    s,
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
-                    count(r.rate_per_agent as f64),
-                    count(r.written_per_sec),
-                    receiving,
-                    ms(r.delay_p50_ms),
-                    ms(r.delay_p99_ms),
-                    ms(r.delay_max_ms),
-                    count(r.loss as f64),
-                    count(r.duplicates as f64),
-                    r.cpu_agents_secs,
-                    r.cpu_delivers_secs,
-                    r.cpu_receivers_secs,
-                    r.gen_cpu_secs.map_or("–".into(), |c| format!("{c:.2}")),
-                    r.others_cpu_secs.map_or("–".into(), |c| format!("{c:.2}")),
-                    r.remarks(),
-                );
-            }
-            s.push_str(
-                "\nCPU-s: from the step's start to the end of its drain. Generator: the lab's \
-                 writing threads. Others: the machine's busy time that was neither the tree's \
-                 nor the lab's (kernel threads such as writeback, interrupts, other processes).\n\n",
-            );
-            match best_sustained(&mine) {
-                Some((rate, per)) => {
-                    let _ = writeln!(
-                        s,
-                        "Highest sustained step (every line arrived, no loss, p99 delay < 1s): \
-                         **{} lines/s per receiver process** at {} lines/s per agent.\n",
-                        count(per),
-                        count(rate as f64)
-                    );
-                }
-                None => s.push_str("No step was sustained.\n\n"),
-            }
-        }
-        for n in notes.iter().filter(|n| n.subject == name) {
-            let _ = writeln!(s, "{name}: {}\n", n.note);
-        }
-    }
-    s.push_str(
-        "Fluentd's published run (peer_deliver, 2014, 2 × Xeon E5-2670, 32 cores; every agent \
-         tails the same file, so a receiver gets 10 × rate ÷ 2):\n\n\
-         | rate of writing (lines/s per agent) | receiving (lines/s per receiver process) | remarks |\n\
-         |---|---|---|\n",
-    );
-    for &(rate, per, remark) in SEED_DELIVER {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {remark} |",
-            count(rate as f64),
-            count(per as f64)
-        );
-    }
-    let _ = writeln!(
-        s,
-        "\nA receiver alone took {} lines/s there; the deliver tier held it to {}.",
-        count(SEED_RECEIVER_ALONE as f64),
-        count(269_636.0)
-    );
-    s
-}
-
-/// The steps as CSV, one row per step.
-pub fn tree_csv(records: &[StepRecord]) -> String {
-    let mut s = String::from(
-        "scenario,subject,platform,step,rate_per_agent,agents,delivers,receivers,step_secs,status,\
-         written,written_per_sec,received_per_receiver,receiving_per_sec_mean,span_secs,loss,\
-         duplicates,delay_p50_ms,delay_p99_ms,delay_p999_ms,delay_max_ms,cpu_agents_secs,\
-         cpu_delivers_secs,cpu_receivers_secs,gen_cpu_secs,wall_secs,machine_busy_cores,\
-         machine_steal_cores,lab_cpu_secs,others_cpu_secs,sustained\n",
-    );
-    let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
-    for r in records {
-        let received: Vec<String> = r.received_per_receiver.iter().map(u64::to_string).collect();
-        let _ = writeln!(
-            s,
-            "forward_deliver,{},\"{}\",{},{},{},{},{},{:.3},{},{},{:.0},{},{:.0},{:.4},{},{},{},{},{},{},{:.3},{:.3},{:.3},{},{:.3},{},{},{},{},{}",
-            r.subject,
-            r.platform.replace('"', "'"),
-            r.step,
-            r.rate_per_agent,
-            r.shape.agents,
-            r.shape.delivers,
-            r.shape.receivers,
-            r.step_secs,
-            if r.status == Status::Complete {
-                "complete"
-            } else {
-                "timeout"
-            },
-            r.written,
-            r.written_per_sec,
-            received.join(";"),
-            r.receiving_mean(),
-            r.span_secs,
-            r.loss,
-            r.duplicates,
-            opt(r.delay_p50_ms),
-            opt(r.delay_p99_ms),
-            opt(r.delay_p999_ms),
-            opt(r.delay_max_ms),
-            r.cpu_agents_secs,
-            r.cpu_delivers_secs,
-            r.cpu_receivers_secs,
-            opt(r.gen_cpu_secs),
-            r.wall_secs,
-            opt(r.machine_busy_cores),
-            opt(r.machine_steal_cores),
-            opt(r.lab_cpu_secs),
-            opt(r.others_cpu_secs),
-            r.sustained,
-        );
-    }
-    s
-}
-
-/// A hand-written SVG of the climb: a bar per step, lines per second per receiver process, blue
-/// where the step was sustained and red where it was not, labelled with the p99 delay.
-pub fn tree_svg(title: &str, records: &[StepRecord]) -> String {
-    let bar_h = 18.0;
-    let label_w = 200.0;
-    let panel_w = 420.0;
-    let top = 50.0;
-    let rows = records.len().max(1) as f64;
-    let height = top + rows * (bar_h + 8.0) + 40.0;
-    let width = label_w + panel_w + 190.0;
-    let max = records
-        .iter()
-        .map(StepRecord::receiving_mean)
-        .fold(0.0f64, f64::max)
-        .max(f64::MIN_POSITIVE);
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
-         viewBox=\"0 0 {width} {height}\" font-family=\"sans-serif\" font-size=\"12\">\n\
-         <rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n\
-         <text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n\
-         <text x=\"{label_w}\" y=\"{}\" font-weight=\"bold\">lines/s per receiver process \
-         (blue: sustained; red: not)</text>",
-        esc(title),
-        top - 10.0
-    );
-    for (i, r) in records.iter().enumerate() {
-        let y = top + i as f64 * (bar_h + 8.0);
-        let w = r.receiving_mean() / max * panel_w;
-        let color = if r.sustained { "#2b6cb0" } else { "#c53030" };
-        let _ = writeln!(
-            s,
-            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{} {}/s per agent</text>\n\
-             <rect x=\"{label_w}\" y=\"{y}\" width=\"{w:.1}\" height=\"{bar_h}\" fill=\"{color}\"/>\n\
-             <text x=\"{:.1}\" y=\"{}\">{} (p99 {})</text>",
-            label_w - 8.0,
-            y + bar_h - 4.0,
-            esc(&r.subject),
-            count(r.rate_per_agent as f64),
-            label_w + w + 6.0,
-            y + bar_h - 4.0,
-            count(r.receiving_mean()),
-            r.delay_p99_ms.map_or("–".into(), |v| format!("{v:.0}ms"))
-        );
-    }
-    s.push_str("</svg>\n");
-    s
-}
-
-/// Writes `forward_deliver.md`, `.json`, `.csv` and `.svg` into `dir`; returns the Markdown.
-///
-/// # Errors
-/// A file cannot be written.
-pub fn write_tree(
-    dir: &Path,
-    cx: &TreeContext<'_>,
-    records: &[StepRecord],
-    notes: &[TreeNote],
-) -> Result<String> {
-    const NAME: &str = "forward_deliver";
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let table = tree_markdown(cx, records, notes);
-    let md = format!(
-        "{table}\nMachine: {}\n\nCommand: `{}`\n\nChart: [{NAME}.svg]({NAME}.svg); raw steps: \
-         [{NAME}.json]({NAME}.json), [{NAME}.csv]({NAME}.csv)\n",
-        cx.machine, cx.command
-    );
-    let write = |name: String, text: &str| -> Result<()> {
-        let p = dir.join(name);
-        std::fs::write(&p, text).with_context(|| format!("writing {}", p.display()))
-    };
-    write(format!("{NAME}.md"), &md)?;
-    write(format!("{NAME}.csv"), &tree_csv(records))?;
-    let seed: Vec<serde_json::Value> = SEED_DELIVER
-        .iter()
-        .map(|&(rate, per, remark)| {
-            serde_json::json!({
-                "rate_per_agent": rate,
-                "receiving_per_sec": per,
-                "remarks": remark,
-            })
-        })
-        .collect();
-    let json = serde_json::json!({
-        "scenario": NAME,
-        "shape": cx.shape,
-        "step_secs": cx.step_secs,
-        "rotate_lines": cx.rotate_lines,
-        "message_size": cx.message_size,
-        "machine": cx.machine,
-        "command": cx.command,
-        "steps": records,
-        "notes": notes,
-        "seed": { "steps": seed, "receiver_alone_per_sec": SEED_RECEIVER_ALONE },
-    });
-    write(
-        format!("{NAME}.json"),
-        &serde_json::to_string_pretty(&json).context("encoding the results")?,
-    )?;
-    write(
-        format!("{NAME}.svg"),
-        &tree_svg(&format!("loghaul bench: {NAME} ({})", cx.machine), records),
-    )?;
-    Ok(table)
 }
 
 #[cfg(test)]
@@ -1229,14 +680,14 @@ mod tests {
     #[test]
     fn unsupported_subject_keeps_its_row() {
         let records = vec![RunRecord::empty(
-            "syslog",
+            "a_scenario",
             "eventmachine",
             "Ruby",
             1,
             Status::Unsupported("n/a: a line counter".into()),
         )];
         let m = summarize(&records, &["eventmachine".into()]);
-        let t = markdown("syslog", 10, 1, 0, &m);
+        let t = markdown("a_scenario", 10, 1, 0, &m);
         assert!(t.contains("| eventmachine | Ruby | n/a: a line counter |"));
         let svg = svg("t", &m);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
@@ -1245,14 +696,14 @@ mod tests {
     #[test]
     fn generator_share_is_reported_per_run_and_as_a_median() {
         let run = |n: usize, gen_cores: Option<f64>| {
-            let mut r = RunRecord::empty("rfc5424", "loghaul", "Rust", n, Status::Complete);
+            let mut r = RunRecord::empty("a_scenario", "loghaul", "Rust", n, Status::Complete);
             r.events_seen = 100;
             r.gen_cores = gen_cores;
             r
         };
         let records = vec![run(1, Some(0.25)), run(2, Some(0.75)), run(3, Some(0.5))];
         let m = summarize(&records, &["loghaul".into(), "loggen-driven".into()]);
-        let t = markdown("rfc5424", 100, 3, 0, &m);
+        let t = markdown("a_scenario", 100, 3, 0, &m);
         let rows: Vec<&str> = t.lines().filter(|l| l.starts_with('|')).collect();
         assert!(rows[0].ends_with("| generator CPU/wall |"), "{t}");
         // Every row, measured or not, has the header's columns.
@@ -1275,7 +726,7 @@ mod tests {
     #[test]
     fn warm_up_runs_are_kept_but_never_counted() {
         let run = |n: usize, warmup: bool, rate: f64, loss: u64| {
-            let mut r = RunRecord::empty("syslog", "loghaul", "Rust", n, Status::Complete);
+            let mut r = RunRecord::empty("a_scenario", "loghaul", "Rust", n, Status::Complete);
             r.events_seen = 100;
             r.events_per_sec = rate;
             r.loss = loss;
@@ -1294,7 +745,7 @@ mod tests {
         let rate = m[0].events_per_sec.unwrap();
         assert_eq!((rate.median, rate.min, rate.max), (200.0, 100.0, 300.0));
         assert_eq!(m[0].loss, 0);
-        let t = markdown("syslog", 100, 3, 1, &m);
+        let t = markdown("a_scenario", 100, 3, 1, &m);
         assert!(
             t.contains("3 runs per subject after a warm-up round"),
             "{t}"
@@ -1319,7 +770,7 @@ mod tests {
     #[test]
     fn fsyncs_have_a_column_only_when_a_subject_has_a_disk_buffer() {
         let run = |subject: &str, n: usize, fsyncs: Option<u64>| {
-            let mut r = RunRecord::empty("syslog", subject, "Rust", n, Status::Complete);
+            let mut r = RunRecord::empty("a_scenario", subject, "Rust", n, Status::Complete);
             r.events_seen = 100;
             r.duration_secs = 0.5;
             r.fsyncs = fsyncs;
@@ -1328,7 +779,7 @@ mod tests {
         };
         let memory = vec![run("loghaul", 1, None), run("loghaul", 2, None)];
         let m = summarize(&memory, &["loghaul".into()]);
-        let t = markdown("syslog", 100, 2, 0, &m);
+        let t = markdown("a_scenario", 100, 2, 0, &m);
         assert!(!t.contains("fsyncs"), "{t}");
         assert!(!csv(&memory).contains("fsyncs"));
         let json = serde_json::to_string(&(&memory, &m)).unwrap();
@@ -1337,7 +788,7 @@ mod tests {
         let mut both = memory.clone();
         both.extend([run("disk", 1, Some(10)), run("disk", 2, Some(30))]);
         let m = summarize(&both, &["loghaul".into(), "disk".into(), "gone".into()]);
-        let t = markdown("syslog", 100, 2, 0, &m);
+        let t = markdown("a_scenario", 100, 2, 0, &m);
         let rows: Vec<&str> = t.lines().filter(|l| l.starts_with('|')).collect();
         assert!(
             rows[0].ends_with("| generator CPU/wall | fsyncs/s |"),
@@ -1361,189 +812,11 @@ mod tests {
         assert_eq!(rows[3][rows[3].len() - 2..], ["30", "60.000"]);
     }
 
-    fn tls_run(subject: &str, rate: f64, tls: Option<&str>) -> RunRecord {
-        let mut r = RunRecord::empty("syslog", subject, "p", 1, Status::Complete);
-        r.events_seen = 2000;
-        r.events_per_sec = rate;
-        r.cpu_secs_per_million = 400.0;
-        r.gen_cores = Some(0.5);
-        r.tls = tls.map(str::to_string);
-        r
-    }
-
-    #[test]
-    fn tls_runs_say_their_ratios_and_what_was_agreed() {
-        use crate::subjects::Scenario;
-        let suite = "TLSv1_3 TLS13_AES_256_GCM_SHA384";
-        let records = vec![
-            tls_run("loghaul", 4e6, None),
-            tls_run("loghaul-tls", 3e6, Some(suite)),
-            tls_run("rsyslog", 8e5, None),
-            tls_run("rsyslog-tls", 6e5, Some("TLSv1_2 X")),
-        ];
-        let names: Vec<String> = records.iter().map(|r| r.subject.clone()).collect();
-        let notes = tls_notes(Scenario::Syslog, 2000, &records, &names);
-        for want in [
-            "loghaul-tls ÷ loghaul: **0.75**",
-            "rsyslog-tls ÷ rsyslog: **0.75**",
-            "loghaul-tls ÷ rsyslog-tls: **5.00×**",
-            &format!("loghaul-tls: {suite}; rsyslog-tls: TLSv1_2 X"),
-        ] {
-            assert!(notes.contains(want), "{want:?} in {notes}");
-        }
-        assert!(!notes.contains("handshakes/s"), "{notes}");
-        // Without a TLS subject there is nothing to say.
-        let plain = tls_notes(Scenario::Syslog, 2000, &records[..1], &names[..1]);
-        assert_eq!(plain, "");
-        // In tls_handshake, a row per subject with the rate as handshakes/s and the CPU per
-        // handshake in ms; a plain subject says so.
-        let shakes = vec![
-            tls_run("loghaul-tls", 3000.0, Some(suite)),
-            tls_run("rsyslog-tls", 1200.0, Some("TLSv1_2 X")),
-            {
-                let mut r = tls_run("loghaul", 25000.0, None);
-                r.failed_connections = Some(3);
-                r.loss = 3;
-                r
-            },
-        ];
-        let names: Vec<String> = shakes.iter().map(|r| r.subject.clone()).collect();
-        let notes = tls_notes(Scenario::TlsHandshake, 2000, &shakes, &names);
-        assert!(
-            notes.contains(&format!(
-                "| loghaul-tls | 3,000 | 0.400 | 0.50 | 0 | {suite} |"
-            )),
-            "{notes}"
-        );
-        assert!(
-            notes.contains("| loghaul | 25,000 | 0.400 | 0.50 | 3 | plain TCP |"),
-            "{notes}"
-        );
-        // Failed connections are losses the table names.
-        let m = summarize(&shakes, &names);
-        assert_eq!(m[2].note.as_deref(), Some("3 connections failed"));
-        assert!(
-            notes.contains("loghaul-tls ÷ rsyslog-tls: **2.50×**"),
-            "{notes}"
-        );
-        assert!(notes.contains("(handshakes/s, same run)"), "{notes}");
-        // The main table prints a handshake rate whole.
-        let t = markdown("tls_handshake", 2000, 1, 0, &summarize(&shakes, &names));
-        assert!(t.contains("| 1200/s |"), "{t}");
-    }
-
-    fn step(rate: u64, per: [f64; 2], p99: f64, loss: u64) -> StepRecord {
-        StepRecord {
-            subject: "loghaul".into(),
-            platform: "loghaul 0.1.0 (Rust), tree".into(),
-            step: 1,
-            rate_per_agent: rate,
-            shape: crate::subjects::TreeShape {
-                agents: 10,
-                delivers: 2,
-                receivers: 2,
-            },
-            step_secs: 10.0,
-            status: Status::Complete,
-            written: rate * 100,
-            written_per_agent: vec![rate * 10; 10],
-            written_per_sec: rate as f64 * 10.0,
-            received_per_receiver: vec![rate * 50; 2],
-            receiving_per_sec: per.to_vec(),
-            span_secs: 10.0,
-            loss,
-            duplicates: 0,
-            delay_p50_ms: Some(p99 / 2.0),
-            delay_p99_ms: Some(p99),
-            delay_p999_ms: Some(p99),
-            delay_max_ms: Some(p99),
-            cpu_agents_secs: 1.0,
-            cpu_delivers_secs: 2.0,
-            cpu_receivers_secs: 3.0,
-            gen_cpu_secs: Some(0.5),
-            machine_busy_cores: Some(1.5),
-            machine_steal_cores: Some(0.0),
-            wall_secs: 10.5,
-            lab_cpu_secs: Some(0.7),
-            others_cpu_secs: Some(0.1),
-            peak_rss_agents_bytes: 1,
-            peak_rss_delivers_bytes: 1,
-            peak_rss_receivers_bytes: 1,
-            flow_per_sec: vec![vec![]; 2],
-            sustained: loss == 0 && p99 < crate::deliver::DELAY_LIMIT_MS,
-        }
-    }
-
     #[test]
     fn counts_read_like_the_seed() {
         assert_eq!(count(0.0), "0");
         assert_eq!(count(50.0), "50");
         assert_eq!(count(269_636.4), "269,636");
         assert_eq!(count(1_234_567.0), "1,234,567");
-    }
-
-    #[test]
-    fn tree_table_has_a_row_per_step_and_the_headline() {
-        let records = vec![
-            step(1_000, [5_000.0, 5_000.0], 20.0, 0),
-            step(50_000, [249_000.0, 251_000.0], 300.0, 0),
-            step(60_000, [260_000.0, 262_000.0], 4_000.0, 0),
-        ];
-        let notes = vec![
-            TreeNote {
-                subject: "loghaul".into(),
-                platform: "loghaul 0.1.0 (Rust), tree".into(),
-                note: "stopped after 60,000 lines/s per agent: delay occurred (p99 ≥ 1s)".into(),
-            },
-            TreeNote {
-                subject: "rsyslog".into(),
-                platform: "rsyslog".into(),
-                note: "n/a: no agent".into(),
-            },
-        ];
-        let cx = TreeContext {
-            shape: records[0].shape,
-            step_secs: 10.0,
-            rotate_lines: 0,
-            message_size: 128,
-            machine: "m",
-            command: "c",
-        };
-        let md = tree_markdown(&cx, &records, &notes);
-        let rows: Vec<&str> = md
-            .lines()
-            .filter(|l| l.starts_with("| ") && !l.starts_with("| rate"))
-            .collect();
-        // Three steps, then the published experiment's seven.
-        assert_eq!(rows.len(), 3 + SEED_DELIVER.len(), "{md}");
-        assert!(
-            rows[1].starts_with(
-                "| 50,000 | 500,000 | 250,000 (249,000–251,000) | 150.0ms | 300.0ms |"
-            ),
-            "{md}"
-        );
-        assert!(rows[2].ends_with("| delay occurred (p99 ≥ 1s) |"), "{md}");
-        assert!(
-            md.contains("**250,000 lines/s per receiver process** at 50,000 lines/s per agent"),
-            "{md}"
-        );
-        assert!(md.contains("loghaul: stopped after 60,000"), "{md}");
-        assert!(md.contains("rsyslog: n/a: no agent"), "{md}");
-        assert!(md.contains("| 60,000 | 269,636 | Delay occured |"), "{md}");
-        let header: Vec<&str> = md.lines().filter(|l| l.starts_with("| rate")).collect();
-        assert_eq!(header[0].matches('|').count(), rows[0].matches('|').count());
-        let csv = tree_csv(&records);
-        // The platform is one quoted field, commas and all.
-        let csv = csv.replace("\"loghaul 0.1.0 (Rust), tree\"", "p");
-        let lines: Vec<&str> = csv.lines().collect();
-        assert_eq!(lines.len(), 4);
-        assert_eq!(
-            lines[0].split(',').count(),
-            lines[1].split(',').count(),
-            "{csv}"
-        );
-        let svg = tree_svg("t", &records);
-        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
-        assert_eq!(svg.matches("#c53030").count(), 1);
     }
 }

@@ -740,7 +740,7 @@ fn mask_received(text: &str) -> String {
 /// escaped, malformed, invalid UTF-8) it writes exactly the lines loghaul's file sink writes.
 #[test]
 fn bare_loop_writes_what_loghaul_writes() {
-    use loghaul_bench::subjects::{Scenario, free_port, loghaul_config};
+    use loghaul_bench::subjects::{Input, Setup, free_port, loghaul};
     let loghaul = loghaul_bin();
     let rfc3164: &[&[u8]] = &[
         b"<34>Oct 11 22:14:15 mymachine su[123]: 'su root' failed for lonvick on /dev/pts/8",
@@ -757,10 +757,13 @@ fn bare_loop_writes_what_loghaul_writes() {
         b"<165>1 not-a-time host app - - - broken header",
         b"<12>1 - - - - - -",
     ];
-    for (scenario, frames) in [(Scenario::Syslog, rfc3164), (Scenario::Rfc5424, rfc5424)] {
+    for (scenario, frames) in [
+        (Setup::new("syslog", Input::Rfc3164), rfc3164),
+        (Setup::new("rfc5424", Input::Rfc5424), rfc5424),
+    ] {
         let mut input = Vec::new();
         for f in frames {
-            if scenario == Scenario::Rfc5424 {
+            if scenario.input == Input::Rfc5424 {
                 input.extend_from_slice(format!("{} ", f.len()).as_bytes());
                 input.extend_from_slice(f);
             } else {
@@ -774,7 +777,7 @@ fn bare_loop_writes_what_loghaul_writes() {
         let conf = dir.path().join("loghaul.yaml");
         std::fs::write(
             &conf,
-            loghaul_config(scenario, port, api, &out.display().to_string()),
+            loghaul::config(&scenario, port, api, &out.display().to_string()),
         )
         .unwrap();
         let mut cmd = Command::new(&loghaul);
@@ -784,7 +787,7 @@ fn bare_loop_writes_what_loghaul_writes() {
         let port = free_port().unwrap();
         let out = dir.path().join("bare.log");
         let mut cmd = bench();
-        cmd.args(["bare", "--scenario", scenario.name(), "--listen"])
+        cmd.args(["bare", "--scenario", scenario.name, "--listen"])
             .arg(format!("127.0.0.1:{port}"))
             .arg("--out")
             .arg(&out);
@@ -801,7 +804,7 @@ fn bare_loop_writes_what_loghaul_writes() {
             mask_received(&from_bare),
             mask_received(&from_loghaul),
             "{}",
-            scenario.name()
+            scenario.name
         );
     }
 }
@@ -1719,7 +1722,7 @@ fn feed_forward(
 /// for the same requests, and answers the same acks.
 #[test]
 fn bare_forward_loop_writes_what_loghaul_writes() {
-    use loghaul_bench::subjects::{Scenario, free_port, loghaul_config};
+    use loghaul_bench::subjects::{Input, Setup, free_port, loghaul};
     let loghaul = loghaul_bin();
     let (input, events, acks) = forward_fixture();
     let dir = tempfile::tempdir().unwrap();
@@ -1728,7 +1731,12 @@ fn bare_forward_loop_writes_what_loghaul_writes() {
     let conf = dir.path().join("loghaul.yaml");
     std::fs::write(
         &conf,
-        loghaul_config(Scenario::Forward, port, api, &out.display().to_string()),
+        loghaul::config(
+            &Setup::new("forward", Input::Forward),
+            port,
+            api,
+            &out.display().to_string(),
+        ),
     )
     .unwrap();
     let mut cmd = Command::new(&loghaul);
@@ -1849,7 +1857,8 @@ fn tail_into(mut cmd: Command, out: &Path, lines: usize) -> String {
 /// same file: escapes, CRLF, empty lines, bytes that are not UTF-8, a line over `max_line_size`.
 #[test]
 fn bare_tail_loop_writes_what_loghaul_writes() {
-    use loghaul_bench::subjects::{free_port, tail_config};
+    use loghaul_bench::scenarios::tail::tail_config;
+    use loghaul_bench::subjects::free_port;
     let loghaul = loghaul_bin();
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("app.log");

@@ -38,13 +38,15 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use super::report::{StepRecord, TreeContext, TreeNote, write_tree};
+use super::{TreeLaunch, TreeShape};
 use crate::generator::{self, GenConfig, GenStats};
 use crate::meter::{Books, Tracker};
 use crate::payload::now_micros;
 use crate::procstat;
-use crate::report::{self, Status, StepRecord, TreeContext, TreeNote};
-use crate::scenario::{self, ChildGuard, Plan};
-use crate::subjects::{self, Companion, Peers, Scenario, SubjectKind, TreeLaunch, TreeShape};
+use crate::report::{self, Status};
+use crate::runner::{self, ChildGuard, Plan};
+use crate::subjects::{Companion, Peers, SubjectKind};
 use crate::target::{TargetOptions, TargetUrl};
 use crate::watch::Watcher;
 
@@ -112,11 +114,11 @@ pub fn run(plan: &Plan, peers: &Peers) -> Result<String> {
     }
     let work = std::env::temp_dir().join(format!(
         "loghaul-bench-{}-{}",
-        Scenario::ForwardDeliver.name(),
+        super::NAME,
         std::process::id()
     ));
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-    let machine = scenario::machine();
+    let machine = runner::machine();
     eprintln!(
         "bench forward_deliver: {shape}, {} step(s) of {:?} at most ({machine})",
         opts.rates.len(),
@@ -131,20 +133,14 @@ pub fn run(plan: &Plan, peers: &Peers) -> Result<String> {
             platform: platform.clone(),
             note: text,
         };
-        if let Some(why) = subjects::unsupported(kind, Scenario::ForwardDeliver) {
+        if let Some(why) = plan.scenario.why_not(kind) {
             notes.push(note(why.to_string()));
             continue;
         }
         let dir = work.join(kind.name());
         let outcome = climb(plan, kind, peers, &dir, &platform, &mut records);
         // Whatever came of it, every process's config goes with the figures (or the failure).
-        scenario::save_configs(
-            &dir,
-            &plan
-                .out
-                .join("configs")
-                .join(Scenario::ForwardDeliver.name()),
-        );
+        runner::save_configs(&dir, &plan.out.join("configs").join(super::NAME));
         match outcome {
             Ok(Some(stop)) => notes.push(note(stop)),
             Ok(None) => {}
@@ -168,7 +164,7 @@ pub fn run(plan: &Plan, peers: &Peers) -> Result<String> {
         machine: &machine,
         command: &plan.command,
     };
-    report::write_tree(&plan.out, &cx, &records, &notes)
+    write_tree(&plan.out, &cx, &records, &notes)
 }
 
 /// The processes of one tier, in start order.
@@ -188,8 +184,8 @@ impl Tier {
             procs: Vec::new(),
         };
         for c in list {
-            let (mut g, stderr) = scenario::start_companion(c, dir)
-                .with_context(|| format!("starting {}", c.name))?;
+            let (mut g, stderr) =
+                runner::start_companion(c, dir).with_context(|| format!("starting {}", c.name))?;
             let pid = g.child()?.id();
             tier.guards.push(g);
             tier.procs.push((c.name.clone(), stderr, pid));
@@ -221,7 +217,7 @@ impl Tier {
                 bail!(
                     "{name} ({}) exited with {status} during the run; stderr: {}",
                     self.name,
-                    scenario::tail_of(stderr)
+                    runner::tail_of(stderr)
                 );
             }
         }
@@ -263,7 +259,7 @@ impl Tree {
     /// Front to back: agents drain into the delivers, which drain into the receivers.
     fn stop(mut self) -> Result<()> {
         for tier in self.tiers.iter_mut().rev() {
-            scenario::terminate_all(&mut tier.guards, Duration::from_secs(20))?;
+            runner::terminate_all(&mut tier.guards, Duration::from_secs(20))?;
         }
         Ok(())
     }
@@ -282,7 +278,7 @@ fn climb(
     let opts = &plan.tree;
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let launch = subjects::prepare_tree(kind, opts.shape, dir, peers, &plan.loghaul)?;
+    let launch = super::prepare_tree(kind, opts.shape, dir, peers, &plan.loghaul)?;
     // The files exist before the agents start, so the first glob finds them.
     for f in &launch.agent_files {
         std::fs::File::create(f).with_context(|| format!("creating {}", f.display()))?;
@@ -382,7 +378,7 @@ fn step(
                 rotate_lines: opts.rotate_lines,
                 ..TargetOptions::default()
             },
-            payload: scenario::payload_for(Scenario::ForwardDeliver, plan.message_size, plan.seed),
+            payload: plan.scenario.payload_spec(plan.message_size, plan.seed),
             count: None,
             duration: Some(opts.step),
             rate,

@@ -1,4 +1,5 @@
-//! `bench run SCENARIO`: start each subject, drive the generator, meter what arrives, stop the subject.
+//! `bench run SCENARIO`: the rounds of the connection scenarios. Start each subject, drive the
+//! generator, meter what arrives, stop the subject.
 //!
 //! One run of one subject:
 //!
@@ -22,8 +23,8 @@
 //! A loghaul subject with a disk buffer also has its buffer's fsyncs read from its API, before the
 //! load and after the last event; the record gives them per second of the run's duration.
 //!
-//! `tail` runs through the same rounds with its own run of one subject ([`crate::tail`]): its
-//! load is a file written once before the first round, and its clock starts with the subject.
+//! A scenario may run through the same rounds with its own run of one subject ([`run_rounds`]),
+//! as `tail` does with a file written once before the first round.
 
 use std::io::{IsTerminal, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -35,16 +36,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use crate::deliver::{self, TreeOptions};
 use crate::fluent::FluentOptions;
 use crate::generator::{self, GenConfig};
 use crate::meter::{self, FileFollower, SharedTracker};
-use crate::payload::{Format, Framing, PayloadSpec, now_micros};
+use crate::payload::now_micros;
 use crate::procstat;
 use crate::progress::human;
 use crate::report::{self, RunRecord, Status};
-use crate::subjects::{self, Companion, Launch, Output, Peers, Ready, Scenario, SubjectKind};
-use crate::tail;
+use crate::scenarios::Scenario;
+use crate::scenarios::forward_deliver::run::TreeOptions;
+use crate::subjects::{self, Companion, Input, Launch, Output, Peers, Ready, SubjectKind};
 use crate::target::{TargetOptions, TargetUrl};
 use crate::watch::Watcher;
 
@@ -52,7 +53,7 @@ use crate::watch::Watcher;
 #[derive(Clone, Debug)]
 pub struct Plan {
     /// The experiment.
-    pub scenario: Scenario,
+    pub scenario: &'static dyn Scenario,
     /// Subjects, in interleaving order.
     pub subjects: Vec<SubjectKind>,
     /// Runs per subject.
@@ -84,7 +85,7 @@ pub struct Plan {
     /// `forward_deliver`'s tree and rate steps.
     pub tree: TreeOptions,
     /// The HTTP experiments' load.
-    pub http: crate::http_echo::HttpOptions,
+    pub http: crate::scenarios::http_echo::run::HttpOptions,
     /// The stream driver `rsyslog-tls` reads with.
     pub rsyslog_tls_driver: subjects::TlsDriver,
 }
@@ -106,74 +107,6 @@ pub fn effective_events(plan: &Plan) -> u64 {
             let c = plan.connections.max(1) as u64;
             (plan.events / c).max(1) * c
         }
-    }
-}
-
-/// Default events per run of a scenario: enough for one to two seconds on the fastest subject,
-/// and at most about 1GiB of output. Sub-second runs measure start-up as much as throughput
-/// (connecting, the first batches, the 10ms count polls): at 10M events `basic` ran 0.5s and came
-/// out 7% slower than at 40M. Larger files measure the machine more than the subject: 5M
-/// `rfc5424` events (2.3GB of JSON, the kernel's background writeback threshold here) ran
-/// 1.2–1.5M/s at 1.1–1.2 CPU-s/1M where 2M ran 2M/s at 0.8 (writeback, and fresh page-cache
-/// pages, which this VM backs lazily).
-pub fn default_events(scenario: Scenario) -> u64 {
-    match scenario {
-        Scenario::Basic => 40_000_000,
-        // Forward lines are ~225 bytes of JSON: 5M is about 1.1GB, and 0.7–1s of `forward`
-        // (5–7M/s at 2M events) or 1.5s of `forward_relay` (about 3.2M/s).
-        Scenario::Syslog | Scenario::Raw | Scenario::Forward | Scenario::ForwardRelay => 5_000_000,
-        // 5M lines of about 100 bytes: a 506MB file read into 1.1GB of JSON, 0.5–1s of loghaul.
-        Scenario::Tail => 5_000_000,
-        Scenario::Rfc5424 => 2_000_000,
-        // Connections, not events: each message on its own connection (and TLS handshake).
-        Scenario::TlsHandshake => 2_000,
-        // JSON events of about 280 bytes through a broker that takes some 200–500k/s here: a
-        // few seconds per phase, and six phases a round.
-        Scenario::KafkaPipeline => 1_000_000,
-        // Its load is rate × step duration per agent, not a count (`crate::deliver`); the HTTP
-        // experiments count requests and bytes (`--ab-*`, `--upload-*`).
-        Scenario::ForwardDeliver | Scenario::HttpEcho | Scenario::HttpClient => 0,
-    }
-}
-
-/// Default message size of a scenario: short lines for `basic`, typical syslog lines otherwise.
-pub fn default_message_size(scenario: Scenario) -> usize {
-    match scenario {
-        Scenario::Basic => 64,
-        // Header and structured data take ~130 bytes: leave room for a message text.
-        Scenario::Rfc5424 => 256,
-        // The message text of a forward record, a tailed line: a typical application log line.
-        Scenario::Forward | Scenario::ForwardRelay | Scenario::Tail => 100,
-        // About the published peer-deliver run's dummer lines (LTSV: id, time, level, method,
-        // uri, status, ...).
-        Scenario::ForwardDeliver => 128,
-        _ => 128,
-    }
-}
-
-/// The generator's payload for a scenario (for the forward scenarios, the message text of each
-/// record: the framing is the protocol's, see [`crate::fluent`]).
-pub fn payload_for(scenario: Scenario, message_size: usize, seed: u64) -> PayloadSpec {
-    let (format, framing) = match scenario {
-        Scenario::Basic
-        | Scenario::Raw
-        | Scenario::Forward
-        | Scenario::ForwardRelay
-        | Scenario::ForwardDeliver
-        | Scenario::Tail
-        | Scenario::HttpEcho
-        | Scenario::HttpClient => (Format::Raw, Framing::Newline),
-        Scenario::Syslog | Scenario::TlsHandshake | Scenario::KafkaPipeline => {
-            (Format::Rfc3164, Framing::Newline)
-        }
-        Scenario::Rfc5424 => (Format::Rfc5424, Framing::OctetCounting),
-    };
-    PayloadSpec {
-        format,
-        framing,
-        message_size,
-        seed,
-        ..PayloadSpec::default()
     }
 }
 
@@ -203,63 +136,92 @@ pub fn run(plan: &Plan) -> Result<String> {
     let wants_fluentd = plan
         .subjects
         .iter()
-        .any(|&k| k == SubjectKind::Fluentd && subjects::unsupported(k, plan.scenario).is_none());
+        .any(|&k| k == SubjectKind::Fluentd && plan.scenario.why_not(k).is_none());
     if wants_fluentd && peers.fluentd.is_none() {
         bail!("{}", subjects::FLUENTD_MISSING);
     }
-    if plan.driver == Driver::Loggen
-        && (plan.scenario.is_forward() || plan.scenario == Scenario::ForwardDeliver)
-    {
-        bail!("loggen speaks syslog only: the forward scenarios take the built-in generator");
-    }
-    if plan.driver == Driver::Loggen
-        && (plan.scenario == Scenario::TlsHandshake || plan.subjects.iter().any(|k| k.tls()))
-    {
+    plan.scenario.check(plan)?;
+    if plan.driver == Driver::Loggen && plan.subjects.iter().any(|k| k.tls()) {
         bail!(
             "the TLS subjects and `tls_handshake` take the built-in generator (tls://, a \
              connection per message)"
         );
     }
-    if plan.driver == Driver::Loggen && plan.scenario == Scenario::Tail {
-        bail!("`tail` reads a file the lab writes before the subject starts: no generator runs");
-    }
-    if plan.driver == Driver::Loggen && plan.scenario == Scenario::KafkaPipeline {
-        bail!("`kafka_pipeline` takes the built-in generator");
-    }
-    if plan.scenario == Scenario::ForwardDeliver {
-        // Rate steps through a tree of processes: its own runner and table.
-        return deliver::run(plan, &peers);
-    }
-    // The HTTP experiments drive their subjects with ab/wrk or time whole clients: their own
-    // runners and tables.
-    if plan.scenario == Scenario::HttpEcho {
-        return crate::http_echo::run(plan, &plan.http, &peers);
-    }
-    if plan.scenario == Scenario::HttpClient {
-        return crate::http_client::run(plan, &plan.http, &peers);
-    }
-    // Phases around a broker, with Kafka's own tools as the peers: its own runner, its table
-    // notes.
-    if plan.scenario == Scenario::KafkaPipeline {
-        return crate::kafka_pipeline::run(plan, &peers);
-    }
+    plan.scenario.run(plan, &peers)
+}
+
+/// The scenario's own folder for the runs' work, created.
+///
+/// # Errors
+/// It cannot be created.
+pub fn work_dir(plan: &Plan) -> Result<PathBuf> {
     let work = std::env::temp_dir().join(format!(
         "loghaul-bench-{}-{}",
         plan.scenario.name(),
         std::process::id()
     ));
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+    Ok(work)
+}
+
+/// Says on stderr what is about to run: subjects, rounds, `load` and the machine.
+pub fn announce(plan: &Plan, load: &str) {
+    eprintln!(
+        "bench {}: {} subjects × {} runs after {} warm-up round(s), {load} ({})",
+        plan.scenario.name(),
+        plan.subjects.len(),
+        plan.runs,
+        plan.warmup,
+        machine()
+    );
+}
+
+/// The runner's rounds for a scenario whose subjects read connections from the generator (the
+/// default [`Scenario::run`]).
+///
+/// # Errors
+/// The results cannot be written or the work folder cannot be created.
+pub fn run_connections(plan: &Plan, peers: &Peers) -> Result<String> {
+    let work = work_dir(plan)?;
+    announce(
+        plan,
+        &format!(
+            "{} events per run, {} connections",
+            plan.events, plan.connections
+        ),
+    );
+    run_rounds(
+        plan,
+        peers,
+        &work,
+        &|kind, dir, label| run_one(plan, kind, peers, dir, label),
+        &|records, names| plan.scenario.report(plan, records, names),
+    )
+}
+
+/// One run of one subject: its record, or why it failed.
+pub type RunOne<'a> = dyn Fn(SubjectKind, &Path, &str) -> Result<RunRecord> + 'a;
+
+/// The notes under a results table, from the runs and the subjects' names.
+pub type Notes<'a> = dyn Fn(&[RunRecord], &[String]) -> String + 'a;
+
+/// Runs every subject once per round (warm-up rounds first, then the measured ones), each run
+/// by `one` in its own folder under `work`, and writes the results with `notes` under the table;
+/// removes `work` at the end unless the plan keeps it.
+///
+/// # Errors
+/// The results cannot be written.
+pub fn run_rounds(
+    plan: &Plan,
+    peers: &Peers,
+    work: &Path,
+    one: &RunOne<'_>,
+    notes: &Notes<'_>,
+) -> Result<String> {
     let platforms: Vec<String> = plan
         .subjects
         .iter()
-        .map(|&k| match (k, plan.scenario) {
-            (SubjectKind::Loghaul, Scenario::ForwardRelay) => format!(
-                "{}, two processes: relay A → receiver B",
-                peers.platform(k, &plan.loghaul)
-            ),
-            (SubjectKind::Bare, Scenario::Tail) => tail::bare_platform(&peers, &plan.loghaul),
-            _ => peers.platform(k, &plan.loghaul),
-        })
+        .map(|&k| plan.scenario.platform(k, peers, &plan.loghaul))
         .collect();
     // Warm-up rounds first, then the measured ones; every round runs each subject once, in order.
     let rounds: Vec<(usize, bool)> = (1..=plan.warmup)
@@ -269,34 +231,6 @@ pub fn run(plan: &Plan) -> Result<String> {
     let total = rounds.len() * plan.subjects.len();
     let mut records = Vec::new();
     let mut step = 0;
-    let load = if plan.scenario == Scenario::Tail {
-        format!("{} lines in one file", plan.events)
-    } else {
-        format!(
-            "{} events per run, {} connections",
-            plan.events, plan.connections
-        )
-    };
-    eprintln!(
-        "bench {}: {} subjects × {} runs after {} warm-up round(s), {load} ({})",
-        plan.scenario.name(),
-        plan.subjects.len(),
-        plan.runs,
-        plan.warmup,
-        machine()
-    );
-    // `tail`'s one input, written (and on disk) before any subject runs: the runs read it.
-    let input = if plan.scenario == Scenario::Tail {
-        match tail::write_input(plan, &work) {
-            Ok(input) => Some(input),
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&work);
-                return Err(e);
-            }
-        }
-    } else {
-        None
-    };
     for &(run, warmup) in &rounds {
         for (i, &kind) in plan.subjects.iter().enumerate() {
             step += 1;
@@ -314,7 +248,7 @@ pub fn run(plan: &Plan) -> Result<String> {
                 plan.scenario.name(),
                 kind.name(),
             );
-            let mut record = if let Some(why) = subjects::unsupported(kind, plan.scenario) {
+            let mut record = if let Some(why) = plan.scenario.why_not(kind) {
                 RunRecord::empty(
                     plan.scenario.name(),
                     kind.name(),
@@ -324,11 +258,7 @@ pub fn run(plan: &Plan) -> Result<String> {
                 )
             } else {
                 let dir = work.join(&dir_name);
-                let one = match &input {
-                    Some(input) => tail::run_one(plan, kind, &peers, &dir, &input.path, &label),
-                    None => run_one(plan, kind, &peers, &dir, &label),
-                };
-                match one {
+                match one(kind, &dir, &label) {
                     Ok(mut r) => {
                         r.run = run;
                         r.platform = platforms[i].clone();
@@ -358,14 +288,11 @@ pub fn run(plan: &Plan) -> Result<String> {
         }
     }
     if !plan.keep {
-        let _ = std::fs::remove_dir_all(&work);
+        let _ = std::fs::remove_dir_all(work);
     }
     let names: Vec<String> = plan.subjects.iter().map(|k| k.name().to_string()).collect();
     let machine = machine();
-    let notes = match &input {
-        Some(input) => tail::notes(plan, input, &records, &names),
-        None => report::tls_notes(plan.scenario, plan.events, &records, &names),
-    };
+    let notes = notes(&records, &names);
     let cx = report::Context {
         scenario: plan.scenario.name(),
         events: plan.events,
@@ -625,7 +552,7 @@ fn run_one(
 ) -> Result<RunRecord> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let launch = subjects::prepare(kind, plan.scenario, dir, peers, &plan.loghaul)?;
+    let launch = plan.scenario.prepare(kind, dir, peers, &plan.loghaul)?;
     // A relay's receiver first: the process in front of it connects to it.
     let mut companions: Vec<(ChildGuard, PathBuf, &Companion)> = Vec::new();
     for c in &launch.companions {
@@ -685,7 +612,7 @@ fn run_one(
             let gen_cfg = GenConfig {
                 target,
                 target_options,
-                payload: payload_for(plan.scenario, plan.message_size, plan.seed),
+                payload: plan.scenario.payload_spec(plan.message_size, plan.seed),
                 count: Some(events),
                 duration: None,
                 rate: 0,
@@ -903,7 +830,7 @@ fn target_for(plan: &Plan, launch: &Launch, input: String) -> (TargetUrl, Target
     let options = TargetOptions {
         fluent: plan.fluent.clone(),
         tls: launch.tls.clone().unwrap_or_default(),
-        connect_per_message: plan.scenario == Scenario::TlsHandshake,
+        connect_per_message: plan.scenario.connect_per_message(),
         ..TargetOptions::default()
     };
     (target, options)
@@ -1020,7 +947,7 @@ fn spawn_loggen(
         .arg(format!("--number={per_conn}"))
         // loggen refuses messages shorter than 127 bytes.
         .arg(format!("--size={}", plan.message_size.max(127)));
-    if plan.scenario == Scenario::Rfc5424 {
+    if plan.scenario.input() == Some(Input::Rfc5424) {
         // RFC5424 with structured data, octet-counted (loggen's default framing with -P).
         cmd.args([
             "-P",

@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use serde::Serialize;
 
-use crate::http_echo::HttpOptions;
 use crate::http_peers;
 use crate::procstat;
-use crate::scenario::{self, Plan};
+use crate::runner::{self, Plan};
+use crate::scenarios::http_echo::run::HttpOptions;
 use crate::subjects::{self, Peers, Ready, SubjectKind};
 
 /// One client moving one payload once.
@@ -151,7 +151,7 @@ fn run_client(
         bail!(
             "{} {part} exited with {status}: {}",
             kind.name(),
-            scenario::tail_of(&err_path)
+            runner::tail_of(&err_path)
         );
     }
     Ok((wall, cpu))
@@ -195,7 +195,7 @@ fn loghaul_upload(
     let (_, before) = stats(port)?;
     let stderr = run_dir.join("stderr.log");
     let start = Instant::now();
-    let mut guard = scenario::spawn(
+    let mut guard = runner::spawn(
         &plan.loghaul,
         &["run".into(), "-c".into(), conf.display().to_string()],
         &[],
@@ -211,7 +211,7 @@ fn loghaul_upload(
         if now - before >= total {
             break;
         }
-        if let Some(s) = scenario::exited(&mut guard, &stderr)? {
+        if let Some(s) = runner::exited(&mut guard, &stderr)? {
             bail!("{s:?}");
         }
         if now != last.1 {
@@ -220,7 +220,7 @@ fn loghaul_upload(
             bail!(
                 "stalled at {} of {total} bytes; stderr: {}",
                 now - before,
-                scenario::tail_of(&stderr)
+                runner::tail_of(&stderr)
             );
         }
         std::thread::sleep(Duration::from_millis(2));
@@ -241,7 +241,7 @@ pub fn run(plan: &Plan, o: &HttpOptions, peers: &Peers) -> Result<String> {
     let work =
         std::env::temp_dir().join(format!("loghaul-bench-http_client-{}", std::process::id()));
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-    let machine = scenario::machine();
+    let machine = runner::machine();
     eprintln!(
         "bench http_client: {} subjects × {} runs (+{} warm-up): download {} bytes, upload {} \
          events in batches of {} ({machine})",
@@ -286,7 +286,7 @@ fn run_in(
         port,
         ready: Ready::Connect,
     };
-    let (mut server_guard, _) = scenario::start_companion(&server, work)?;
+    let (mut server_guard, _) = runner::start_companion(&server, work)?;
     let url_down = format!("http://127.0.0.1:{port}/download");
     let url_empty = format!("http://127.0.0.1:{port}/empty");
     let url_up = format!("http://127.0.0.1:{port}/upload");
@@ -297,13 +297,13 @@ fn run_in(
         .collect();
     let mut unsupported: Vec<(SubjectKind, &'static str)> = Vec::new();
     for &kind in &plan.subjects {
-        if let Some(why) = subjects::unsupported(kind, plan.scenario) {
+        if let Some(why) = plan.scenario.why_not(kind) {
             unsupported.push((kind, why));
         }
     }
     for &(run, warmup) in &rounds {
         for &kind in &plan.subjects {
-            if subjects::unsupported(kind, plan.scenario).is_some() {
+            if plan.scenario.why_not(kind).is_some() {
                 continue;
             }
             let tag = if warmup {

@@ -20,7 +20,7 @@ use serde::Serialize;
 use crate::http_peers;
 use crate::procstat;
 use crate::progress::human;
-use crate::scenario::{self, ChildGuard, Plan};
+use crate::runner::{self, ChildGuard, Plan};
 use crate::subjects::{self, Peers, Ready, SubjectKind};
 
 /// The HTTP experiments' load (from `bench run`'s `--ab-*`, `--wrk-*`, `--download-size` and
@@ -244,7 +244,7 @@ fn run_tool(program: &Path, args: &[String], limit: Duration, log: &Path) -> Res
         bail!(
             "{} failed ({status}): {}",
             program.display(),
-            scenario::tail_of(log)
+            runner::tail_of(log)
         );
     }
     Ok(text)
@@ -300,9 +300,9 @@ fn start(
     };
     let (sh, sh_args) = with_fd_limit(&program, &args);
     let stderr = dir.join("stderr.log");
-    let mut guard = scenario::spawn(&sh, &sh_args, &[], dir, &dir.join("stdout.log"), &stderr)?;
+    let mut guard = runner::spawn(&sh, &sh_args, &[], dir, &dir.join("stdout.log"), &stderr)?;
     // The JVM and Python start slowly on a busy machine.
-    scenario::wait_ready(&mut guard, &ready, port, &stderr, Duration::from_secs(60))?;
+    runner::wait_ready(&mut guard, &ready, port, &stderr, Duration::from_secs(60))?;
     let pid = guard.child()?.id();
     Ok((guard, stderr, pid))
 }
@@ -350,7 +350,7 @@ fn run_subject(plan: &Plan, o: &HttpOptions, kind: SubjectKind, dir: &Path) -> R
             run.failed,
             run.p99_ms.map_or("-".into(), |v| format!("{v:.0} ms"))
         );
-        if let Some(s) = scenario::exited(&mut guard, &stderr)? {
+        if let Some(s) = runner::exited(&mut guard, &stderr)? {
             bail!("{s:?}");
         }
         rec.ab.push(run);
@@ -373,7 +373,7 @@ fn run_subject(plan: &Plan, o: &HttpOptions, kind: SubjectKind, dir: &Path) -> R
                 run.socket_errors,
                 run.p99_ms.map_or("-".into(), |v| format!("{v:.1} ms"))
             );
-            if let Some(s) = scenario::exited(&mut guard, &stderr)? {
+            if let Some(s) = runner::exited(&mut guard, &stderr)? {
                 bail!("{s:?}");
             }
             rec.wrk.push(run);
@@ -534,7 +534,7 @@ pub fn run(plan: &Plan, o: &HttpOptions, peers: &Peers) -> Result<String> {
         );
     }
     let work = std::env::temp_dir().join(format!("loghaul-bench-http_echo-{}", std::process::id()));
-    let machine = scenario::machine();
+    let machine = runner::machine();
     eprintln!(
         "bench http_echo: {} subjects, ab -c {} -n {} × {} (+{} warm-up), wrk at {:?} ({machine})",
         plan.subjects.len(),
@@ -553,7 +553,7 @@ pub fn run(plan: &Plan, o: &HttpOptions, peers: &Peers) -> Result<String> {
         } else {
             http_peers::platform(kind, &peers.ruby)
         };
-        let rec = if let Some(why) = subjects::unsupported(kind, plan.scenario) {
+        let rec = if let Some(why) = plan.scenario.why_not(kind) {
             EchoRecord {
                 subject: kind.name().into(),
                 platform,

@@ -38,8 +38,8 @@ use crate::payload::now_micros;
 use crate::procstat;
 use crate::progress::human;
 use crate::report::{self, RunRecord, Status};
-use crate::scenario::{self, Plan};
-use crate::subjects::{self, Peers, Scenario, SubjectKind};
+use crate::runner::{self, Plan};
+use crate::subjects::{Peers, SubjectKind};
 use crate::target::{TargetOptions, TargetUrl};
 use crate::watch::Watcher;
 
@@ -74,7 +74,7 @@ pub(crate) fn write_input(plan: &Plan, work: &Path) -> Result<Input> {
     let cfg = GenConfig {
         target: TargetUrl::File(input.clone()),
         target_options: TargetOptions::default(),
-        payload: scenario::payload_for(Scenario::Tail, plan.message_size, plan.seed),
+        payload: plan.scenario.payload_spec(plan.message_size, plan.seed),
         count: Some(plan.events),
         duration: None,
         rate: 0,
@@ -140,7 +140,7 @@ pub(crate) fn run_one(
 ) -> Result<RunRecord> {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let launch = subjects::prepare_tail(kind, dir, input, peers, &plan.loghaul)?;
+    let launch = super::prepare_tail(kind, dir, input, peers, &plan.loghaul)?;
     warm(input)?;
     let events = plan.events;
     let books = SharedTracker::from_tracker(Tracker::new(now_micros()));
@@ -148,7 +148,7 @@ pub(crate) fn run_one(
     let start_us = now_micros();
     let watcher = Watcher::start(&launch.output, Tracker::new(start_us), start_us);
     let stderr_log = dir.join("stderr.log");
-    let mut guard = scenario::spawn(
+    let mut guard = runner::spawn(
         &launch.program,
         &launch.args,
         &[],
@@ -182,7 +182,7 @@ pub(crate) fn run_one(
                 break;
             }
         }
-        if let Some(failed) = scenario::exited(&mut guard, &stderr_log)? {
+        if let Some(failed) = runner::exited(&mut guard, &stderr_log)? {
             status = failed;
             break;
         }
@@ -212,7 +212,7 @@ pub(crate) fn run_one(
     follower.read_available(&books)?;
     follower.flush_partial(&books);
     if let Status::Failed(_) = status {
-        let mut r = RunRecord::empty(Scenario::Tail.name(), kind.name(), "", 0, status);
+        let mut r = RunRecord::empty(super::NAME, kind.name(), "", 0, status);
         r.events_sent = events;
         return Ok(r);
     }
@@ -221,7 +221,7 @@ pub(crate) fn run_one(
         .last_growth_us
         .map_or(0.0, |t| t.saturating_sub(start_us) as f64 / 1e6)
         .max(1e-6);
-    let mut rec = RunRecord::empty(Scenario::Tail.name(), kind.name(), "", 0, status);
+    let mut rec = RunRecord::empty(super::NAME, kind.name(), "", 0, status);
     rec.events_sent = events;
     rec.events_seen = rep.unique;
     rec.loss = rep.missing;

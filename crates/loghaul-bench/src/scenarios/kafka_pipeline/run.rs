@@ -48,8 +48,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use super::KAFKA_PRODUCER;
 use crate::generator::{self, GenConfig, GenStats};
 use crate::kafka::{self, Broker};
 use crate::meter::{Books, Tracker};
@@ -57,8 +58,8 @@ use crate::payload::now_micros;
 use crate::procstat;
 use crate::progress::human;
 use crate::report::{self, RunRecord, Status};
-use crate::scenario::{self, ChildGuard, Plan};
-use crate::subjects::{self, Companion, KAFKA_PRODUCER, Peers, Ready, Scenario, SubjectKind};
+use crate::runner::{self, ChildGuard, Plan};
+use crate::subjects::{self, Companion, Peers, Ready, SubjectKind};
 use crate::target::{TargetOptions, TargetUrl};
 use crate::watch::Watcher;
 
@@ -102,6 +103,8 @@ const ASSIGNED_WITHIN: Duration = Duration::from_secs(30);
 /// that a small run has a middle to kill a consumer in; a full-size one, whose pipeline runs
 /// below that pace, is not held back by it.
 const KILL_LOAD: Duration = Duration::from_secs(2);
+/// The scenario's name (its results' file names, its records).
+const NAME: &str = "kafka_pipeline";
 /// loghaul's goal on each side of the broker, events per second.
 const GOAL_RATE: f64 = 1_000_000.0;
 const SENT: &str = "loghaul_component_sent_events_total";
@@ -109,7 +112,8 @@ const SENT_BYTES: &str = "loghaul_component_sent_bytes_total";
 const LAG: &str = "loghaul_kafka_consumer_lag";
 
 /// What a `kafka_pipeline` run records beside the common columns.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct KafkaRecord {
     /// The broker's CPU seconds per second of the phase's clock.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -134,7 +138,7 @@ pub struct KafkaRecord {
 }
 
 /// Latency percentiles, in milliseconds.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct Percentiles {
     /// Median.
     pub p50: f64,
@@ -145,7 +149,7 @@ pub struct Percentiles {
 }
 
 /// One reading of the consumers' lag.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct LagSample {
     /// Seconds since the phase's clock started.
     pub t_secs: f64,
@@ -154,7 +158,7 @@ pub struct LagSample {
 }
 
 /// A consumer killed mid-run.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Kill {
     /// Seconds after the generator's start.
     pub at_secs: f64,
@@ -164,6 +168,23 @@ pub struct Kill {
     pub killed_wrote: u64,
     /// From the kill to the other consumer's next assignment (its log), in seconds.
     pub takeover_secs: Option<f64>,
+}
+
+/// The key of a record's [`KafkaRecord`] in its `extra` (and so in the raw runs' JSON).
+const KEY: &str = "kafka";
+
+/// The [`KafkaRecord`] of a record, if it has one.
+fn kafka_of(r: &RunRecord) -> Option<KafkaRecord> {
+    r.extra
+        .get(KEY)
+        .and_then(|v| serde_json::from_value(v.clone()).ok())
+}
+
+/// Gives `r` its [`KafkaRecord`].
+fn set_kafka(r: &mut RunRecord, k: KafkaRecord) {
+    if let Ok(v) = serde_json::to_value(k) {
+        r.extra.insert(KEY.into(), v);
+    }
 }
 
 /// Runs the rounds of `kafka_pipeline` and writes the results; returns the Markdown.
@@ -188,13 +209,9 @@ pub fn run(plan: &Plan, peers: &Peers) -> Result<String> {
             kafka::lib_dir().display()
         );
     }
-    let work = std::env::temp_dir().join(format!(
-        "loghaul-bench-{}-{}",
-        Scenario::KafkaPipeline.name(),
-        std::process::id()
-    ));
+    let work = std::env::temp_dir().join(format!("loghaul-bench-{}-{}", NAME, std::process::id()));
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-    let machine = scenario::machine();
+    let machine = runner::machine();
     eprintln!(
         "bench kafka_pipeline: {} runs after {} warm-up round(s), {} events per phase, {} \
          connections, topics of {PARTITIONS} partitions ({machine})",
@@ -208,7 +225,7 @@ pub fn run(plan: &Plan, peers: &Peers) -> Result<String> {
     let names: Vec<String> = ROWS.iter().map(|s| (*s).to_string()).collect();
     let notes = notes(&records);
     let cx = report::Context {
-        scenario: Scenario::KafkaPipeline.name(),
+        scenario: NAME,
         events: plan.events,
         runs: plan.runs,
         warmup: plan.warmup,
@@ -310,9 +327,9 @@ fn rounds(plan: &Plan, peers: &Peers, work: &Path) -> Result<Vec<RunRecord>> {
 /// Every process's config and every tool's command line, and the broker's properties, beside
 /// the figures.
 fn save_configs(broker: &Broker, round: &Path, out: &Path) {
-    let dest = out.join("configs").join(Scenario::KafkaPipeline.name());
+    let dest = out.join("configs").join(NAME);
     for phase in [SINK, SOURCE, PRODUCER_PERF, CONSUMER_PERF] {
-        scenario::save_configs(&round.join(phase), &dest);
+        runner::save_configs(&round.join(phase), &dest);
     }
     if let Some(props) = broker
         .data_dir()
@@ -324,8 +341,8 @@ fn save_configs(broker: &Broker, round: &Path, out: &Path) {
 }
 
 fn describe(r: &RunRecord) -> String {
-    let mut s = scenario::describe(r);
-    if let Some(k) = &r.kafka {
+    let mut s = runner::describe(r);
+    if let Some(k) = &kafka_of(r) {
         if let Some(b) = k.broker_cpu_per_wall {
             s.push_str(&format!(", broker {b:.2} cores"));
         }
@@ -389,7 +406,7 @@ fn one_round(
         CONSUMER_PERF,
         ph.consumer_perf(&topics[0], &format!("{prefix}-perf")),
     );
-    let record_size = sink.kafka.as_ref().and_then(|k| k.bytes_per_event);
+    let record_size = kafka_of(&sink).and_then(|k| k.bytes_per_event);
     let producer_perf = or_failed(PRODUCER_PERF, ph.producer_perf(&topics[0], record_size));
     let e2e = or_failed(
         END_TO_END,
@@ -403,7 +420,7 @@ fn one_round(
 }
 
 fn record(plan: &Plan, row: &str, status: Status) -> RunRecord {
-    let mut r = RunRecord::empty(Scenario::KafkaPipeline.name(), row, "", 0, status);
+    let mut r = RunRecord::empty(NAME, row, "", 0, status);
     r.events_sent = plan.events;
     r
 }
@@ -440,7 +457,7 @@ impl Process {
     fn spawn(c: &Companion, api: u16, dir: &Path) -> Result<Self> {
         let stderr = dir.join(format!("stderr-{}.log", c.name));
         let stdout = dir.join(format!("stdout-{}.log", c.name));
-        let mut guard = scenario::spawn(&c.program, &c.args, &[], dir, &stdout, &stderr)
+        let mut guard = runner::spawn(&c.program, &c.args, &[], dir, &stdout, &stderr)
             .with_context(|| format!("starting {}", c.name))?;
         let pid = guard.child()?.id();
         Ok(Self {
@@ -454,7 +471,7 @@ impl Process {
 
     /// Waits until the process started from `c` is ready.
     fn ready(&mut self, c: &Companion) -> Result<()> {
-        scenario::wait_ready(
+        runner::wait_ready(
             &mut self.guard,
             &c.ready,
             self.port,
@@ -489,7 +506,7 @@ impl Phases<'_> {
         let conf = dir.join("loghaul-a.yaml");
         std::fs::write(
             &conf,
-            subjects::kafka_producer_config(port, api, &self.broker.address(), topic),
+            super::kafka_producer_config(port, api, &self.broker.address(), topic),
         )
         .with_context(|| format!("writing {}", conf.display()))?;
         let c = Companion {
@@ -518,7 +535,7 @@ impl Phases<'_> {
             let conf = dir.join(format!("consumer-{i}.yaml"));
             std::fs::write(
                 &conf,
-                subjects::kafka_consumer_config(
+                super::kafka_consumer_config(
                     i,
                     api,
                     &self.broker.address(),
@@ -564,7 +581,7 @@ impl Phases<'_> {
         let cfg = GenConfig {
             target: TargetUrl::Tcp(format!("127.0.0.1:{port}")),
             target_options: TargetOptions::default(),
-            payload: scenario::payload_for(Scenario::KafkaPipeline, plan.message_size, plan.seed),
+            payload: plan.scenario.payload_spec(plan.message_size, plan.seed),
             count: Some(plan.events),
             duration: None,
             rate,
@@ -605,7 +622,7 @@ impl Phases<'_> {
                 status = Status::Complete;
                 break;
             }
-            if let Some(exited) = scenario::exited(&mut a.guard, &a.stderr)? {
+            if let Some(exited) = runner::exited(&mut a.guard, &a.stderr)? {
                 status = exited;
                 break;
             }
@@ -640,11 +657,14 @@ impl Phases<'_> {
         set_cpu(&mut r, cpu1 - cpu0, peak);
         r.gen_secs = gen_stats.elapsed_secs;
         r.gen_cores = gen_stats.cpu_secs.map(|c| c / duration);
-        r.kafka = Some(KafkaRecord {
-            broker_cpu_per_wall: Some((broker1 - broker0) / duration),
-            bytes_per_event: bytes.filter(|_| sent > 0).map(|b| b as f64 / sent as f64),
-            ..KafkaRecord::default()
-        });
+        set_kafka(
+            &mut r,
+            KafkaRecord {
+                broker_cpu_per_wall: Some((broker1 - broker0) / duration),
+                bytes_per_event: bytes.filter(|_| sent > 0).map(|b| b as f64 / sent as f64),
+                ..KafkaRecord::default()
+            },
+        );
         Ok(r)
     }
 
@@ -690,12 +710,15 @@ impl Phases<'_> {
         r.events_per_sec = r.events_seen as f64 / duration;
         set_cpu(&mut r, cpu, peak);
         r.flow_per_sec = flow(&watched, &books);
-        r.kafka = Some(KafkaRecord {
-            broker_cpu_per_wall: Some((broker1 - broker0) / secs_between(start_us, last)),
-            join_secs: Some(secs_between(start_us, first)),
-            lag,
-            ..KafkaRecord::default()
-        });
+        set_kafka(
+            &mut r,
+            KafkaRecord {
+                broker_cpu_per_wall: Some((broker1 - broker0) / secs_between(start_us, last)),
+                join_secs: Some(secs_between(start_us, first)),
+                lag,
+                ..KafkaRecord::default()
+            },
+        );
         Ok(r)
     }
 
@@ -807,12 +830,15 @@ impl Phases<'_> {
                 "the files never held a third of the events: no consumer was killed".into(),
             );
         }
-        r.kafka = Some(KafkaRecord {
-            broker_cpu_per_wall: Some((broker1 - broker0) / duration),
-            lag,
-            kill,
-            ..KafkaRecord::default()
-        });
+        set_kafka(
+            &mut r,
+            KafkaRecord {
+                broker_cpu_per_wall: Some((broker1 - broker0) / duration),
+                lag,
+                kill,
+                ..KafkaRecord::default()
+            },
+        );
         Ok(r)
     }
 
@@ -901,11 +927,14 @@ impl Phases<'_> {
         r.duration_secs = duration;
         r.events_per_sec = summary.rate;
         run.set_cpu(&mut r);
-        r.kafka = Some(KafkaRecord {
-            broker_cpu_per_wall: Some(run.broker_cpu_secs / duration),
-            ack_latency_ms: Some(summary.latency),
-            ..KafkaRecord::default()
-        });
+        set_kafka(
+            &mut r,
+            KafkaRecord {
+                broker_cpu_per_wall: Some(run.broker_cpu_secs / duration),
+                ack_latency_ms: Some(summary.latency),
+                ..KafkaRecord::default()
+            },
+        );
         Ok(r)
     }
 
@@ -944,11 +973,14 @@ impl Phases<'_> {
         r.duration_secs = duration;
         r.events_per_sec = summary.rate;
         run.set_cpu(&mut r);
-        r.kafka = Some(KafkaRecord {
-            broker_cpu_per_wall: Some(run.broker_cpu_secs / duration),
-            join_secs: Some(summary.rebalance_secs),
-            ..KafkaRecord::default()
-        });
+        set_kafka(
+            &mut r,
+            KafkaRecord {
+                broker_cpu_per_wall: Some(run.broker_cpu_secs / duration),
+                join_secs: Some(summary.rebalance_secs),
+                ..KafkaRecord::default()
+            },
+        );
         Ok(r)
     }
 }
@@ -1160,7 +1192,7 @@ impl Drain<'_> {
                 }
             }
             if let Some(p) = producer.as_mut()
-                && let Some(failed) = scenario::exited(&mut p.guard, &p.stderr)?
+                && let Some(failed) = runner::exited(&mut p.guard, &p.stderr)?
             {
                 out.status = failed;
                 break;
@@ -1169,7 +1201,7 @@ impl Drain<'_> {
             if let Some(failed) = consumers
                 .iter_mut()
                 .skip(dead)
-                .find_map(|c| scenario::exited(&mut c.guard, &c.stderr).transpose())
+                .find_map(|c| runner::exited(&mut c.guard, &c.stderr).transpose())
             {
                 out.status = failed?;
                 break;
@@ -1255,7 +1287,7 @@ fn wait_assigned(consumers: &mut [Process]) -> Result<()> {
             return Ok(());
         }
         for c in consumers.iter_mut() {
-            if let Some(Status::Failed(why)) = scenario::exited(&mut c.guard, &c.stderr)? {
+            if let Some(Status::Failed(why)) = runner::exited(&mut c.guard, &c.stderr)? {
                 bail!("{why}");
             }
         }
@@ -1426,11 +1458,11 @@ fn notes(records: &[RunRecord]) -> String {
     let measured = |row: &'static str| {
         records
             .iter()
-            .filter(move |r| r.subject == row && !r.warmup && r.kafka.is_some())
+            .filter(move |r| r.subject == row && !r.warmup && r.extra.contains_key(KEY))
     };
     let kafka_median = |row: &'static str, f: &dyn Fn(&KafkaRecord) -> Option<f64>| {
         let v: Vec<f64> = measured(row)
-            .filter_map(|r| r.kafka.as_ref().and_then(f))
+            .filter_map(|r| kafka_of(r).as_ref().and_then(f))
             .collect();
         report::spread(&v).map(|s| s.median)
     };
@@ -1515,7 +1547,7 @@ fn notes(records: &[RunRecord]) -> String {
     );
     let _ = writeln!(s, "|---|---|---|---|");
     for row in [SOURCE, END_TO_END, KILLED] {
-        let runs: Vec<&KafkaRecord> = measured(row).filter_map(|r| r.kafka.as_ref()).collect();
+        let runs: Vec<KafkaRecord> = measured(row).filter_map(kafka_of).collect();
         let Some(last) = runs.last() else {
             continue;
         };
@@ -1532,8 +1564,8 @@ fn notes(records: &[RunRecord]) -> String {
         );
     }
     s.push('\n');
-    let kills: Vec<(&RunRecord, &Kill)> = measured(KILLED)
-        .filter_map(|r| Some((r, r.kafka.as_ref()?.kill.as_ref()?)))
+    let kills: Vec<(&RunRecord, Kill)> = measured(KILLED)
+        .filter_map(|r| Some((r, kafka_of(r)?.kill?)))
         .collect();
     if !kills.is_empty() {
         let _ = writeln!(
