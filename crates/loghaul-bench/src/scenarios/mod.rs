@@ -12,23 +12,12 @@
 //! rounds (`run` keeps its default); those with a load of their own (a file to tail, a tree of
 //! processes, a broker, HTTP tools) have their own runner in their folder.
 //!
-//! Adding a scenario: a module here implementing [`Scenario`], and its line in [`REGISTRY`]
-//! (bench/README.md, "Adding a scenario").
+//! Adding a scenario: a module here implementing [`Scenario`], and its line in the `scenarios!`
+//! list below, which declares the module and registers it (bench/README.md, "Adding a
+//! scenario").
 
-pub mod basic;
 mod configs;
-pub mod forward;
-pub mod forward_deliver;
-pub mod forward_relay;
-pub mod http_client;
-pub mod http_echo;
-pub mod kafka_pipeline;
-pub mod raw;
-pub mod rfc5424;
-pub mod syslog;
-pub mod tail;
 pub mod tls;
-pub mod tls_handshake;
 
 use std::path::Path;
 
@@ -39,21 +28,31 @@ use crate::report::RunRecord;
 use crate::runner::Plan;
 use crate::subjects::{self, Input, Launch, Peers, Setup, SubjectKind};
 
-/// Every scenario `bench run` knows, in the order `--help` lists them.
-pub static REGISTRY: &[&dyn Scenario] = &[
-    &basic::Basic,
-    &syslog::Syslog,
-    &raw::Raw,
-    &rfc5424::Rfc5424,
-    &forward::Forward,
-    &forward_relay::ForwardRelay,
-    &forward_deliver::ForwardDeliver,
-    &tail::Tail,
-    &http_echo::HttpEcho,
-    &http_client::HttpClient,
-    &tls_handshake::TlsHandshake,
-    &kafka_pipeline::KafkaPipeline,
-];
+/// Declares each scenario's module and lists its type in [`REGISTRY`], so that a scenario is
+/// registered by one line: `module::Type`.
+macro_rules! scenarios {
+    ($($module:ident::$scenario:ident),* $(,)?) => {
+        $(pub mod $module;)*
+
+        /// Every scenario `bench run` knows, in the order `--help` lists them.
+        pub static REGISTRY: &[&dyn Scenario] = &[$(&$module::$scenario),*];
+    };
+}
+
+scenarios! {
+    basic::Basic,
+    syslog::Syslog,
+    raw::Raw,
+    rfc5424::Rfc5424,
+    forward::Forward,
+    forward_relay::ForwardRelay,
+    forward_deliver::ForwardDeliver,
+    tail::Tail,
+    http_echo::HttpEcho,
+    http_client::HttpClient,
+    tls_handshake::TlsHandshake,
+    kafka_pipeline::KafkaPipeline,
+}
 
 /// The subjects run when `--subjects` is not given, unless a scenario says otherwise.
 pub const DEFAULT_SUBJECTS: &[SubjectKind] = &[
