@@ -41,4 +41,6 @@ pub fn default_config() -> Result<Config, ConfigErrors> {
 }
 
 #[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
 mod tests;

@@ -201,3 +201,7 @@ fn librdkafka_accepts(settings: rdkafka::ClientConfig, cx: &mut Validator<'_, '_
         }
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;
