@@ -147,3 +147,16 @@ put("config", b"0sources:\n  in: {type: syslog, mode: tcp, address: \"${HOST}:${
 put("config", b"1[sources.in]\ntype = \"fluent\"\nshared_key = \"${file:/run/secrets/token}\"\n"
     b"tls = { cert = \"/etc/loghaul/server.crt\", key = \"${file:/nonexistent}\" }\n"
     b"[sinks.out]\ntype = \"http\"\ninputs = [\"in\"]\nuri = \"https://example.invalid/logs\"\n")
+# The config target's fake file system holds /fuzz/cert.pem, /fuzz/key.pem and /fuzz/ca.pem
+# (fuzz_targets/config.rs): TLS that validates, and the components the server has beyond syslog.
+put("config", b"0sources:\n"
+    b"  tls_in: {type: syslog, mode: tcp, address: \"127.0.0.1:6514\", tls: {cert: /fuzz/cert.pem, key: /fuzz/key.pem, ca: /fuzz/ca.pem, verify_client: true, min_version: \"1.3\"}}\n"
+    b"  files: {type: file, include: [\"/var/log/*.log\"], exclude: [\"*.gz\"], multiline: {start_pattern: \"^\\\\S\", condition_pattern: \"^\\\\s\", mode: continue_through}}\n"
+    b"  topics: {type: kafka, bootstrap_servers: \"k:9092\", group_id: g, topics: [logs, \"^app-.*\"]}\n"
+    b"  web: {type: http_server, address: \"127.0.0.1:8080\", paths: [/logs], auth: {bearer: t}, tls: {cert: /fuzz/cert.pem, key: /fuzz/key.pem}}\n"
+    b"sinks:\n"
+    b"  up: {type: fluent, inputs: [tls_in, files], servers: [{address: \"agg:24224\"}], shared_key: k, tls: {ca: /fuzz/ca.pem}}\n"
+    b"  k: {type: kafka, inputs: [topics], bootstrap_servers: \"k:9092\", topic: \"logs-{{ appname }}\", acks: all, headers: {X-Host: \"{{ hostname }}\"}}\n"
+    b"  h: {type: http, inputs: [web], uri: \"https://c.example/{{ appname }}\", tls: {ca: /fuzz/ca.pem}, retry: {max_attempts: 3}, buffer: {type: memory, max_events: 1000}}\n")
+put("config", b"2{\"sources\": {\"in\": {\"type\": \"fluent\", \"tls\": {\"cert\": \"/fuzz/cert.pem\", \"key\": \"/etc/missing.key\"}}},"
+    b" \"sinks\": {\"out\": {\"type\": \"kafka\", \"inputs\": [\"in\"], \"bootstrap_servers\": \"k:9092\", \"topic\": \"t\", \"acks\": 1}}}")

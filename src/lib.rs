@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod config;
+#[cfg(feature = "kafka")]
 pub mod kafka;
 pub mod metrics;
 pub mod net;

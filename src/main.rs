@@ -15,7 +15,7 @@ use cli::{BufferCommand, Cli, Command, ConfigCommand, DlqCommand};
 /// take a block freed on another thread than the one that allocated it without a lock, where
 /// glibc's arenas serialize both threads (the kafka source's reader waited on that lock for
 /// most of its idle time).
-#[cfg(all(target_os = "linux", not(target_env = "musl")))]
+#[cfg(all(feature = "jemalloc", target_os = "linux", not(target_env = "musl")))]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
@@ -25,18 +25,18 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// syslog benchmark's rate did not move (1.018 of the default's, same run). jemalloc's
 /// background purging thread would do it off the hot threads, but cost 7% of that rate on two
 /// cores.
-#[cfg(all(target_os = "linux", not(target_env = "musl")))]
+#[cfg(all(feature = "jemalloc", target_os = "linux", not(target_env = "musl")))]
 #[allow(unsafe_code)]
 #[unsafe(export_name = "malloc_conf")]
 static MALLOC_CONF: MallocConf = MallocConf(c"dirty_decay_ms:1000".as_ptr());
 
 /// jemalloc reads `malloc_conf` as a C `const char *`.
-#[cfg(all(target_os = "linux", not(target_env = "musl")))]
+#[cfg(all(feature = "jemalloc", target_os = "linux", not(target_env = "musl")))]
 #[repr(transparent)]
 struct MallocConf(*const std::ffi::c_char);
 
 // SAFETY: the pointer is to a static, immutable C string.
-#[cfg(all(target_os = "linux", not(target_env = "musl")))]
+#[cfg(all(feature = "jemalloc", target_os = "linux", not(target_env = "musl")))]
 #[allow(unsafe_code)]
 unsafe impl Sync for MallocConf {}
 

@@ -21,6 +21,11 @@ impl Registry for Components {
 /// A validated configuration of this server.
 pub type Config = loghaul_config::Config<Components>;
 
+/// What building a kafka source or sink says in a build without the `kafka` feature.
+#[cfg_attr(feature = "kafka", allow(dead_code))]
+pub const NO_KAFKA: &str =
+    "this build has no Kafka support (the `kafka` feature, which builds librdkafka, is off)";
+
 /// The embedded default configuration, a commented YAML file: syslog over TCP and UDP on
 /// 127.0.0.1:5514, JSON lines into `./loghaul-data/%Y-%m-%d.jsonl`, the API on 127.0.0.1:8686.
 pub const DEFAULT_YAML: &str = include_str!("default.yaml");
@@ -35,5 +40,9 @@ pub fn default_config() -> Result<Config, ConfigErrors> {
     Config::from_str_with_vars(DEFAULT_YAML, ConfigFormat::Yaml, "<default>", &|_| None)
 }
 
+#[cfg(test)]
+mod docs_tests;
+#[cfg(test)]
+pub(crate) mod testing;
 #[cfg(test)]
 mod tests;

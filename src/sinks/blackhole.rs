@@ -49,3 +49,21 @@ pub async fn run(metrics: Arc<ComponentMetrics>, mut input: Input) {
     }
     metrics.set_health(Health::Stopped, None);
 }
+
+#[cfg(test)]
+mod config_tests {
+    //! The configuration errors, each at the line of the key that causes it.
+
+    use crate::config::testing::{error_at, sink};
+
+    #[test]
+    fn errors() {
+        error_at(
+            &sink("type: blackhole\nencoding: json"),
+            "encoding",
+            "unknown key `encoding`",
+        );
+        let t = sink("type: blackhole\ntls: { enabled: true }");
+        error_at(&t, "tls:", "`type: blackhole` does not use TLS");
+    }
+}

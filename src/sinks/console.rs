@@ -82,3 +82,27 @@ pub async fn run(encoder: Arc<LineEncoder>, metrics: Arc<ComponentMetrics>, mut 
     }
     metrics.set_health(Health::Stopped, None);
 }
+
+#[cfg(test)]
+mod config_tests {
+    //! The configuration errors, each at the line of the key that causes it.
+
+    use crate::config::testing::{error_at, sink};
+
+    #[test]
+    fn errors() {
+        error_at(
+            &sink("type: console\nencoding: yaml"),
+            "encoding",
+            "unknown value `yaml`",
+        );
+        error_at(&sink("type: console\nencoding: [json]"), "encoding", "");
+        error_at(
+            &sink("type: console\nstream: stderr"),
+            "stream",
+            "unknown key `stream`",
+        );
+        let t = sink("type: console\ntls: { enabled: true }");
+        error_at(&t, "tls:", "`type: console` does not use TLS");
+    }
+}

@@ -14,6 +14,11 @@ pub mod encoder;
 pub mod file;
 pub mod fluent;
 pub mod http;
+#[cfg(feature = "kafka")]
+pub mod kafka;
+// Without librdkafka the kafka sink keeps its config (schema, validation) but cannot run.
+#[cfg(not(feature = "kafka"))]
+#[path = "kafka/unsupported.rs"]
 pub mod kafka;
 pub mod template;
 

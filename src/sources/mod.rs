@@ -7,6 +7,11 @@
 pub mod file;
 pub mod fluent;
 pub mod http_server;
+#[cfg(feature = "kafka")]
+pub mod kafka;
+// Without librdkafka the kafka source keeps its config (schema, validation) but cannot run.
+#[cfg(not(feature = "kafka"))]
+#[path = "kafka/unsupported.rs"]
 pub mod kafka;
 pub mod syslog;
 

@@ -184,3 +184,45 @@ pub async fn run(
     }
     metrics.set_health(Health::Stopped, None);
 }
+
+#[cfg(test)]
+mod tests {
+    //! The configuration errors, each at the line of the key that causes it.
+
+    use crate::config::testing::{error_at, ok, transform};
+
+    #[test]
+    fn severities() {
+        let t = transform("type: filter\nmin_severity: loud");
+        error_at(&t, "min_severity", "unknown severity `loud`");
+        let t = transform("type: filter\nmin_severity: 8");
+        error_at(&t, "min_severity", "unknown severity `8`");
+        let t = transform("type: filter\nmin_severity: [warning]");
+        error_at(&t, "min_severity", "expected");
+        ok(&transform("type: filter\nmin_severity: 7"));
+    }
+
+    #[test]
+    fn facilities() {
+        let t = transform("type: filter\nfacilities:\n  - auth\n  - kernal");
+        error_at(&t, "- kernal", "unknown facility `kernal`");
+        let t = transform("type: filter\nfacilities:\n  - 24");
+        error_at(&t, "- 24", "unknown facility `24`");
+        let t = transform("type: filter\nfacilities: []");
+        error_at(&t, "facilities", "`facilities: []` matches no event");
+        let t = transform("type: filter\nfacilities: auth");
+        error_at(&t, "facilities", "expected");
+    }
+
+    #[test]
+    fn appnames_contains_and_unknown_keys() {
+        let t = transform("type: filter\nappnames: []");
+        error_at(&t, "appnames", "`appnames: []` matches no event");
+        let t = transform("type: filter\ncontains: [a, b]");
+        error_at(&t, "contains", "expected");
+        let t = transform("type: filter\nseverity: warning");
+        error_at(&t, "severity:", "unknown key `severity`");
+        let t = transform("type: filter\ntls: { enabled: false }");
+        error_at(&t, "tls:", "unknown key `tls`");
+    }
+}

@@ -39,6 +39,16 @@ impl ComponentKind {
         }
     }
 
+    /// The keys every component of this kind has besides its type's own: the loader reads
+    /// them itself, for every type (a type's raw schema never sees them).
+    pub fn common_keys(self) -> &'static [&'static str] {
+        match self {
+            ComponentKind::Source => &["type", "acknowledgements", "tls"],
+            ComponentKind::Transform => &["type", "inputs"],
+            ComponentKind::Sink => &["type", "inputs", "buffer", "retry", "tls"],
+        }
+    }
+
     /// The configuration section: `sources`, `transforms` or `sinks`.
     pub fn section(self) -> &'static str {
         match self {
@@ -135,6 +145,9 @@ pub trait ComponentSet: Sized + Clone + std::fmt::Debug + PartialEq {
     const TYPES: &'static [&'static str];
     /// Loads the component of type `ty`; `None` when the set has no such type.
     fn load(ty: &str, loader: ComponentLoader<'_, '_>) -> Option<Option<Self>>;
+    /// The keys of type `ty`'s own raw schema (see [`crate::keys_of`]; the keys every
+    /// component has are [`ComponentKind::common_keys`]); `None` when the set has no such type.
+    fn keys(ty: &str) -> Option<&'static [&'static str]>;
     /// This config's `type` value.
     fn type_name(&self) -> &'static str;
     /// What the config claims (see [`ComponentConfig::resources`]).
@@ -231,6 +244,15 @@ macro_rules! component_set {
                 $(
                     if ty == <$ty as $crate::ComponentConfig>::TYPE {
                         return Some(loader.load::<$ty>().map($name::$variant));
+                    }
+                )+
+                None
+            }
+
+            fn keys(ty: &str) -> Option<&'static [&'static str]> {
+                $(
+                    if ty == <$ty as $crate::ComponentConfig>::TYPE {
+                        return Some($crate::keys_of::<<$ty as $crate::ComponentConfig>::Raw>());
                     }
                 )+
                 None

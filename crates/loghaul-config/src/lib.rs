@@ -22,6 +22,7 @@ pub mod delivery;
 mod diagnostic;
 mod interpolate;
 mod json;
+mod keys;
 mod load;
 pub mod node;
 pub mod raw;
@@ -42,8 +43,9 @@ pub use component::{
 pub use delivery::{BufferConfig, BufferKind, RetryConfig, SyncMode, WhenFull};
 pub use diagnostic::{ConfigErrors, Diagnostic, Pos, Severity};
 pub use interpolate::interpolate;
-pub use load::ConfigFormat;
-pub use loghaul_tls::{Role as TlsRole, TlsConfig};
+pub use keys::keys_of;
+pub use load::{ConfigFormat, TOP_LEVEL_KEYS};
+pub use loghaul_tls::{Role as TlsRole, TlsConfig, TlsError};
 pub use runtime::{ApiConfig, Config, Limits, TimeZoneSetting};
 pub use template::{KNOWN_FIELDS, PathTemplate, TemplateError, TemplatePart, push_path_component};
 pub use units::{DURATION_HINT, SIZE_HINT, parse_duration, parse_size};
@@ -61,6 +63,39 @@ fn env_var(name: &str) -> Option<String> {
     }
 }
 
+/// What loading reads besides the configuration text: the values of `${VAR}` (and the secret
+/// files of `${file:PATH}`), and the files a `tls` map names. [`Config::load`] and
+/// [`Config::from_str`] use the process's ([`Environment::process`]); tests and fuzz targets
+/// pass their own, so that what a text means does not depend on the machine.
+#[derive(Clone, Copy)]
+pub struct Environment<'a> {
+    /// The value of `${NAME}` (`NAME` is `file:PATH` for a secret file); `None`: unset.
+    pub vars: &'a dyn Fn(&str) -> Option<String>,
+    /// Whether the files a validated `tls` map names make a working config for its end of the
+    /// connections ([`loghaul_tls::check`], which reads them, for the process).
+    pub tls: &'a dyn Fn(&TlsConfig, TlsRole) -> Result<(), TlsError>,
+}
+
+impl Environment<'_> {
+    /// The process's environment variables and file system.
+    pub fn process() -> Environment<'static> {
+        Environment {
+            vars: &env_var,
+            tls: &loghaul_tls::check,
+        }
+    }
+}
+
+impl<'a> Environment<'a> {
+    /// `vars` for `${VAR}`s, and the real file system.
+    pub fn with_vars(vars: &'a dyn Fn(&str) -> Option<String>) -> Environment<'a> {
+        Environment {
+            vars,
+            tls: &loghaul_tls::check,
+        }
+    }
+}
+
 impl<R: Registry> Config<R> {
     /// Reads and validates the file at `path`; the format comes from the extension (`.toml`,
     /// `.json`, anything else YAML) and `${VAR}`s from the process environment.
@@ -69,7 +104,7 @@ impl<R: Registry> Config<R> {
     ///
     /// Every problem found: unreadable file, interpolation, syntax, schema and validation errors.
     pub fn load(path: &Path) -> Result<Config<R>, ConfigErrors> {
-        load::load_path(path, &env_var)
+        load::load_path(path, Environment::process())
     }
 
     /// [`Config::load`] with variables looked up by `vars` instead of the environment.
@@ -81,7 +116,7 @@ impl<R: Registry> Config<R> {
         path: &Path,
         vars: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config<R>, ConfigErrors> {
-        load::load_path(path, vars)
+        load::load_path(path, Environment::with_vars(vars))
     }
 
     /// Validates configuration text; `origin` names it in diagnostics (a path, or `<stdin>`).
@@ -95,7 +130,7 @@ impl<R: Registry> Config<R> {
         format: ConfigFormat,
         origin: &str,
     ) -> Result<Config<R>, ConfigErrors> {
-        load::load_str(text, format, origin, &env_var)
+        load::load_str(text, format, origin, Environment::process())
     }
 
     /// [`Config::from_str`] with variables looked up by `vars` instead of the environment.
@@ -109,6 +144,21 @@ impl<R: Registry> Config<R> {
         origin: &str,
         vars: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config<R>, ConfigErrors> {
-        load::load_str(text, format, origin, vars)
+        load::load_str(text, format, origin, Environment::with_vars(vars))
+    }
+
+    /// [`Config::from_str`] in the environment `env`: its variables, and its way of checking
+    /// the files `tls` maps name.
+    ///
+    /// # Errors
+    ///
+    /// Every problem found.
+    pub fn from_str_in(
+        text: &str,
+        format: ConfigFormat,
+        origin: &str,
+        env: Environment<'_>,
+    ) -> Result<Config<R>, ConfigErrors> {
+        load::load_str(text, format, origin, env)
     }
 }

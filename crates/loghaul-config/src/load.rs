@@ -49,7 +49,7 @@ impl ConfigFormat {
 }
 
 /// Top-level keys.
-pub(crate) const TOP_KEYS: [&str; 7] = [
+pub const TOP_LEVEL_KEYS: [&str; 7] = [
     "api",
     "data_dir",
     "limits",
@@ -70,20 +70,10 @@ pub(crate) struct Loaded<R: Registry> {
     pub sinks: Vec<Component<R::Sink>>,
 }
 
-/// The keys every component may have, read by the loader itself rather than by the type.
-const OUTER_KEYS: [&str; 6] = [
-    "type",
-    "inputs",
-    "acknowledgements",
-    "buffer",
-    "retry",
-    "tls",
-];
-
 /// Reads a file and loads it.
 pub(crate) fn load_path<R: Registry>(
     path: &Path,
-    vars: &dyn Fn(&str) -> Option<String>,
+    env: crate::Environment<'_>,
 ) -> Result<Config<R>, ConfigErrors> {
     let origin = path.display().to_string();
     let bytes = std::fs::read(path).map_err(|e| {
@@ -109,7 +99,7 @@ pub(crate) fn load_path<R: Registry>(
                 .with_hint(Some("save the file as UTF-8")),
         ])
     })?;
-    load_str(&text, ConfigFormat::from_path(path), &origin, vars)
+    load_str(&text, ConfigFormat::from_path(path), &origin, env)
 }
 
 /// Loads configuration text.
@@ -117,10 +107,10 @@ pub(crate) fn load_str<R: Registry>(
     text: &str,
     format: ConfigFormat,
     origin: &str,
-    vars: &dyn Fn(&str) -> Option<String>,
+    env: crate::Environment<'_>,
 ) -> Result<Config<R>, ConfigErrors> {
-    let text = crate::interpolate::interpolate(text, format != ConfigFormat::Json, vars).map_err(
-        |errs| {
+    let text = crate::interpolate::interpolate(text, format != ConfigFormat::Json, env.vars)
+        .map_err(|errs| {
             ConfigErrors(
                 errs.into_iter()
                     .map(|(pos, msg, hint)| {
@@ -128,11 +118,10 @@ pub(crate) fn load_str<R: Registry>(
                     })
                     .collect(),
             )
-        },
-    )?;
+        })?;
     let root = parse_node(&text, format, origin)?;
     let mut diags = Vec::new();
-    let config = crate::validate::validate::<R>(&root, origin, &mut diags);
+    let config = crate::validate::validate::<R>(&root, origin, env.tls, &mut diags);
     let (mut errors, warnings): (Vec<_>, Vec<_>) =
         diags.into_iter().partition(Diagnostic::is_error);
     match config {
@@ -297,7 +286,7 @@ pub(crate) fn read_sections<R: Registry>(
         cx.error(
             root.pos,
             "the configuration must be a map of sections",
-            Some(format!("top-level keys: {}", TOP_KEYS.join(", "))),
+            Some(format!("top-level keys: {}", TOP_LEVEL_KEYS.join(", "))),
         );
         return loaded;
     };
@@ -316,7 +305,7 @@ pub(crate) fn read_sections<R: Registry>(
             other => cx.error(
                 entry.key_pos,
                 format!("unknown top-level key `{other}`"),
-                Some(did_you_mean(other, &TOP_KEYS, "valid keys")),
+                Some(did_you_mean(other, &TOP_LEVEL_KEYS, "valid keys")),
             ),
         }
     }
@@ -455,7 +444,7 @@ fn read_component<R: Registry, S: ComponentSet>(
         skip.push("tls");
         raw_tls = Some(read::<crate::tls::RawTls>(e, cx));
     }
-    debug_assert!(skip.iter().all(|k| OUTER_KEYS.contains(k)));
+    debug_assert!(skip.iter().all(|k| kind.common_keys().contains(k)));
     let loader = ComponentLoader {
         entry,
         skip: &skip,

@@ -206,7 +206,7 @@ pub(crate) fn validate_tls(
         return None;
     }
     // The files themselves: read and checked now, with the key that named the bad one.
-    if let Err(error) = loghaul_tls::check(&config, role) {
+    if let Err(error) = (v.cx.tls_check)(&config, role) {
         let key = match &error.path {
             Some(p) if config.cert.as_ref() == Some(p) => "cert",
             Some(p) if config.key.as_ref() == Some(p) => "key",

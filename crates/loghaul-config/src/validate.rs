@@ -44,6 +44,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) root: &'a Node,
     pub(crate) diags: &'a mut Vec<Diagnostic>,
     pub(crate) errors: usize,
+    /// Checks the files of a `tls` map (see [`crate::Environment::tls`]).
+    pub(crate) tls_check:
+        &'a dyn Fn(&loghaul_tls::TlsConfig, loghaul_tls::Role) -> Result<(), loghaul_tls::TlsError>,
 }
 
 impl Ctx<'_> {
@@ -423,6 +426,10 @@ pub(crate) struct Declared {
 pub(crate) fn validate<R: Registry>(
     root: &Node,
     origin: &str,
+    tls_check: &dyn Fn(
+        &loghaul_tls::TlsConfig,
+        loghaul_tls::Role,
+    ) -> Result<(), loghaul_tls::TlsError>,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Config<R>> {
     let mut cx = Ctx {
@@ -430,6 +437,7 @@ pub(crate) fn validate<R: Registry>(
         root,
         diags,
         errors: 0,
+        tls_check,
     };
     let mut declared: Vec<Declared> = Vec::new();
     let loaded = crate::load::read_sections::<R>(&mut cx, &mut declared);

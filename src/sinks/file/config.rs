@@ -97,3 +97,7 @@ impl ComponentConfig for FileSinkConfig {
         })
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -331,3 +331,7 @@ impl ComponentConfig for FluentSinkConfig {
         Ok(loghaul_config::TlsRole::Client)
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

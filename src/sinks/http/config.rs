@@ -254,8 +254,13 @@ impl ComponentConfig for HttpSinkConfig {
         );
         let authorization = crate::net::http::authorization(s.bearer, s.username, s.password);
         if authorization.is_none() {
+            // At the first credential given (with only `username`, `bearer` is not there).
+            let at = ["bearer", "username", "password"]
+                .into_iter()
+                .find(|k| cx.has(&[k]))
+                .unwrap_or("bearer");
             cx.error(
-                &["bearer"],
+                &[at],
                 "give either a non-empty `bearer` token, or `username` and `password`",
                 None,
             );
@@ -674,3 +679,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod positioned_tests;

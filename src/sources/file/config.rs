@@ -343,3 +343,7 @@ impl ComponentConfig for FileSourceConfig {
         ok.then_some(config)
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -236,3 +236,7 @@ impl ComponentConfig for FluentSourceConfig {
         Ok(TlsRole::Server)
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -238,3 +238,7 @@ impl ComponentConfig for HttpServerConfig {
         Ok(TlsRole::Server)
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

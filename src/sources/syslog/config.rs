@@ -216,3 +216,7 @@ impl SyslogSourceConfig {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "config_tests.rs"]
+mod tests;

@@ -1,0 +1,144 @@
+//! The `fluent` sink's configuration errors, each at the line of the key that causes it.
+
+use crate::config::testing::{error_at, ok, sink, warning_at};
+
+const BASE: &str = "type: fluent\nservers: [{ address: \"127.0.0.1:24224\" }]\n";
+
+#[test]
+fn required_keys_types_and_enums() {
+    error_at(
+        &sink("type: fluent"),
+        "  x:",
+        "missing required field `servers`",
+    );
+    error_at(
+        &sink("type: fluent\nservers: host:24224"),
+        "servers",
+        "expected",
+    );
+    error_at(
+        &sink("type: fluent\nservers: [{ weight: 3 }]"),
+        "servers",
+        "missing required field `address`",
+    );
+    error_at(
+        &sink(&format!("{BASE}load_balance: random")),
+        "load_balance",
+        "unknown value `random`",
+    );
+    error_at(
+        &sink(&format!("{BASE}compression: lz4")),
+        "compression",
+        "unknown value `lz4`",
+    );
+    error_at(
+        &sink(&format!("{BASE}require_ack: 2")),
+        "require_ack",
+        "expected",
+    );
+    error_at(
+        &sink(&format!("{BASE}address: x")),
+        "address: x",
+        "unknown key `address`",
+    );
+}
+
+#[test]
+fn servers() {
+    error_at(
+        &sink("type: fluent\nservers: []"),
+        "servers",
+        "`servers` is empty",
+    );
+    let t = sink("type: fluent\nservers:\n  - address: \"aggregator\"");
+    error_at(&t, "aggregator", "has no port");
+    let t = sink("type: fluent\nservers:\n  - address: \"aggregator:0\"");
+    error_at(&t, "aggregator", "invalid port `0`");
+    let t = sink("type: fluent\nservers:\n  - address: \":24224\"");
+    error_at(&t, ":24224", "has no host");
+    let t = sink("type: fluent\nservers:\n  - address: \"a:24224\"\n    weight: 0");
+    error_at(&t, "weight", "`weight` must be greater than 0");
+    let t = sink("type: fluent\nservers:\n  - { address: \"a:24224\", standby: true }");
+    error_at(&t, "standby: true", "every server is a standby");
+    ok(&sink(
+        "type: fluent\nservers:\n  - { address: \"a:24224\" }\n  - { address: \"b:24224\", standby: true }",
+    ));
+}
+
+#[test]
+fn tag_template() {
+    error_at(
+        &sink(&format!("{BASE}tag: \"app.{{{{ appname\"")),
+        "tag",
+        "unterminated",
+    );
+    warning_at(
+        &sink(&format!("{BASE}tag: \"app.{{{{ appnme }}}}\"")),
+        "tag",
+        "appname",
+    );
+}
+
+#[test]
+fn authentication() {
+    error_at(
+        &sink(&format!("{BASE}shared_key: \"\"")),
+        "shared_key",
+        "`shared_key` is empty",
+    );
+    let t = sink(&format!("{BASE}shared_key: k\nusername: u"));
+    error_at(&t, "username", "`username` and `password` go together");
+    let t = sink(&format!("{BASE}shared_key: k\npassword: p"));
+    error_at(&t, "password", "`username` and `password` go together");
+    let t = sink(&format!("{BASE}username: u\npassword: p"));
+    error_at(&t, "username", "user authentication needs `shared_key`");
+    let t = sink(&format!("{BASE}password: p"));
+    error_at(&t, "password", "user authentication needs `shared_key`");
+    ok(&sink(&format!(
+        "{BASE}shared_key: k\nusername: u\npassword: p"
+    )));
+}
+
+#[test]
+fn out_of_range_values() {
+    for key in [
+        "ack_timeout: 0s",
+        "connect_timeout: 0s",
+        "reconnect_max_interval: 0s",
+        "max_events: 0",
+        "max_bytes: 0",
+        "max_in_flight: 0",
+    ] {
+        let name = key.split(':').next().unwrap_or_default();
+        error_at(
+            &sink(&format!("{BASE}{key}")),
+            key,
+            &format!("`{name}` must be greater than 0"),
+        );
+    }
+    error_at(
+        &sink(&format!("{BASE}max_bytes: 1 PB")),
+        "max_bytes",
+        "size",
+    );
+}
+
+#[test]
+fn tls_is_the_client_end() {
+    let t = sink(&format!("{BASE}tls:\n  verify_client: true"));
+    error_at(
+        &t,
+        "verify_client",
+        "`tls.verify_client` means nothing to a client",
+    );
+    let t = sink(&format!("{BASE}tls:\n  handshake_timeout: 5s"));
+    error_at(&t, "handshake_timeout", "means nothing to a client");
+    let t = sink(&format!("{BASE}tls:\n  cert: /no/such/c.pem"));
+    error_at(
+        &t,
+        "cert: /no/such/c.pem",
+        "has one of `cert` and `key` but no `key`",
+    );
+    let t = sink(&format!("{BASE}tls:\n  ca: /no/such/ca.pem"));
+    error_at(&t, "ca:", "cannot read");
+}
