@@ -72,6 +72,8 @@ step "cargo clippy -D warnings"
 # Cargo.toml), so the C libraries that build scripts compile (librdkafka, jemalloc, zstd) are built
 # once for both.
 cargo clippy --profile ci --workspace --all-targets --locked -- -D warnings
+# The build without Kafka and jemalloc (what the config fuzz target links): its warnings too.
+cargo clippy --profile ci --lib --locked --no-default-features -- -D warnings
 
 if $quick; then
     step "unit tests"
