@@ -44,7 +44,7 @@ pub use config::HttpSinkConfig;
 use partition::{Batcher, Ready};
 use target::Target;
 
-use super::{BuildSink, BuiltSink, SinkContext, SinkThread};
+use super::{BuildSink, BuiltSink, Retry, SinkContext, SinkError, SinkThread};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::net::tls::{MaybeTls, TlsClient};
 use crate::pipeline::dlq::DeadLetters;
@@ -88,7 +88,7 @@ impl BuildSink for HttpSinkConfig {
         let tls = match cx.tls_client(self.https, false) {
             Ok(tls) => tls,
             Err(error) => {
-                let why = format!("{error:#}");
+                let why = SinkError::permanent(format!("{error:#}"));
                 return Some(Box::pin(async move {
                     crate::sinks::Replayed {
                         delivered: 0,
@@ -246,13 +246,45 @@ fn compress(config: &HttpSinkConfig, buf: Vec<u8>) -> Vec<u8> {
     }
 }
 
-enum Outcome {
-    /// Answered 2xx after this round trip.
-    Done(Duration),
-    /// Try again after the server's `Retry-After`, if it gave one.
-    Retry(String, Option<Duration>),
-    /// The server refused these events for good.
-    Permanent(u16, String),
+/// What one attempt of a request came to: the round trip of a 2xx, or why not (retryable
+/// with the server's `Retry-After`, if it gave one; permanent when the server refused the
+/// events for good, caused by its [`Answer`]).
+type Outcome = Result<Duration, SinkError>;
+
+/// A status the server answered with, and the start of its body: the cause of a refusal.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    excerpt: String,
+}
+
+impl std::fmt::Display for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the server answered {}: {}", self.status, self.excerpt)
+    }
+}
+
+impl std::error::Error for Answer {}
+
+/// What a non-2xx status means: 408, 429 and 5xx may pass (the server is busy or restarting),
+/// any other status refuses these events for good.
+fn judge_status(status: u16) -> Retry {
+    if status == 408 || status == 429 || (500..600).contains(&status) {
+        Retry::Retryable
+    } else {
+        Retry::Permanent
+    }
+}
+
+/// The wait before the next attempt: the server's `Retry-After` when it gave one, else the
+/// backoff with jitter.
+fn next_wait(error: &SinkError, backoff: Duration) -> Duration {
+    error.retry_after().unwrap_or_else(|| jitter(backoff))
+}
+
+/// The backoff after `backoff`: doubled, up to `max`.
+fn next_backoff(backoff: Duration, max: Duration) -> Duration {
+    (backoff * 2).min(max)
 }
 
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
@@ -288,12 +320,12 @@ async fn worker(shared: Shared, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Reques
             let permit = limiter.acquire().await;
             let outcome = attempt(&config, &pool, &request).await;
             permit.finish(match &outcome {
-                Outcome::Done(rtt) => Signal::Success(*rtt),
-                Outcome::Retry(..) => Signal::BackPressure,
-                Outcome::Permanent(..) => Signal::Neutral,
+                Ok(rtt) => Signal::Success(*rtt),
+                Err(e) if e.is_retryable() => Signal::BackPressure,
+                Err(_) => Signal::Neutral,
             });
             match outcome {
-                Outcome::Done(_) => {
+                Ok(_) => {
                     metrics.sent(request.events, request.body.len());
                     if metrics.health().0 == Health::Degraded {
                         metrics.set_health(Health::Running, None);
@@ -303,28 +335,29 @@ async fn worker(shared: Shared, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Reques
                     }
                     break;
                 }
-                Outcome::Permanent(status, excerpt) => {
+                Err(error) if error.is_permanent() => {
                     metrics.error(ErrorKind::Ack, 1);
+                    let (status, excerpt) = error
+                        .cause::<Answer>()
+                        .map_or((0, ""), |a| (a.status, a.excerpt.as_str()));
                     crate::warn_limited!(metrics, status, uri = %request.target.uri, body = %excerpt, events = request.events, "The server refused events for good; they go to the dead-letter file.");
-                    let reason = format!("the server answered {status}: {excerpt}");
-                    dead_letter(&config, &metrics, &dead, request, &reason, attempts + 1);
+                    dead_letter(&config, &metrics, &dead, request, &error, attempts + 1);
                     break;
                 }
-                Outcome::Retry(why, _) if config.retry.exhausted(attempts + 1) => {
+                Err(error) if config.retry.exhausted(attempts + 1) => {
                     metrics.error(ErrorKind::Io, 1);
-                    crate::warn_limited!(metrics, reason = %why, attempts = attempts + 1, "Retries exhausted; the events go to the dead-letter file.");
-                    let reason = format!("{why} (after {} attempts)", attempts + 1);
-                    dead_letter(&config, &metrics, &dead, request, &reason, attempts + 1);
+                    crate::warn_limited!(metrics, reason = %error, attempts = attempts + 1, "Retries exhausted; the events go to the dead-letter file.");
+                    let error = error.exhausted(format_args!(" (after {} attempts)", attempts + 1));
+                    dead_letter(&config, &metrics, &dead, request, &error, attempts + 1);
                     break;
                 }
-                Outcome::Retry(why, retry_after) => {
+                Err(error) => {
                     attempts += 1;
                     metrics.error(ErrorKind::Io, 1);
-                    metrics.set_health(Health::Degraded, Some(why.clone()));
-                    crate::warn_limited!(metrics, reason = %why, "Request not accepted; retrying with backoff.");
-                    let wait = retry_after.unwrap_or_else(|| jitter(backoff));
-                    tokio::time::sleep(wait).await;
-                    backoff = (backoff * 2).min(config.retry.max);
+                    metrics.set_health(Health::Degraded, Some(error.to_string()));
+                    crate::warn_limited!(metrics, reason = %error, "Request not accepted; retrying with backoff.");
+                    tokio::time::sleep(next_wait(&error, backoff)).await;
+                    backoff = next_backoff(backoff, config.retry.max);
                 }
             }
         }
@@ -338,14 +371,14 @@ fn dead_letter(
     metrics: &ComponentMetrics,
     dead: &DeadLetters,
     request: Request,
-    reason: &str,
+    error: &SinkError,
     attempts: u32,
 ) {
     let written = match events_of_body(config, &request.body) {
         Ok(events) => dead
             .write(
                 events.iter().map(|e| &e[..]),
-                reason,
+                error,
                 attempts,
                 Some(&request.target.key)
                     .filter(|k| !k.is_empty())
@@ -478,7 +511,9 @@ impl Pool {
 async fn healthcheck(config: &HttpSinkConfig, pool: &Pool, uri: hyper::Uri) -> Result<(), String> {
     let authority = config::authority(&uri).ok_or("no host")?;
     let check = async {
-        let mut sender = connect(&authority, pool.tls.as_deref(), config.request_timeout).await?;
+        let mut sender = connect(&authority, pool.tls.as_deref(), config.request_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
         let mut req = hyper::Request::get(uri.clone()).header(header::HOST, authority.as_str());
         if let Some(value) = &config.authorization {
             req = req.header(header::AUTHORIZATION, value.as_str());
@@ -500,30 +535,41 @@ async fn healthcheck(config: &HttpSinkConfig, pool: &Pool, uri: hyper::Uri) -> R
 
 /// A keep-alive HTTP/1.1 connection to `authority` (over TLS when `tls` is given), its driver
 /// spawned.
+///
+/// # Errors
+///
+/// The connection or a handshake failed or timed out: retryable (the server may come up).
 async fn connect(
     authority: &str,
     tls: Option<&TlsClient>,
     timeout: Duration,
-) -> Result<Sender, String> {
+) -> Result<Sender, SinkError> {
     let open = async {
         let stream = tokio::net::TcpStream::connect(authority)
             .await
-            .map_err(|e| format!("cannot connect to {authority}: {e}"))?;
+            .map_err(|e| {
+                SinkError::retryable(format!("cannot connect to {authority}")).with_cause(e)
+            })?;
         let _ = stream.set_nodelay(true);
         match tls {
             None => Ok(MaybeTls::Plain(stream)),
             Some(tls) => tls
                 .connect(stream, crate::net::tls::host_of(authority))
                 .await
-                .map_err(|e| format!("TLS handshake with {authority} failed: {e}")),
+                .map_err(|e| {
+                    SinkError::retryable(format!("TLS handshake with {authority} failed"))
+                        .with_cause(e)
+                }),
         }
     };
     let stream = tokio::time::timeout(timeout, open)
         .await
-        .map_err(|_| format!("connecting to {authority} timed out"))??;
+        .map_err(|_| SinkError::retryable(format!("connecting to {authority} timed out")))??;
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| format!("HTTP handshake with {authority} failed: {e}"))?;
+        .map_err(|e| {
+            SinkError::retryable(format!("HTTP handshake with {authority} failed")).with_cause(e)
+        })?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -537,7 +583,7 @@ async fn ready_connection(
     config: &HttpSinkConfig,
     pool: &Pool,
     authority: &str,
-) -> Result<Sender, String> {
+) -> Result<Sender, SinkError> {
     if let Some(mut sender) = pool.take(authority)
         && sender.ready().await.is_ok()
     {
@@ -547,16 +593,13 @@ async fn ready_connection(
     sender
         .ready()
         .await
-        .map_err(|e| format!("connection lost: {e}"))?;
+        .map_err(|e| SinkError::retryable("connection lost").with_cause(e))?;
     Ok(sender)
 }
 
 async fn attempt(config: &HttpSinkConfig, pool: &Pool, request: &Request) -> Outcome {
     let target = &request.target;
-    let mut sender = match ready_connection(config, pool, &target.authority).await {
-        Ok(s) => s,
-        Err(why) => return Outcome::Retry(why, None),
-    };
+    let mut sender = ready_connection(config, pool, &target.authority).await?;
     let mut req = hyper::Request::new(Full::new(request.body.clone()));
     *req.method_mut() = hyper::Method::POST;
     *req.uri_mut() = target.uri.clone();
@@ -567,15 +610,12 @@ async fn attempt(config: &HttpSinkConfig, pool: &Pool, request: &Request) -> Out
     let response =
         match tokio::time::timeout(config.request_timeout, sender.send_request(req)).await {
             Err(_) => {
-                return Outcome::Retry(
-                    format!(
-                        "no answer within request_timeout ({:?})",
-                        config.request_timeout
-                    ),
-                    None,
-                );
+                return Err(SinkError::retryable(format!(
+                    "no answer within request_timeout ({:?})",
+                    config.request_timeout
+                )));
             }
-            Ok(Err(e)) => return Outcome::Retry(format!("request failed: {e}"), None),
+            Ok(Err(e)) => return Err(SinkError::retryable("request failed").with_cause(e)),
             Ok(Ok(r)) => r,
         };
     let status = response.status();
@@ -596,15 +636,15 @@ async fn attempt(config: &HttpSinkConfig, pool: &Pool, request: &Request) -> Out
     };
     let rtt = started.elapsed();
     if status.is_success() {
-        return Outcome::Done(rtt);
+        return Ok(rtt);
     }
-    let code = status.as_u16();
+    Err(refusal(status.as_u16(), &body, retry_after))
+}
+
+/// The error of a non-2xx answer: its status and the start of its body, retryable or not as
+/// [`judge_status`] says, with the server's `Retry-After`.
+fn refusal(status: u16, body: &[u8], retry_after: Option<Duration>) -> SinkError {
     let excerpt = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-    if code == 408 || code == 429 || status.is_server_error() {
-        return Outcome::Retry(
-            format!("the server answered {code}: {excerpt}"),
-            retry_after,
-        );
-    }
-    Outcome::Permanent(code, excerpt)
+    SinkError::from_cause(judge_status(status), Answer { status, excerpt })
+        .with_retry_after(retry_after)
 }

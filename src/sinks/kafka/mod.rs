@@ -32,7 +32,7 @@ use rdkafka::{ClientContext, config::RDKafkaLogLevel};
 pub use config::KafkaSinkConfig;
 
 use super::encoder::LineEncoder;
-use super::{BuildSink, BuiltSink, SinkContext, SinkThread};
+use super::{BuildSink, BuiltSink, Retry, SinkContext, SinkError, SinkThread};
 use crate::metrics::{ComponentMetrics, ErrorKind, Health};
 use crate::pipeline::dlq::DeadLetters;
 use crate::pipeline::{Input, Prepare, QUEUE_BATCHES};
@@ -123,12 +123,13 @@ impl ProducerContext for Context {
                 tracker.done(BatchStatus::Delivered, message.payload_len());
             }
             Err((error, message)) => {
-                let status = match error.rdkafka_error_code() {
-                    // The stop purged what was still queued: not delivered, not refused.
-                    Some(RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight) => {
-                        BatchStatus::Errored
-                    }
-                    _ => self.dead_letter(message.payload().unwrap_or_default(), error),
+                let error = judge(error);
+                let status = if error.is_retryable() {
+                    // The stop purged what was still queued: not delivered, not refused (the
+                    // source may send it again).
+                    BatchStatus::Errored
+                } else {
+                    self.dead_letter(message.payload().unwrap_or_default(), &error)
                 };
                 tracker.done(status, 0);
             }
@@ -136,14 +137,39 @@ impl ProducerContext for Context {
     }
 }
 
+/// What a Kafka error means for one message, by its code. librdkafka retries on its own what
+/// may pass between it and the brokers (for ever here), so a message reaches the sink with an
+/// error only when:
+///
+/// - librdkafka's queue is full (`QueueFull`, at `send`): retryable, the sink waits and sends
+///   it again;
+/// - the stop purged it (`PurgeQueue`, `PurgeInflight`, in its report): retryable, neither
+///   delivered nor refused, reported errored so the source may send it again;
+/// - anything else (too large, no such topic, not authorised, a topic name librdkafka cannot
+///   use): permanent, "Kafka refused the message", and it goes to the dead letters.
+fn judge(error: &KafkaError) -> SinkError {
+    match error.rdkafka_error_code() {
+        Some(
+            RDKafkaErrorCode::QueueFull
+            | RDKafkaErrorCode::PurgeQueue
+            | RDKafkaErrorCode::PurgeInflight,
+        ) => SinkError::from_cause(Retry::Retryable, error.clone()),
+        _ => SinkError::permanent("Kafka refused the message").with_cause(error.clone()),
+    }
+}
+
 impl Context {
     /// A message the brokers refused for good (too large, no such topic, not authorised): to
     /// the dead-letter file; `Rejected` once it is there, `Errored` if it could not be written.
-    fn dead_letter(&self, payload: &[u8], error: &KafkaError) -> BatchStatus {
+    fn dead_letter(&self, payload: &[u8], error: &SinkError) -> BatchStatus {
         self.metrics.error(ErrorKind::Io, 1);
-        let reason = format!("Kafka refused the message: {error}");
-        crate::warn_limited!(self.metrics, %error, "Kafka refused a message for good; it goes to the dead-letter file.");
-        match self.dead.write([payload], &reason, 1, None) {
+        // The log line's `error` is librdkafka's own (the reason says "Kafka refused").
+        let cause: &dyn std::fmt::Display = match error.cause::<KafkaError>() {
+            Some(kafka) => kafka,
+            None => error,
+        };
+        crate::warn_limited!(self.metrics, error = %cause, "Kafka refused a message for good; it goes to the dead-letter file.");
+        match self.dead.write([payload], error, 1, None) {
             Ok(_) => BatchStatus::Rejected,
             Err(e) => {
                 self.metrics
@@ -248,20 +274,22 @@ async fn run(
                 record = record.headers(headers);
             }
             loop {
-                match producer.send(record) {
+                let (error, back) = match producer.send(record) {
                     Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        record = back;
-                        tokio::time::sleep(QUEUE_FULL_WAIT).await;
-                    }
-                    Err((error, _)) => {
-                        // Refused before it was queued (larger than message.max.bytes, a topic
-                        // name librdkafka cannot use): no report will come for it.
-                        let status = producer.context().dead_letter(payload, &error);
-                        tracker.done(status, 0);
-                        break;
-                    }
+                    Err(refused) => refused,
+                };
+                let error = judge(&error);
+                if error.is_retryable() {
+                    // librdkafka's queue is full: the brokers are slow or away.
+                    record = back;
+                    tokio::time::sleep(QUEUE_FULL_WAIT).await;
+                    continue;
                 }
+                // Refused before it was queued (larger than message.max.bytes, a topic name
+                // librdkafka cannot use): no report will come for it.
+                let status = producer.context().dead_letter(payload, &error);
+                tracker.done(status, 0);
+                break;
             }
         }
         drop(batch);
