@@ -363,3 +363,140 @@ fn raw(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use loghaul_core::{BatchNotifier, Event, Span};
+    use rdkafka::error::RDKafkaErrorCode as Code;
+
+    use super::*;
+    use crate::metrics::{ComponentKind, DiscardReason, Registry};
+
+    fn metrics() -> Arc<ComponentMetrics> {
+        Registry::default().register("k", ComponentKind::Sink, "kafka")
+    }
+
+    #[test]
+    fn a_full_queue_and_a_purge_are_retryable_and_every_other_code_permanent() {
+        for code in [Code::QueueFull, Code::PurgeQueue, Code::PurgeInflight] {
+            let e = judge(&KafkaError::MessageProduction(code));
+            assert!(e.is_retryable(), "{code:?}: {e}");
+        }
+        for code in [
+            Code::MessageSizeTooLarge,
+            Code::UnknownTopicOrPartition,
+            Code::UnknownTopic,
+            Code::TopicAuthorizationFailed,
+            Code::InvalidMessage,
+            Code::UnknownPartition,
+        ] {
+            let e = judge(&KafkaError::MessageProduction(code));
+            assert!(e.is_permanent(), "{code:?}: {e}");
+            assert!(
+                e.to_string().starts_with("Kafka refused the message: "),
+                "{e}"
+            );
+            assert!(e.cause::<KafkaError>().is_some());
+        }
+        // An error without a code (the client itself failed) refuses too.
+        assert!(judge(&KafkaError::Canceled).is_permanent());
+    }
+
+    fn context(dir: &std::path::Path, metrics: &Arc<ComponentMetrics>) -> Context {
+        Context {
+            metrics: metrics.clone(),
+            dead: Arc::new(DeadLetters::new("k", dir, metrics)),
+            degraded: AtomicBool::new(false),
+            reasons: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_refused_message_is_a_dead_letter_with_kafkas_reason() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let metrics = metrics();
+        let cx = context(dir.path(), &metrics);
+        let error = judge(&KafkaError::MessageProduction(Code::MessageSizeTooLarge));
+        assert_eq!(cx.dead_letter(b"{\"m\":1}", &error), BatchStatus::Rejected);
+        assert_eq!(metrics.errors(ErrorKind::Io), 1);
+        let text = std::fs::read_to_string(cx.dead.path())?;
+        let letter =
+            crate::pipeline::dlq::parse_line(text.trim_end()).map_err(anyhow::Error::msg)?;
+        assert_eq!(letter.event, "{\"m\":1}");
+        assert_eq!(letter.reason, error.to_string());
+        assert!(
+            letter.reason.contains("MessageSizeTooLarge"),
+            "{}",
+            letter.reason
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_dead_letter_that_cannot_be_written_reports_errored() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        // A file where the dead-letter directory should be.
+        std::fs::write(dir.path().join("dlq"), b"")?;
+        let metrics = metrics();
+        let cx = context(dir.path(), &metrics);
+        let error = judge(&KafkaError::MessageProduction(Code::UnknownTopic));
+        assert_eq!(cx.dead_letter(b"x", &error), BatchStatus::Errored);
+        assert_eq!(metrics.discarded_count(DiscardReason::WriteFailed), 1);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_settled_by_its_last_report_with_the_worst_status() {
+        let metrics = metrics();
+        let (finalizer, mut status) = BatchNotifier::new_with_receiver();
+        let tracker = Tracker::new(finalizer.ack(), 3, metrics.clone());
+        drop(finalizer);
+        tracker.done(BatchStatus::Delivered, 10);
+        tracker.done(BatchStatus::Rejected, 0);
+        assert_eq!(status.try_status(), None, "a report is still missing");
+        tracker.done(BatchStatus::Delivered, 10);
+        assert_eq!(status.await, BatchStatus::Rejected);
+        // Only a wholly delivered batch counts as sent.
+        assert_eq!(metrics.sent_events.load(Ordering::Relaxed), 0);
+
+        let (finalizer, status) = BatchNotifier::new_with_receiver();
+        let tracker = Tracker::new(finalizer.ack(), 2, metrics.clone());
+        drop(finalizer);
+        tracker.done(BatchStatus::Delivered, 10);
+        tracker.done(BatchStatus::Delivered, 5);
+        assert_eq!(status.await, BatchStatus::Delivered);
+        assert_eq!(metrics.sent_events.load(Ordering::Relaxed), 2);
+        assert_eq!(metrics.sent_bytes.load(Ordering::Relaxed), 15);
+    }
+
+    #[tokio::test]
+    async fn errored_is_worse_than_delivered_and_rejected_worst() {
+        let (finalizer, status) = BatchNotifier::new_with_receiver();
+        let tracker = Tracker::new(finalizer.ack(), 2, metrics());
+        drop(finalizer);
+        tracker.done(BatchStatus::Errored, 0);
+        tracker.done(BatchStatus::Delivered, 1);
+        assert_eq!(status.await, BatchStatus::Errored);
+    }
+
+    #[test]
+    fn keys_and_header_values_render_field_values_as_they_are() -> anyhow::Result<()> {
+        let (template, _) = loghaul_config::PathTemplate::parse("{{ appname }}/%Y-{{ hostname }}")
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let mut batch = EventBatch::new(
+            bytes::Bytes::from_static(b"a b/chost"),
+            "src".into(),
+            "test",
+        );
+        batch.events.push(Event {
+            appname: Span::new(0, 3).into(),
+            hostname: Span::new(4, 9).into(),
+            ..Event::default()
+        });
+        let mut out = Vec::new();
+        raw(&template, &batch, &batch.events[0], &mut out);
+        // Not sanitised as a topic or a path would be; strftime parts stay literal.
+        assert_eq!(out, b"a b/%Y-chost");
+        Ok(())
+    }
+}
