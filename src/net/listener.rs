@@ -357,3 +357,242 @@ fn accept_backlog(listener: TcpListener) -> Vec<(TcpStream, SocketAddr)> {
     }
     accepted
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncWriteExt;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::metrics::{ComponentKind, Registry};
+    use crate::pipeline::{ShutdownTrigger, shutdown_pair};
+
+    /// What a test handler reports: each read's outcome, by connection number.
+    #[derive(Debug, PartialEq, Eq)]
+    enum Seen {
+        Data(usize, Vec<u8>),
+        Eof(usize),
+        Drained(usize),
+        Idle(usize),
+        Error(usize),
+    }
+
+    struct Server {
+        addr: SocketAddr,
+        metrics: Arc<ComponentMetrics>,
+        trigger: ShutdownTrigger,
+        seen: mpsc::UnboundedReceiver<Seen>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    /// A listener on 127.0.0.1:0 whose handler reads until the connection ends, reporting
+    /// every read.
+    async fn server(options: ServeOptions) -> anyhow::Result<Server> {
+        let listener = bind("127.0.0.1:0".parse()?, None).await?;
+        let addr = listener.local_addr()?;
+        let metrics = Registry::default().register("in", ComponentKind::Source, "test");
+        let (trigger, signal) = shutdown_pair();
+        let (tx, seen) = mpsc::unbounded_channel();
+        let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let handler = move |mut conn: Conn| {
+            let tx = tx.clone();
+            let n = next.fetch_add(1, Ordering::Relaxed);
+            async move {
+                let mut buf = BytesMut::with_capacity(1024);
+                loop {
+                    let seen = match conn.read(&mut buf).await {
+                        Read::Data => Seen::Data(n, buf.split().to_vec()),
+                        Read::Eof => Seen::Eof(n),
+                        Read::Drained => Seen::Drained(n),
+                        Read::Idle => Seen::Idle(n),
+                        Read::Error(_) => Seen::Error(n),
+                    };
+                    let end = !matches!(seen, Seen::Data(..));
+                    let _ = tx.send(seen);
+                    if end {
+                        return;
+                    }
+                }
+            }
+        };
+        let task = tokio::spawn(serve(
+            listener,
+            options,
+            Some(metrics.clone()),
+            signal,
+            handler,
+        ));
+        Ok(Server {
+            addr,
+            metrics,
+            trigger,
+            seen,
+            task,
+        })
+    }
+
+    fn options(max_connections: usize) -> ServeOptions {
+        ServeOptions {
+            max_connections,
+            max_per_client: None,
+            tls: None,
+            idle_timeout: None,
+        }
+    }
+
+    async fn next(server: &mut Server) -> anyhow::Result<Seen> {
+        tokio::time::timeout(Duration::from_secs(120), server.seen.recv())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the handler is gone"))
+    }
+
+    /// Whether the server closed `client` without reading from it (a refusal).
+    async fn closed_by_server(client: &mut TcpStream) -> anyhow::Result<bool> {
+        let mut byte = [0u8; 1];
+        let n = tokio::time::timeout(Duration::from_secs(10), client.read(&mut byte)).await?;
+        Ok(matches!(n, Ok(0) | Err(_)))
+    }
+
+    #[tokio::test]
+    async fn connections_over_max_connections_are_refused_and_counted() -> anyhow::Result<()> {
+        let mut server = server(options(1)).await?;
+        let mut a = TcpStream::connect(server.addr).await?;
+        a.write_all(b"a").await?;
+        assert_eq!(next(&mut server).await?, Seen::Data(0, b"a".to_vec()));
+        let mut b = TcpStream::connect(server.addr).await?;
+        assert!(closed_by_server(&mut b).await?, "the second is refused");
+        assert_eq!(server.metrics.errors(ErrorKind::ConnectionLimit), 1);
+        assert_eq!(server.metrics.open_connections.load(Ordering::Relaxed), 1);
+        // The first one's end frees its place.
+        drop(a);
+        assert_eq!(next(&mut server).await?, Seen::Eof(0));
+        let mut c = TcpStream::connect(server.addr).await?;
+        c.write_all(b"c").await?;
+        assert_eq!(next(&mut server).await?, Seen::Data(1, b"c".to_vec()));
+        drop(c);
+        assert_eq!(next(&mut server).await?, Seen::Eof(1));
+        server.trigger.trigger();
+        tokio::time::timeout(Duration::from_secs(10), server.task).await??;
+        assert_eq!(server.metrics.open_connections.load(Ordering::Relaxed), 0);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn max_connections_per_client_refuses_the_extra_ones_of_one_address() -> anyhow::Result<()>
+    {
+        let mut server = server(ServeOptions {
+            max_per_client: Some(1),
+            ..options(10)
+        })
+        .await?;
+        let mut a = TcpStream::connect(server.addr).await?;
+        a.write_all(b"a").await?;
+        assert_eq!(next(&mut server).await?, Seen::Data(0, b"a".to_vec()));
+        let mut b = TcpStream::connect(server.addr).await?;
+        assert!(closed_by_server(&mut b).await?);
+        assert_eq!(server.metrics.errors(ErrorKind::ConnectionLimit), 1);
+        drop(a);
+        assert_eq!(next(&mut server).await?, Seen::Eof(0));
+        let mut c = TcpStream::connect(server.addr).await?;
+        c.write_all(b"c").await?;
+        assert_eq!(next(&mut server).await?, Seen::Data(1, b"c".to_vec()));
+        Ok(())
+    }
+
+    #[test]
+    fn per_client_slots_count_up_to_the_limit_and_come_back_when_dropped() {
+        let clients = Arc::new(PerClient::default());
+        let ip: IpAddr = [10, 0, 0, 1].into();
+        let other: IpAddr = [10, 0, 0, 2].into();
+        let first = clients.take(ip, Some(2));
+        let second = clients.take(ip, Some(2));
+        assert!(first.is_some() && second.is_some());
+        assert!(
+            clients.take(ip, Some(2)).is_none(),
+            "a third is over the limit"
+        );
+        assert!(
+            clients.take(other, Some(2)).is_some(),
+            "limits are per address"
+        );
+        drop(first);
+        assert!(clients.take(ip, Some(2)).is_some());
+        // No limit: always a slot, and nothing counted.
+        assert!(clients.take(ip, None).is_some());
+        drop(second);
+        assert!(clients.0.lock().map(|m| m.is_empty()).unwrap_or(false));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_client_is_cut_off_at_idle_timeout() -> anyhow::Result<()> {
+        let idle = Duration::from_secs(30);
+        let mut server = server(ServeOptions {
+            idle_timeout: Some(idle),
+            ..options(10)
+        })
+        .await?;
+        let client = TcpStream::connect(server.addr).await?;
+        let connected = tokio::time::Instant::now();
+        assert_eq!(next(&mut server).await?, Seen::Idle(0));
+        let waited = connected.elapsed();
+        assert!(
+            waited >= idle && waited < idle + Duration::from_secs(1),
+            "{waited:?}"
+        );
+        assert_eq!(server.metrics.errors(ErrorKind::Timeout), 1);
+        drop(client);
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn at_shutdown_a_connection_is_read_until_its_client_goes_quiet() -> anyhow::Result<()> {
+        let mut server = server(options(10)).await?;
+        let mut client = TcpStream::connect(server.addr).await?;
+        client.write_all(b"before").await?;
+        assert_eq!(next(&mut server).await?, Seen::Data(0, b"before".to_vec()));
+        server.trigger.trigger();
+        // Sent after the signal, within DRAIN_IDLE: still read.
+        client.write_all(b"after").await?;
+        assert_eq!(next(&mut server).await?, Seen::Data(0, b"after".to_vec()));
+        let quiet = tokio::time::Instant::now();
+        assert_eq!(next(&mut server).await?, Seen::Drained(0));
+        let waited = quiet.elapsed();
+        assert!(
+            waited >= DRAIN_IDLE && waited < DRAIN_IDLE + Duration::from_millis(50),
+            "{waited:?}"
+        );
+        tokio::time::timeout(Duration::from_secs(10), server.task).await??;
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_never_pauses_is_cut_off_at_drain_max() -> anyhow::Result<()> {
+        let mut server = server(options(10)).await?;
+        let mut client = TcpStream::connect(server.addr).await?;
+        client.write_all(b"x").await?;
+        assert_eq!(next(&mut server).await?, Seen::Data(0, b"x".to_vec()));
+        server.trigger.trigger();
+        let started = tokio::time::Instant::now();
+        let writer = tokio::spawn(async move {
+            // Every 100 ms: never quiet for DRAIN_IDLE.
+            while client.write_all(b"y").await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        loop {
+            match next(&mut server).await? {
+                Seen::Data(..) => continue,
+                Seen::Drained(0) => break,
+                other => anyhow::bail!("unexpected {other:?}"),
+            }
+        }
+        let waited = started.elapsed();
+        assert!(
+            waited >= DRAIN_MAX && waited < DRAIN_MAX + DRAIN_IDLE,
+            "{waited:?}"
+        );
+        tokio::time::timeout(Duration::from_secs(10), server.task).await??;
+        writer.abort();
+        Ok(())
+    }
+}

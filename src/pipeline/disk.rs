@@ -763,3 +763,249 @@ fn decode(payload: Bytes, source: &Arc<str>) -> Result<EventBatch, loghaul_core:
     }
     Ok(batch)
 }
+
+#[cfg(test)]
+mod tests {
+    use loghaul_buffer::testing::MemFs;
+    use loghaul_core::{BatchStatusReceiver, Event, Span};
+
+    use super::*;
+    use crate::metrics::{ComponentKind, Registry};
+    use crate::pipeline::{QUEUE_BATCHES, input_queue, shutdown_pair};
+
+    fn metrics() -> Arc<ComponentMetrics> {
+        Registry::default().register("out", ComponentKind::Sink, "test")
+    }
+
+    /// A tracked batch of one event whose message is `text`.
+    fn batch(text: &'static str) -> (EventBatch, BatchStatusReceiver) {
+        let (finalizer, status) = BatchNotifier::new_with_receiver();
+        let mut b = EventBatch::new(Bytes::from_static(text.as_bytes()), "src".into(), "test");
+        b.events.push(Event {
+            message: Span::new(0, text.len()).into(),
+            ..Event::default()
+        });
+        b.finalizer = finalizer;
+        (b, status)
+    }
+
+    /// `batch(text)` as the fan-out queues it for the writer: encoded, with an ack.
+    fn delivery(text: &'static str) -> (Delivery, BatchStatusReceiver) {
+        let (b, status) = batch(text);
+        let prepared = Encode.prepare(&b);
+        let ack = b.finalizer.ack();
+        let d = Delivery {
+            batch: Arc::new(b),
+            prepared: Some(prepared),
+            ack,
+        };
+        (d, status)
+    }
+
+    fn mem_log(fs: &MemFs, max_size: u64) -> (Writer<MemFs>, Reader<MemFs>) {
+        let mut config = log_config(Path::new("/buf"), max_size, SyncMode::EveryBatch);
+        config.segment_size = 4096;
+        match loghaul_buffer::open(fs.clone(), config) {
+            Ok((w, r, _)) => (w, r),
+            Err(e) => panic!("open the log: {e}"),
+        }
+    }
+
+    fn settled(status: &mut BatchStatusReceiver) -> Option<BatchStatus> {
+        status.try_status()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn interval_sync_acknowledges_at_the_timed_fsync_not_before() {
+        let fs = MemFs::new();
+        let (writer, _reader) = mem_log(&fs, 1 << 20);
+        let (tx, rx) = mpsc::channel(8);
+        let every = Duration::from_secs(1);
+        let task = tokio::spawn(write_loop(
+            writer,
+            rx,
+            SyncMode::Interval(every),
+            WhenFull::Block,
+            metrics(),
+        ));
+        let (d, mut status) = delivery("a");
+        let _ = tx.send(d).await;
+        tokio::time::sleep(Duration::from_millis(999)).await;
+        assert_eq!(settled(&mut status), None, "written but not yet synced");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(settled(&mut status), Some(BatchStatus::Delivered));
+        // Closing the queue syncs and acknowledges what is left at once.
+        let (d, mut status) = delivery("b");
+        let _ = tx.send(d).await;
+        drop(tx);
+        let _ = task.await;
+        assert_eq!(settled(&mut status), Some(BatchStatus::Delivered));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_fsync_is_written_again_after_the_backoff_then_acknowledged() {
+        let fs = MemFs::new();
+        let (writer, mut reader) = mem_log(&fs, 1 << 20);
+        let metrics = metrics();
+        let (tx, rx) = mpsc::channel(8);
+        let task = tokio::spawn(write_loop(
+            writer,
+            rx,
+            SyncMode::EveryBatch,
+            WhenFull::Block,
+            metrics.clone(),
+        ));
+        fs.fail_next_sync();
+        let (d, mut status) = delivery("a");
+        let started = tokio::time::Instant::now();
+        let _ = tx.send(d).await;
+        tokio::time::sleep(FIRST_BACKOFF - Duration::from_millis(1)).await;
+        assert_eq!(settled(&mut status), None, "not durable: not acknowledged");
+        assert_eq!(metrics.errors(ErrorKind::Io), 1);
+        assert!(
+            metrics
+                .reported_health()
+                .1
+                .is_some_and(|r| r.contains("fsync failed")),
+            "{:?}",
+            metrics.reported_health()
+        );
+        drop(tx);
+        let _ = task.await;
+        assert!(started.elapsed() >= FIRST_BACKOFF);
+        assert_eq!(settled(&mut status), Some(BatchStatus::Delivered));
+        // Both copies are in the log (a duplicate, never a loss).
+        let mut seen = 0;
+        while let Ok(Some(_)) = reader.next() {
+            seen += 1;
+        }
+        assert_eq!(seen, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_log_drops_newest_or_blocks_as_when_full_says() {
+        let fs = MemFs::new();
+        let (mut writer, mut reader) = mem_log(&fs, 16 << 10);
+        let metrics = metrics();
+        let big: &'static str = "x".repeat(3000).leak();
+        // A group larger than the whole log goes in one batch at a time, as far as it fits.
+        let group: Vec<Delivery> = (0..8).map(|_| delivery(big).0).collect();
+        let fitted = append(&mut writer, &group, WhenFull::DropNewest, &metrics).await;
+        assert!((2..8).contains(&fitted), "{fitted}");
+        // Full: drop_newest drops at once.
+        assert_eq!(
+            append(
+                &mut writer,
+                &[delivery(big).0],
+                WhenFull::DropNewest,
+                &metrics
+            )
+            .await,
+            0
+        );
+        assert!(fitted >= 2, "{fitted}");
+        // Blocking: the append waits for the reader to free a segment.
+        let more = vec![delivery(big).0];
+        let blocked = tokio::time::timeout(
+            Duration::from_secs(10),
+            append(&mut writer, &more, WhenFull::Block, &metrics),
+        )
+        .await;
+        assert!(blocked.is_err(), "a full log holds a blocking append");
+        for _ in 0..fitted {
+            match reader.next() {
+                Ok(Some(record)) => ack(&mut reader, record.seq, &metrics),
+                other => panic!("a record: {:?}", other.map(|r| r.map(|r| r.seq))),
+            }
+        }
+        let done = tokio::time::timeout(
+            Duration::from_secs(10),
+            append(&mut writer, &more, WhenFull::Block, &metrics),
+        )
+        .await;
+        assert_eq!(done.ok(), Some(1), "room again once the records are acked");
+    }
+
+    #[tokio::test]
+    async fn a_batch_larger_than_a_record_is_rejected_and_counted() {
+        let metrics = metrics();
+        let (small, mut small_status) = delivery("a");
+        let (mut huge, mut huge_status) = delivery("b");
+        huge.prepared = Some(Prepared {
+            bytes: vec![0; MAX_RECORD as usize + 1],
+            ends: Vec::new(),
+        });
+        let kept = reject_oversized(vec![small, huge], &metrics);
+        assert_eq!(kept.len(), 1);
+        assert_eq!(&kept[0].batch.arena[..], b"a");
+        assert_eq!(
+            metrics.discarded_count(DiscardReason::WriteFailed),
+            1,
+            "the huge batch's one event"
+        );
+        assert_eq!(settled(&mut huge_status), Some(BatchStatus::Rejected));
+        assert_eq!(settled(&mut small_status), None);
+        drop(kept);
+    }
+
+    #[tokio::test]
+    async fn records_leave_the_log_once_the_sink_commits_and_stay_otherwise() -> anyhow::Result<()>
+    {
+        let dir = tempfile::tempdir()?;
+        let metrics = metrics();
+        let open = |metrics: &Arc<ComponentMetrics>| {
+            let (sink_tx, input) = input_queue(metrics.clone(), None, QUEUE_BATCHES);
+            let (trigger, stop) = shutdown_pair();
+            let (tx, done) = start(DiskOptions {
+                id: "out".into(),
+                dir: dir.path().join("buf"),
+                max_size: 1 << 20,
+                sync: SyncMode::EveryBatch,
+                when_full: WhenFull::Block,
+                metrics: metrics.clone(),
+                sink: sink_tx,
+                stop,
+            })?;
+            let fanout = Fanout::new(
+                vec![tx],
+                Registry::default().register("src", ComponentKind::Source, "test"),
+            );
+            anyhow::Ok((fanout, input, done, trigger))
+        };
+        let (fanout, mut input, done, _trigger) = open(&metrics)?;
+        let (a, a_status) = batch("a");
+        let (b, b_status) = batch("b");
+        fanout.send(a).await;
+        fanout.send(b).await;
+        // The source's acknowledgement covers the write to the buffer, not the sink.
+        assert_eq!(a_status.await, BatchStatus::Delivered);
+        assert_eq!(b_status.await, BatchStatus::Delivered);
+        let (Some(da), Some(db)) = (input.recv().await, input.recv().await) else {
+            anyhow::bail!("the sink gets both batches");
+        };
+        assert_eq!(
+            (&da.batch.arena[..], &db.batch.arena[..]),
+            (&b"a"[..], &b"b"[..])
+        );
+        da.ack.commit(BatchStatus::Delivered);
+        drop(da.batch);
+        // "b" is dropped uncommitted: it stays in the log.
+        drop(db);
+        drop(fanout);
+        while input.recv().await.is_some() {}
+        done.await?;
+
+        let metrics = crate::metrics::Registry::default().register("out", ComponentKind::Sink, "t");
+        let (fanout, mut input, done, _trigger) = open(&metrics)?;
+        let Some(again) = input.recv().await else {
+            anyhow::bail!("the uncommitted batch comes again");
+        };
+        assert_eq!(&again.batch.arena[..], b"b");
+        again.ack.commit(BatchStatus::Delivered);
+        drop(again.batch);
+        drop(fanout);
+        assert!(input.recv().await.is_none(), "only b was left");
+        done.await?;
+        Ok(())
+    }
+}

@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use crate::metrics::ComponentMetrics;
+use crate::sinks::SinkError;
 
 /// One dead letter as read back.
 #[derive(Debug, Clone)]
@@ -76,7 +77,9 @@ impl DeadLetters {
 
     /// Appends one line per event and syncs the file: when this returns `Ok`, the events are
     /// safe there and the sink may report them rejected rather than lost. `events` are the
-    /// sink's encoded events (JSON objects, or text lines).
+    /// sink's encoded events (JSON objects, or text lines); `error` is why they could not be
+    /// delivered (a permanent one, or retries exhausted, or a failure no one would retry), and
+    /// its text is their `reason`.
     ///
     /// # Errors
     ///
@@ -84,10 +87,11 @@ impl DeadLetters {
     pub fn write<'a>(
         &self,
         events: impl IntoIterator<Item = &'a [u8]>,
-        reason: &str,
+        error: &SinkError,
         attempts: u32,
         target: Option<&str>,
     ) -> std::io::Result<usize> {
+        let reason = error.to_string();
         let time = chrono::Utc::now()
             .format("%Y-%m-%dT%H:%M:%S%.3fZ")
             .to_string();
@@ -97,7 +101,7 @@ impl DeadLetters {
         head.push_str("\",\"sink\":");
         head.push_str(&json_string(&self.sink));
         head.push_str(",\"reason\":");
-        head.push_str(&json_string(reason));
+        head.push_str(&json_string(&reason));
         head.push_str(",\"attempts\":");
         head.push_str(&attempts.to_string());
         if let Some(target) = target {
@@ -366,10 +370,10 @@ pub fn replay_command(config: &crate::config::Config, id: &str) -> anyhow::Resul
         .context("cannot start a runtime")?;
     let replayed = runtime.block_on(replay);
     let dead = DeadLetters::new(id, data_dir, &metrics);
-    for (letter, reason) in &replayed.failed {
+    for (letter, error) in &replayed.failed {
         dead.write(
             [letter.event.as_bytes()],
-            reason,
+            error,
             letter.attempts + 1,
             letter.target.as_deref(),
         )
@@ -421,7 +425,7 @@ mod tests {
                 &b"plain \"text\" line"[..],
                 &b"\n"[..],
             ],
-            "the server answered 400: bad",
+            &SinkError::permanent("the server answered 400: bad"),
             2,
             Some("http://127.0.0.1:1/x"),
         )?;
@@ -430,6 +434,7 @@ mod tests {
         let letters: Vec<DeadLetter> = text.lines().map(parse_line).collect::<Result<_, _>>()?;
         assert_eq!(letters.len(), 2);
         assert_eq!(letters[0].event, "{\"message\":\"a\",\"n\":1}");
+        assert_eq!(letters[0].reason, "the server answered 400: bad");
         assert_eq!(letters[0].attempts, 2);
         assert_eq!(letters[0].target.as_deref(), Some("http://127.0.0.1:1/x"));
         assert_eq!(letters[1].event, "\"plain \\\"text\\\" line\"");

@@ -366,3 +366,218 @@ impl InputSender {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use loghaul_core::{BatchNotifier, BatchStatus, BatchStatusReceiver, Event, Span};
+
+    use super::*;
+    use crate::metrics::{ComponentKind, Registry};
+    use crate::pipeline::Fanout;
+
+    /// A tracked batch of `n` events whose arena is `tag` (to tell batches apart).
+    fn batch(tag: &'static str, n: usize) -> (EventBatch, BatchStatusReceiver) {
+        let (finalizer, status) = BatchNotifier::new_with_receiver();
+        let mut b = EventBatch::new(Bytes::from_static(tag.as_bytes()), "src".into(), "test");
+        b.events = vec![
+            Event {
+                message: Span::new(0, tag.len()).into(),
+                ..Event::default()
+            };
+            n
+        ];
+        b.finalizer = finalizer;
+        (b, status)
+    }
+
+    fn tag(d: &Delivery) -> &[u8] {
+        &d.batch.arena[..]
+    }
+
+    /// A queue bounded by `limits` behind a fan-out, and the sink's metrics.
+    fn queue(limits: QueueLimits) -> (Fanout, Input, Arc<ComponentMetrics>) {
+        let reg = Registry::default();
+        let metrics = reg.register("sink", ComponentKind::Sink, "test");
+        let (tx, input) = bounded_queue(metrics.clone(), None, limits);
+        let fanout = Fanout::new(vec![tx], reg.register("src", ComponentKind::Source, "test"));
+        (fanout, input, metrics)
+    }
+
+    /// Whether `send` is still waiting after a second of virtual time.
+    async fn blocks(fanout: &Fanout, b: EventBatch) -> bool {
+        tokio::time::timeout(Duration::from_secs(1), fanout.send(b))
+            .await
+            .is_err()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn batches_come_out_in_order_and_a_full_queue_holds_the_sender() {
+        let (fanout, mut input, metrics) = queue(QueueLimits::batches(2));
+        let (a, _sa) = batch("a", 1);
+        let (b, _sb) = batch("b", 2);
+        fanout.send(a).await;
+        fanout.send(b).await;
+        assert_eq!(metrics.buffer_batches.load(Ordering::Relaxed), 2);
+        assert_eq!(metrics.buffer_events.load(Ordering::Relaxed), 3);
+        assert_eq!(metrics.buffer_max_batches.load(Ordering::Relaxed), 2);
+
+        // Full: a third send waits (back-pressure) rather than queueing or dropping.
+        let (c, _sc) = batch("c", 1);
+        assert!(
+            blocks(&fanout, c).await,
+            "a full queue must hold the sender"
+        );
+        assert_eq!(metrics.buffer_batches.load(Ordering::Relaxed), 2);
+
+        let first = input.recv().await;
+        assert_eq!(first.as_ref().map(tag), Some(&b"a"[..]));
+        assert_eq!(metrics.buffer_batches.load(Ordering::Relaxed), 1);
+        assert_eq!(metrics.buffer_events.load(Ordering::Relaxed), 2);
+        // Room again: the next send goes straight in.
+        let (d, _sd) = batch("d", 1);
+        assert!(!blocks(&fanout, d).await);
+        let rest: Vec<Vec<u8>> = [input.try_recv(), input.try_recv()]
+            .into_iter()
+            .flatten()
+            .map(|d| tag(&d).to_vec())
+            .collect();
+        assert_eq!(rest, [b"b".to_vec(), b"d".to_vec()]);
+        assert!(input.try_recv().is_none());
+        assert_eq!(metrics.buffer_events.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn max_events_bounds_the_queue_and_an_oversized_batch_moves_alone() {
+        let (fanout, mut input, _) = queue(QueueLimits {
+            batches: 32,
+            max_events: Some(5),
+            when_full: WhenFull::Block,
+        });
+        let (a, _sa) = batch("a", 3);
+        fanout.send(a).await;
+        let (b, _sb) = batch("b", 3);
+        assert!(blocks(&fanout, b).await, "3 + 3 events exceed max_events 5");
+        assert!(input.recv().await.is_some());
+        // The first batch's permits came back with its receipt.
+        let (b, _sb) = batch("b", 3);
+        assert!(!blocks(&fanout, b).await);
+        assert!(input.recv().await.is_some());
+        // Larger than the whole bound: takes every permit, so it fits an empty queue only.
+        let (big, _sbig) = batch("big", 10);
+        assert!(!blocks(&fanout, big).await);
+        let (small, _ssmall) = batch("s", 1);
+        assert!(
+            blocks(&fanout, small).await,
+            "the oversized batch holds all permits"
+        );
+        assert_eq!(input.recv().await.map(|d| d.len()), Some(10));
+        let (small, _ssmall) = batch("s", 1);
+        assert!(!blocks(&fanout, small).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn drop_newest_discards_at_once_and_reports_the_batch_errored() {
+        let (fanout, mut input, metrics) = queue(QueueLimits {
+            batches: 1,
+            max_events: None,
+            when_full: WhenFull::DropNewest,
+        });
+        let (a, sa) = batch("a", 1);
+        fanout.send(a).await;
+        let (b, sb) = batch("b", 4);
+        assert!(!blocks(&fanout, b).await, "drop_newest never waits");
+        assert_eq!(sb.await, BatchStatus::Errored);
+        assert_eq!(
+            metrics.discarded_count(crate::metrics::DiscardReason::BufferFull),
+            4
+        );
+        let d = input.recv().await;
+        assert_eq!(d.as_ref().map(tag), Some(&b"a"[..]));
+        if let Some(d) = d {
+            d.ack.commit(BatchStatus::Delivered);
+        }
+        assert_eq!(sa.await, BatchStatus::Delivered);
+    }
+
+    #[tokio::test]
+    async fn a_delivery_dropped_uncommitted_reports_errored() {
+        let (fanout, mut input, _) = queue(QueueLimits::batches(4));
+        let (a, sa) = batch("a", 1);
+        let (b, sb) = batch("b", 1);
+        fanout.send(a).await;
+        fanout.send(b).await;
+        let (Some(da), Some(db)) = (input.recv().await, input.recv().await) else {
+            panic!("two deliveries");
+        };
+        da.ack.commit(BatchStatus::Delivered);
+        drop(da.batch);
+        drop(db);
+        assert_eq!(sa.await, BatchStatus::Delivered);
+        assert_eq!(sb.await, BatchStatus::Errored);
+    }
+
+    #[tokio::test]
+    async fn recv_drains_what_is_queued_then_ends_when_every_sender_is_gone() {
+        let (fanout, mut input, _) = queue(QueueLimits::batches(4));
+        let (a, _sa) = batch("a", 1);
+        fanout.send(a).await;
+        drop(fanout);
+        assert_eq!(input.recv().await.as_ref().map(tag), Some(&b"a"[..]));
+        assert!(input.recv().await.is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_handover_ends_the_components_recv_and_takes_the_rest_in_order() {
+        let (fanout, mut input, _) = queue(QueueLimits::batches(8));
+        let handover = input.handover();
+        for t in ["a", "b", "c"] {
+            let (b, _s) = batch(t, 1);
+            fanout.send(b).await;
+        }
+        // The component takes "a" and settles it, takes "b" and keeps it in hand.
+        let (Some(a), Some(b)) = (input.recv().await, input.recv().await) else {
+            panic!("two deliveries");
+        };
+        a.ack.commit(BatchStatus::Delivered);
+        drop(a.batch);
+        let held = handover.start();
+        assert_eq!(held.len(), 1, "only the unsettled batch is in hand");
+        assert_eq!(&held[0].batch().arena[..], b"b");
+        assert!(input.recv().await.is_none(), "the component's recv ends");
+        assert!(input.try_recv().is_none());
+        assert_eq!(handover.recv().await.as_ref().map(tag), Some(&b"c"[..]));
+        drop(fanout);
+        assert!(handover.recv().await.is_none());
+        drop(b);
+    }
+
+    #[tokio::test]
+    async fn a_batch_saved_by_the_handover_reports_delivered_whatever_the_component_does() {
+        let (fanout, mut input, _) = queue(QueueLimits::batches(8));
+        let handover = input.handover();
+        let (a, sa) = batch("a", 1);
+        fanout.send(a).await;
+        let Some(d) = input.recv().await else {
+            panic!("a delivery");
+        };
+        let held = handover.start();
+        assert_eq!(held.len(), 1);
+        held[0].saved();
+        drop(held);
+        // The component ends without committing: the batch is on disk, so not an error.
+        drop(d);
+        assert_eq!(sa.await, BatchStatus::Delivered);
+    }
+
+    #[tokio::test]
+    async fn a_handover_dropped_unused_leaves_the_component_receiving() {
+        let (fanout, mut input, _) = queue(QueueLimits::batches(8));
+        drop(input.handover());
+        let (a, _sa) = batch("a", 1);
+        fanout.send(a).await;
+        assert_eq!(input.recv().await.as_ref().map(tag), Some(&b"a"[..]));
+    }
+}

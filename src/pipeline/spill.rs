@@ -201,3 +201,148 @@ fn open(id: &str, dir: &std::path::Path) -> anyhow::Result<Writer<RealFs>> {
     }
     Ok(writer)
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use loghaul_core::{BatchNotifier, BatchStatus, BatchStatusReceiver, Event, EventBatch, Span};
+
+    use super::*;
+    use crate::metrics::{ComponentKind, Registry};
+    use crate::pipeline::{Fanout, Input, QueueLimits, bounded_queue};
+
+    fn batch(text: &'static str) -> (EventBatch, BatchStatusReceiver) {
+        let (finalizer, status) = BatchNotifier::new_with_receiver();
+        let mut b = EventBatch::new(Bytes::from_static(text.as_bytes()), "src".into(), "test");
+        b.events.push(Event {
+            message: Span::new(0, text.len()).into(),
+            ..Event::default()
+        });
+        b.finalizer = finalizer;
+        (b, status)
+    }
+
+    struct Setup {
+        fanout: Fanout,
+        input: Input,
+        plan: SpillPlan,
+    }
+
+    fn setup(dir: PathBuf) -> Setup {
+        let reg = Registry::default();
+        let metrics = reg.register("out", ComponentKind::Sink, "test");
+        let (tx, mut input) = bounded_queue(metrics.clone(), None, QueueLimits::batches(8));
+        let handover = input.handover();
+        let fanout = Fanout::new(vec![tx], reg.register("src", ComponentKind::Source, "test"));
+        let plan = SpillPlan {
+            id: "out".into(),
+            dir,
+            writer: None,
+            handover,
+            metrics,
+        };
+        Setup {
+            fanout,
+            input,
+            plan,
+        }
+    }
+
+    /// The messages of the batches in the log at `dir`, in order.
+    fn logged(dir: &std::path::Path) -> anyhow::Result<Vec<Vec<u8>>> {
+        let config = disk::log_config(dir, disk::SPILL_MAX_SIZE, loghaul_config::SyncMode::Never);
+        let (_w, mut reader, _) = loghaul_buffer::open(RealFs, config)?;
+        let mut out = Vec::new();
+        while let Some(record) = reader.next()? {
+            let batch = loghaul_core::decode_batch(record.payload)?;
+            out.push(batch.arena.to_vec());
+        }
+        Ok(out)
+    }
+
+    #[tokio::test]
+    async fn what_the_sink_holds_goes_first_then_the_queue_and_all_settle_delivered()
+    -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let dir = tmp.path().join("buffers/out");
+        let Setup {
+            fanout,
+            mut input,
+            plan,
+        } = setup(dir.clone());
+        let (a, a_status) = batch("held");
+        let (b, b_status) = batch("queued-1");
+        let (c, c_status) = batch("queued-2");
+        fanout.send(a).await;
+        fanout.send(b).await;
+        fanout.send(c).await;
+        // The sink took "held" and is still retrying it.
+        let Some(held) = input.recv().await else {
+            anyhow::bail!("the sink's batch");
+        };
+        let (held_rx, written_rx) = plan.start()?;
+        assert!(held_rx.await?, "the sink's batch is on disk");
+        // The sink gets nothing more. (`try_recv`: `recv` would wait for the queue's lock,
+        // which the spill holds while it waits for upstreams, and return `None` after.)
+        assert!(input.try_recv().is_none(), "the sink gets nothing more");
+        // Stopped where it is: its ack, dropped uncommitted, still reports the batch delivered.
+        drop(held);
+        drop(fanout);
+        assert!(written_rx.await?, "nothing lost");
+        assert_eq!(a_status.await, BatchStatus::Delivered);
+        assert_eq!(b_status.await, BatchStatus::Delivered);
+        assert_eq!(c_status.await, BatchStatus::Delivered);
+        assert_eq!(
+            logged(&dir)?,
+            [b"held".to_vec(), b"queued-1".to_vec(), b"queued-2".to_vec()]
+        );
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_log_that_cannot_be_opened_loses_the_queue_and_says_so() -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        // A file where the log's directory should be.
+        std::fs::write(tmp.path().join("blocker"), b"")?;
+        let Setup {
+            fanout,
+            mut input,
+            plan,
+        } = setup(tmp.path().join("blocker/out"));
+        let (a, a_status) = batch("held");
+        let (b, b_status) = batch("queued");
+        fanout.send(a).await;
+        fanout.send(b).await;
+        let Some(held) = input.recv().await else {
+            anyhow::bail!("the sink's batch");
+        };
+        let (held_rx, written_rx) = plan.start()?;
+        // The upstreams end first: after a failed open, the answer for the sink's batches
+        // comes only once the spill is over (as the topology's `unwrap_or(false)` reads it).
+        drop(fanout);
+        assert!(
+            !held_rx.await.unwrap_or(false),
+            "the sink's batch is not on disk"
+        );
+        assert!(!written_rx.await?, "the queued batch was lost");
+        assert_eq!(b_status.await, BatchStatus::Errored);
+        // Not saved: the sink's own verdict stands.
+        held.ack.commit(BatchStatus::Delivered);
+        drop(held.batch);
+        assert_eq!(a_status.await, BatchStatus::Delivered);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn an_empty_queue_with_nothing_in_hand_writes_no_log() -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let dir = tmp.path().join("buffers/out");
+        let Setup { fanout, plan, .. } = setup(dir.clone());
+        let (held_rx, written_rx) = plan.start()?;
+        assert!(held_rx.await?, "nothing held: done at once");
+        drop(fanout);
+        assert!(written_rx.await?);
+        assert!(!dir.exists(), "no log is created for nothing");
+        Ok(())
+    }
+}

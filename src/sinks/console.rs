@@ -11,7 +11,7 @@ use loghaul_core::BatchStatus;
 use serde::Deserialize;
 
 use super::encoder::{Encoding, LineEncoder};
-use super::{BuildSink, BuiltSink, SinkContext};
+use super::{BuildSink, BuiltSink, Retry, SinkContext, SinkError};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::pipeline::{Input, Prepare};
 
@@ -72,6 +72,10 @@ pub async fn run(encoder: Arc<LineEncoder>, metrics: Arc<ComponentMetrics>, mut 
                 ack.commit(BatchStatus::Delivered);
             }
             Err(error) => {
+                // Whether or not the failure may pass, these events are lost to this sink: it
+                // has no dead letters (a console is for watching), and an acknowledging source
+                // sends them again on the error.
+                let error = SinkError::from_cause(Retry::Permanent, error);
                 metrics.error(ErrorKind::Io, 1);
                 metrics.discarded(DiscardReason::WriteFailed, events as u64);
                 crate::warn_limited!(metrics, %error, "Failed to write to stdout.");

@@ -7,10 +7,14 @@
 //! Sinks whose writes block (files, stdout) ask for their own OS thread with a single-threaded
 //! runtime, so a slow disk never stalls the source tasks on the main runtime's workers; sinks
 //! that only do async network I/O run as tasks on the main runtime.
+//!
+//! Every sink judges its failures into one [`SinkError`], which says whether a retry can help:
+//! retryable failures are retried and drop nothing; permanent ones go to the dead letters.
 
 pub mod blackhole;
 pub mod console;
 pub mod encoder;
+pub mod error;
 pub mod file;
 pub mod fluent;
 pub mod http;
@@ -24,6 +28,8 @@ pub mod template;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+
+pub use error::{Retry, SinkError};
 
 use crate::metrics::ComponentMetrics;
 use crate::pipeline::{BoxFuture, Input, Prepare, QUEUE_BATCHES};
@@ -147,5 +153,5 @@ pub struct Replayed {
     /// Events the destination accepted this time.
     pub delivered: usize,
     /// Dead letters that failed again, with the new reason.
-    pub failed: Vec<(crate::pipeline::dlq::DeadLetter, String)>,
+    pub failed: Vec<(crate::pipeline::dlq::DeadLetter, SinkError)>,
 }

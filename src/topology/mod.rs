@@ -390,3 +390,267 @@ async fn stop_sink(sink: RunningSink, spill_at: tokio::time::Instant) -> bool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use loghaul_config::ConfigFormat;
+    use loghaul_core::{BatchNotifier, BatchStatus, Event, EventBatch, Span};
+
+    use super::*;
+    use crate::metrics::ComponentMetrics;
+
+    fn metrics(id: &str) -> std::sync::Arc<ComponentMetrics> {
+        Registry::default().register(id, ComponentKind::Sink, "test")
+    }
+
+    fn config(text: &str) -> anyhow::Result<Config> {
+        Config::from_str_with_vars(text, ConfigFormat::Yaml, "t.yaml", &|_| None)
+            .map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// A free TCP port on 127.0.0.1 (free when asked: the listener is closed again).
+    fn free_port() -> anyhow::Result<u16> {
+        Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port())
+    }
+
+    /// A sink that takes one batch and holds it, never finishing, until aborted; `taken`
+    /// resolves once it holds the batch.
+    fn stuck_sink(
+        mut input: Input,
+    ) -> (BoxFuture<'static, ()>, tokio::sync::oneshot::Receiver<()>) {
+        let (taken_tx, taken) = tokio::sync::oneshot::channel();
+        let run = Box::pin(async move {
+            let held = input.recv().await;
+            let _ = taken_tx.send(());
+            std::future::pending::<()>().await;
+            drop(held);
+        });
+        (run, taken)
+    }
+
+    fn tracked(text: &'static str) -> (EventBatch, loghaul_core::BatchStatusReceiver) {
+        let (finalizer, status) = BatchNotifier::new_with_receiver();
+        let mut b = EventBatch::new(bytes::Bytes::from_static(text.as_bytes()), "s".into(), "t");
+        b.events.push(Event {
+            message: Span::new(0, text.len()).into(),
+            ..Event::default()
+        });
+        b.finalizer = finalizer;
+        (b, status)
+    }
+
+    #[tokio::test]
+    async fn lines_flow_from_a_source_through_a_transform_to_a_sink_and_a_stop_flushes_them()
+    -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let port = free_port()?;
+        let out = dir.path().join("out.log");
+        let config = config(&format!(
+            r#"
+data_dir: "{data}"
+sources:
+  in:
+    type: syslog
+    mode: tcp
+    address: "127.0.0.1:{port}"
+transforms:
+  keep:
+    type: filter
+    inputs: [in]
+    contains: "keep"
+sinks:
+  out:
+    type: file
+    inputs: [keep]
+    path: "{out}"
+    encoding: text
+"#,
+            data = dir.path().display(),
+            out = out.display(),
+        ))?;
+        let registry = Registry::default();
+        let topology = start(&config, &registry, Default::default()).await?;
+        let mut client = std::net::TcpStream::connect(("127.0.0.1", port))?;
+        for (i, word) in ["keep", "drop", "keep", "keep"].iter().enumerate() {
+            writeln!(client, "<13>Nov 27 02:00:00 host app: {word} {i}")?;
+        }
+        client.flush()?;
+        drop(client);
+        // The source ends at the stop, after its connection drained; the sink after flushing.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(topology.stop(Duration::from_secs(10)).await, "a clean stop");
+        let text = std::fs::read_to_string(&out)?;
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines, ["keep 0", "keep 2", "keep 3"], "{text}");
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_sink_that_cannot_be_built_fails_the_start_and_names_it() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let port = free_port()?;
+        let config = config(&format!(
+            r#"
+data_dir: "{data}"
+sources:
+  in:
+    type: syslog
+    mode: tcp
+    address: "127.0.0.1:{port}"
+sinks:
+  k:
+    type: kafka
+    inputs: [in]
+    bootstrap_servers: "127.0.0.1:1"
+    topic: t
+    retry:
+      max_attempts: 3
+"#,
+            data = dir.path().display(),
+        ))?;
+        let Err(error) = start(&config, &Registry::default(), Default::default()).await else {
+            anyhow::bail!("the start must fail");
+        };
+        let text = format!("{error:#}");
+        assert!(text.starts_with("sink 'k': "), "{text}");
+        // Nothing was bound: the source's port is still free.
+        assert!(std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_gives_up_at_its_deadline_when_a_source_does_not_end() {
+        let (trigger, signal) = shutdown_pair();
+        let topology = Topology {
+            trigger,
+            signal,
+            sources: vec![tokio::spawn(std::future::pending::<()>())],
+            transforms: Vec::new(),
+            sinks: Vec::new(),
+        };
+        let started = tokio::time::Instant::now();
+        assert!(!topology.stop(Duration::from_secs(30)).await);
+        assert_eq!(started.elapsed(), Duration::from_secs(30));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_memory_buffered_sink_that_drains_in_time_is_waited_for() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let metrics = metrics("out");
+        let (tx, mut input) = bounded_queue(metrics.clone(), None, QueueLimits::batches(4));
+        let spill = Box::new(SpillPlan {
+            id: "out".into(),
+            dir: dir.path().join("buffers/out"),
+            writer: None,
+            handover: input.handover(),
+            metrics,
+        });
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let (run, abort) = abortable(async move {
+            while input.recv().await.is_some() {}
+            // A slow final flush, well before the spill reserve.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        });
+        tokio::spawn(async move {
+            run.await;
+            let _ = done_tx.send(());
+        });
+        drop(tx);
+        let sink = RunningSink {
+            id: "out".into(),
+            done,
+            abort,
+            buffer: StopPlan::Memory {
+                spill,
+                resumed: None,
+            },
+        };
+        let started = tokio::time::Instant::now();
+        let spill_at = started + Duration::from_secs(5);
+        assert!(stop_sink(sink, spill_at).await);
+        assert_eq!(started.elapsed(), Duration::from_secs(1));
+        assert!(!dir.path().join("buffers/out").exists(), "nothing spilled");
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stuck_memory_buffered_sink_is_spilled_at_the_reserve_and_stopped()
+    -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let metrics = metrics("out");
+        let (tx, mut input) = bounded_queue(metrics.clone(), None, QueueLimits::batches(4));
+        let spill = Box::new(SpillPlan {
+            id: "out".into(),
+            dir: dir.path().join("buffers/out"),
+            writer: None,
+            handover: input.handover(),
+            metrics: metrics.clone(),
+        });
+        let fanout = Fanout::new(vec![tx], metrics.clone());
+        let (a, a_status) = tracked("held");
+        let (b, b_status) = tracked("queued");
+        fanout.send(a).await;
+        fanout.send(b).await;
+        let (run, taken) = stuck_sink(input);
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let (run, abort) = abortable(run);
+        tokio::spawn(async move {
+            run.await;
+            let _ = done_tx.send(());
+        });
+        taken.await?;
+        let sink = RunningSink {
+            id: "out".into(),
+            done,
+            abort,
+            buffer: StopPlan::Memory {
+                spill,
+                resumed: None,
+            },
+        };
+        let started = tokio::time::Instant::now();
+        let spill_at = started + Duration::from_secs(5);
+        let stop = tokio::spawn(stop_sink(sink, spill_at));
+        tokio::time::sleep(Duration::from_millis(4999)).await;
+        assert!(
+            !dir.path().join("buffers/out").exists(),
+            "no spill before the reserve begins"
+        );
+        // The upstreams end, so the spill can finish once it has the queue.
+        drop(fanout);
+        assert!(stop.await?, "everything is on disk");
+        assert!(started.elapsed() >= Duration::from_secs(5));
+        assert_eq!(a_status.await, BatchStatus::Delivered, "saved by the spill");
+        assert_eq!(b_status.await, BatchStatus::Delivered);
+        assert!(dir.path().join("buffers/out").exists());
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_disk_buffered_sink_is_stopped_where_it_is_once_its_reader_ends() {
+        let (reader_tx, reader) = tokio::sync::oneshot::channel();
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        let (run, abort) = abortable(std::future::pending::<()>());
+        tokio::spawn(async move {
+            run.await;
+            let _ = done_tx.send(());
+        });
+        let sink = RunningSink {
+            id: "out".into(),
+            done,
+            abort,
+            buffer: StopPlan::Disk { reader },
+        };
+        let _ = reader_tx.send(());
+        let stopped = tokio::time::timeout(
+            Duration::from_secs(10),
+            stop_sink(sink, tokio::time::Instant::now()),
+        )
+        .await;
+        assert_eq!(stopped.ok(), Some(true), "aborted, not waited for");
+    }
+}

@@ -51,7 +51,7 @@ pub use config::FileSinkConfig;
 
 use super::encoder::{BufferPool, LineEncoder};
 use super::template::push_field;
-use super::{BuildSink, BuiltSink, ReopenGeneration, SinkContext};
+use super::{BuildSink, BuiltSink, ReopenGeneration, Retry, SinkContext, SinkError};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::pipeline::dlq::DeadLetters;
 use crate::pipeline::{Delivery, Input, Prepare, Prepared};
@@ -106,7 +106,7 @@ impl BuildSink for FileSinkConfig {
                     failed: Vec::new(),
                 },
                 Err(e) => {
-                    let why = format!("cannot write {}: {e}", path.display());
+                    let why = write_error(&path, e);
                     super::Replayed {
                         delivered: 0,
                         failed: letters.into_iter().map(|l| (l, why.clone())).collect(),
@@ -261,14 +261,30 @@ fn whole_lines(chunks: &[Vec<u8>], n: usize) -> usize {
     whole
 }
 
-/// Whether a write error may go away by itself (space freed, a device back): the sink keeps
-/// the bytes and tries again instead of dropping them.
-fn retryable(error: &std::io::Error) -> bool {
-    use std::io::ErrorKind as K;
-    matches!(
-        error.kind(),
-        K::StorageFull | K::QuotaExceeded | K::WouldBlock | K::TimedOut | K::WriteZero
-    ) || error.raw_os_error() == Some(5) // EIO
+/// A failed write to `path`: retryable when the error may go away by itself (space freed, a
+/// device back), so the sink keeps the bytes and tries again instead of dropping them.
+fn write_error(path: &Path, error: std::io::Error) -> SinkError {
+    SinkError::io(format!("cannot write {}", path.display()), error)
+}
+
+/// A failed open of `path`: permanent when the path itself is impossible ([`never_opens`]),
+/// else retryable (permissions, a full or read-only disk: an operator's to fix).
+fn open_error(path: &str, error: std::io::Error) -> SinkError {
+    let retry = if never_opens(&error) {
+        Retry::Permanent
+    } else {
+        Retry::Retryable
+    };
+    SinkError::new(retry, format!("cannot open {path}")).with_cause(error)
+}
+
+/// The I/O error under `error`, for the `error` field of a log line (which names the path in a
+/// field of its own).
+fn io_cause(error: &SinkError) -> &dyn std::fmt::Display {
+    match error.cause::<std::io::Error>() {
+        Some(io) => io,
+        None => error,
+    }
 }
 
 /// Writes `chunks` from byte `skip` on; `written` counts the bytes written (after `skip`), also
@@ -325,9 +341,8 @@ pub struct FileSink {
     /// Some event since the last flush went to the dead-letter file instead: the pending
     /// acknowledgements report it rejected.
     rejected_since_flush: bool,
-    /// Why the last open failed (the dead letters' reason), and whether no retry can help.
-    open_error: String,
-    open_error_permanent: bool,
+    /// Why the last open failed (the dead letters' reason), and whether a retry can help.
+    open_error: Option<SinkError>,
     retry: loghaul_config::RetryConfig,
     dead: Option<DeadLetters>,
     /// `loghaul_file_sink_torn_tails_repaired_total`.
@@ -361,8 +376,7 @@ impl FileSink {
             pending: Vec::new(),
             lost_since_flush: false,
             rejected_since_flush: false,
-            open_error: String::new(),
-            open_error_permanent: false,
+            open_error: None,
             retry: loghaul_config::RetryConfig {
                 max: std::time::Duration::from_secs(5),
                 ..loghaul_config::RetryConfig::default()
@@ -393,24 +407,33 @@ impl FileSink {
     /// path that can never be opened (a name too long for the file system, a symlink loop)
     /// sends everything to the dead letters.
     fn unopenable(&mut self, bytes: &[u8], events: usize, tracked: bool) {
-        if tracked && !self.open_error_permanent {
+        let error = self
+            .open_error
+            .clone()
+            .unwrap_or_else(|| SinkError::retryable("cannot open the file"));
+        if tracked && error.is_retryable() {
             self.metrics
                 .discarded(DiscardReason::WriteFailed, events as u64);
             self.lost_since_flush = true;
             return;
         }
-        let reason = self.open_error.clone();
-        self.dead_letter(bytes, events, &reason, 1);
+        self.dead_letter(bytes, events, &error, 1);
     }
 
     /// Sends encoded events (lines) to the dead-letter file. Returns whether they are safe there;
     /// if not, they are counted lost.
-    fn dead_letter(&mut self, bytes: &[u8], events: usize, reason: &str, attempts: u32) -> bool {
+    fn dead_letter(
+        &mut self,
+        bytes: &[u8],
+        events: usize,
+        error: &SinkError,
+        attempts: u32,
+    ) -> bool {
         let written = match &self.dead {
             Some(dead) => dead
                 .write(
                     bytes.split_inclusive(|&b| b == b'\n'),
-                    reason,
+                    error,
                     attempts,
                     None,
                 )
@@ -631,14 +654,12 @@ impl FileSink {
                 Some(idx)
             }
             Err(error) => {
+                let error = open_error(&self.scratch, error);
                 self.metrics.error(ErrorKind::Io, 1);
-                self.metrics.set_health(
-                    Health::Degraded,
-                    Some(format!("cannot open {}: {error}", self.scratch)),
-                );
-                crate::warn_limited!(self.metrics, %error, path = %self.scratch, "Failed to open output file.");
-                self.open_error = format!("cannot open {}: {error}", self.scratch);
-                self.open_error_permanent = never_opens(&error);
+                self.metrics
+                    .set_health(Health::Degraded, Some(error.to_string()));
+                crate::warn_limited!(self.metrics, error = %io_cause(&error), path = %self.scratch, "Failed to open output file.");
+                self.open_error = Some(error);
                 self.current = None;
                 None
             }
@@ -657,20 +678,20 @@ impl FileSink {
             return true;
         }
         let bytes = file.buf_bytes;
-        let result = file.write_pending(&self.encoder.pool);
-        if let Err(WriteFailed { error, cut }) = &result
-            && retryable(error)
+        let result = file
+            .write_pending(&self.encoder.pool)
+            .map_err(|WriteFailed { error, cut }| (write_error(&file.path, error), cut));
+        if let Err((error, cut)) = &result
+            && error.is_retryable()
         {
             // Nothing is dropped: the rest stays pending and flush_all tries again, holding the
             // sink's input (its queue fills and the sources push back) until the write goes in.
             let path = file.path.display().to_string();
             self.metrics.error(ErrorKind::Io, 1);
-            self.metrics.set_health(
-                Health::Degraded,
-                Some(format!("cannot write {path}: {error}; retrying")),
-            );
+            self.metrics
+                .set_health(Health::Degraded, Some(format!("{error}; retrying")));
             let cut_error = cut.as_ref().map(tracing::field::display);
-            crate::warn_limited!(self.metrics, %error, %path, cut_error, "Failed to write to output file; keeping the events and retrying.");
+            crate::warn_limited!(self.metrics, error = %io_cause(error), %path, cut_error, "Failed to write to output file; keeping the events and retrying.");
             return false;
         }
         let events = file.buf_events;
@@ -685,20 +706,13 @@ impl FileSink {
                 }
                 true
             }
-            Err(WriteFailed { error, .. }) => {
+            Err((error, _)) => {
                 let path = file.path.display().to_string();
                 self.metrics.error(ErrorKind::Io, 1);
-                self.metrics.set_health(
-                    Health::Degraded,
-                    Some(format!("cannot write {path}: {error}")),
-                );
-                crate::warn_limited!(self.metrics, %error, %path, events, "Failed to write to output file; the events go to the dead-letter file.");
-                self.dead_letter_unwritten(
-                    idx,
-                    events,
-                    &format!("cannot write {path}: {error}"),
-                    1,
-                );
+                self.metrics
+                    .set_health(Health::Degraded, Some(error.to_string()));
+                crate::warn_limited!(self.metrics, error = %io_cause(&error), %path, events, "Failed to write to output file; the events go to the dead-letter file.");
+                self.dead_letter_unwritten(idx, events, &error, 1);
                 self.close(idx);
                 false
             }
@@ -706,7 +720,13 @@ impl FileSink {
     }
 
     /// Sends a file's unwritten bytes to the dead letters and empties its buffer.
-    fn dead_letter_unwritten(&mut self, idx: usize, events: usize, reason: &str, attempts: u32) {
+    fn dead_letter_unwritten(
+        &mut self,
+        idx: usize,
+        events: usize,
+        error: &SinkError,
+        attempts: u32,
+    ) {
         let Some(Some(file)) = self.files.get_mut(idx) else {
             return;
         };
@@ -714,7 +734,7 @@ impl FileSink {
         file.buf_bytes = 0;
         file.buf_events = 0;
         let bytes = chunks.concat();
-        self.dead_letter(&bytes, events, reason, attempts);
+        self.dead_letter(&bytes, events, error, attempts);
         for chunk in chunks {
             self.encoder.pool.put(chunk);
         }
@@ -748,8 +768,10 @@ impl FileSink {
                         continue;
                     }
                     let (events, path) = (file.buf_events, file.path.display().to_string());
-                    let reason = format!("cannot write {path} after {attempts} attempts");
-                    self.dead_letter_unwritten(idx, events, &reason, attempts);
+                    let error = SinkError::permanent(format!(
+                        "cannot write {path} after {attempts} attempts"
+                    ));
+                    self.dead_letter_unwritten(idx, events, &error, attempts);
                     self.close(idx);
                 }
                 break;

@@ -27,6 +27,7 @@ use tokio::time::Instant;
 use super::config::{ClientSecurity, FluentSinkConfig};
 use crate::metrics::ErrorKind;
 use crate::net::tls::{ClientStream, MaybeTls, TlsClient};
+use crate::sinks::SinkError;
 
 /// First wait before reconnecting to a server that is down; doubled up to
 /// `reconnect_max_interval`.
@@ -49,8 +50,9 @@ pub struct Outgoing {
 #[derive(Debug)]
 pub enum LinkEvent {
     Up(usize),
-    /// The connection failed or broke, what kind of failure, and why.
-    Down(usize, ErrorKind, String),
+    /// The connection failed or broke, what kind of failure, and why: always retryable, since
+    /// the link's requests go back to the sink to be sent again.
+    Down(usize, ErrorKind, SinkError),
     Acked(usize, u64),
     Failed(usize, Vec<u64>),
 }
@@ -99,7 +101,7 @@ pub async fn run(
             Err((kind, reason)) => (kind, reason, Vec::new()),
         };
         // Down first, so the sink does not hand the failed requests straight back to this link.
-        let _ = events.send(LinkEvent::Down(index, kind, reason));
+        let _ = events.send(LinkEvent::Down(index, kind, SinkError::retryable(reason)));
         if !failed.is_empty() {
             let _ = events.send(LinkEvent::Failed(index, failed));
         }

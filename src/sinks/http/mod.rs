@@ -44,7 +44,7 @@ pub use config::HttpSinkConfig;
 use partition::{Batcher, Ready};
 use target::Target;
 
-use super::{BuildSink, BuiltSink, SinkContext, SinkThread};
+use super::{BuildSink, BuiltSink, Retry, SinkContext, SinkError, SinkThread};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::net::tls::{MaybeTls, TlsClient};
 use crate::pipeline::dlq::DeadLetters;
@@ -88,7 +88,7 @@ impl BuildSink for HttpSinkConfig {
         let tls = match cx.tls_client(self.https, false) {
             Ok(tls) => tls,
             Err(error) => {
-                let why = format!("{error:#}");
+                let why = SinkError::permanent(format!("{error:#}"));
                 return Some(Box::pin(async move {
                     crate::sinks::Replayed {
                         delivered: 0,
@@ -246,13 +246,45 @@ fn compress(config: &HttpSinkConfig, buf: Vec<u8>) -> Vec<u8> {
     }
 }
 
-enum Outcome {
-    /// Answered 2xx after this round trip.
-    Done(Duration),
-    /// Try again after the server's `Retry-After`, if it gave one.
-    Retry(String, Option<Duration>),
-    /// The server refused these events for good.
-    Permanent(u16, String),
+/// What one attempt of a request came to: the round trip of a 2xx, or why not (retryable
+/// with the server's `Retry-After`, if it gave one; permanent when the server refused the
+/// events for good, caused by its [`Answer`]).
+type Outcome = Result<Duration, SinkError>;
+
+/// A status the server answered with, and the start of its body: the cause of a refusal.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    excerpt: String,
+}
+
+impl std::fmt::Display for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the server answered {}: {}", self.status, self.excerpt)
+    }
+}
+
+impl std::error::Error for Answer {}
+
+/// What a non-2xx status means: 408, 429 and 5xx may pass (the server is busy or restarting),
+/// any other status refuses these events for good.
+fn judge_status(status: u16) -> Retry {
+    if status == 408 || status == 429 || (500..600).contains(&status) {
+        Retry::Retryable
+    } else {
+        Retry::Permanent
+    }
+}
+
+/// The wait before the next attempt: the server's `Retry-After` when it gave one, else the
+/// backoff with jitter.
+fn next_wait(error: &SinkError, backoff: Duration) -> Duration {
+    error.retry_after().unwrap_or_else(|| jitter(backoff))
+}
+
+/// The backoff after `backoff`: doubled, up to `max`.
+fn next_backoff(backoff: Duration, max: Duration) -> Duration {
+    (backoff * 2).min(max)
 }
 
 type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
@@ -288,12 +320,12 @@ async fn worker(shared: Shared, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Reques
             let permit = limiter.acquire().await;
             let outcome = attempt(&config, &pool, &request).await;
             permit.finish(match &outcome {
-                Outcome::Done(rtt) => Signal::Success(*rtt),
-                Outcome::Retry(..) => Signal::BackPressure,
-                Outcome::Permanent(..) => Signal::Neutral,
+                Ok(rtt) => Signal::Success(*rtt),
+                Err(e) if e.is_retryable() => Signal::BackPressure,
+                Err(_) => Signal::Neutral,
             });
             match outcome {
-                Outcome::Done(_) => {
+                Ok(_) => {
                     metrics.sent(request.events, request.body.len());
                     if metrics.health().0 == Health::Degraded {
                         metrics.set_health(Health::Running, None);
@@ -303,28 +335,29 @@ async fn worker(shared: Shared, rx: Arc<tokio::sync::Mutex<mpsc::Receiver<Reques
                     }
                     break;
                 }
-                Outcome::Permanent(status, excerpt) => {
+                Err(error) if error.is_permanent() => {
                     metrics.error(ErrorKind::Ack, 1);
+                    let (status, excerpt) = error
+                        .cause::<Answer>()
+                        .map_or((0, ""), |a| (a.status, a.excerpt.as_str()));
                     crate::warn_limited!(metrics, status, uri = %request.target.uri, body = %excerpt, events = request.events, "The server refused events for good; they go to the dead-letter file.");
-                    let reason = format!("the server answered {status}: {excerpt}");
-                    dead_letter(&config, &metrics, &dead, request, &reason, attempts + 1);
+                    dead_letter(&config, &metrics, &dead, request, &error, attempts + 1);
                     break;
                 }
-                Outcome::Retry(why, _) if config.retry.exhausted(attempts + 1) => {
+                Err(error) if config.retry.exhausted(attempts + 1) => {
                     metrics.error(ErrorKind::Io, 1);
-                    crate::warn_limited!(metrics, reason = %why, attempts = attempts + 1, "Retries exhausted; the events go to the dead-letter file.");
-                    let reason = format!("{why} (after {} attempts)", attempts + 1);
-                    dead_letter(&config, &metrics, &dead, request, &reason, attempts + 1);
+                    crate::warn_limited!(metrics, reason = %error, attempts = attempts + 1, "Retries exhausted; the events go to the dead-letter file.");
+                    let error = error.exhausted(format_args!(" (after {} attempts)", attempts + 1));
+                    dead_letter(&config, &metrics, &dead, request, &error, attempts + 1);
                     break;
                 }
-                Outcome::Retry(why, retry_after) => {
+                Err(error) => {
                     attempts += 1;
                     metrics.error(ErrorKind::Io, 1);
-                    metrics.set_health(Health::Degraded, Some(why.clone()));
-                    crate::warn_limited!(metrics, reason = %why, "Request not accepted; retrying with backoff.");
-                    let wait = retry_after.unwrap_or_else(|| jitter(backoff));
-                    tokio::time::sleep(wait).await;
-                    backoff = (backoff * 2).min(config.retry.max);
+                    metrics.set_health(Health::Degraded, Some(error.to_string()));
+                    crate::warn_limited!(metrics, reason = %error, "Request not accepted; retrying with backoff.");
+                    tokio::time::sleep(next_wait(&error, backoff)).await;
+                    backoff = next_backoff(backoff, config.retry.max);
                 }
             }
         }
@@ -338,14 +371,14 @@ fn dead_letter(
     metrics: &ComponentMetrics,
     dead: &DeadLetters,
     request: Request,
-    reason: &str,
+    error: &SinkError,
     attempts: u32,
 ) {
     let written = match events_of_body(config, &request.body) {
         Ok(events) => dead
             .write(
                 events.iter().map(|e| &e[..]),
-                reason,
+                error,
                 attempts,
                 Some(&request.target.key)
                     .filter(|k| !k.is_empty())
@@ -478,7 +511,9 @@ impl Pool {
 async fn healthcheck(config: &HttpSinkConfig, pool: &Pool, uri: hyper::Uri) -> Result<(), String> {
     let authority = config::authority(&uri).ok_or("no host")?;
     let check = async {
-        let mut sender = connect(&authority, pool.tls.as_deref(), config.request_timeout).await?;
+        let mut sender = connect(&authority, pool.tls.as_deref(), config.request_timeout)
+            .await
+            .map_err(|e| e.to_string())?;
         let mut req = hyper::Request::get(uri.clone()).header(header::HOST, authority.as_str());
         if let Some(value) = &config.authorization {
             req = req.header(header::AUTHORIZATION, value.as_str());
@@ -500,30 +535,41 @@ async fn healthcheck(config: &HttpSinkConfig, pool: &Pool, uri: hyper::Uri) -> R
 
 /// A keep-alive HTTP/1.1 connection to `authority` (over TLS when `tls` is given), its driver
 /// spawned.
+///
+/// # Errors
+///
+/// The connection or a handshake failed or timed out: retryable (the server may come up).
 async fn connect(
     authority: &str,
     tls: Option<&TlsClient>,
     timeout: Duration,
-) -> Result<Sender, String> {
+) -> Result<Sender, SinkError> {
     let open = async {
         let stream = tokio::net::TcpStream::connect(authority)
             .await
-            .map_err(|e| format!("cannot connect to {authority}: {e}"))?;
+            .map_err(|e| {
+                SinkError::retryable(format!("cannot connect to {authority}")).with_cause(e)
+            })?;
         let _ = stream.set_nodelay(true);
         match tls {
             None => Ok(MaybeTls::Plain(stream)),
             Some(tls) => tls
                 .connect(stream, crate::net::tls::host_of(authority))
                 .await
-                .map_err(|e| format!("TLS handshake with {authority} failed: {e}")),
+                .map_err(|e| {
+                    SinkError::retryable(format!("TLS handshake with {authority} failed"))
+                        .with_cause(e)
+                }),
         }
     };
     let stream = tokio::time::timeout(timeout, open)
         .await
-        .map_err(|_| format!("connecting to {authority} timed out"))??;
+        .map_err(|_| SinkError::retryable(format!("connecting to {authority} timed out")))??;
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| format!("HTTP handshake with {authority} failed: {e}"))?;
+        .map_err(|e| {
+            SinkError::retryable(format!("HTTP handshake with {authority} failed")).with_cause(e)
+        })?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -537,7 +583,7 @@ async fn ready_connection(
     config: &HttpSinkConfig,
     pool: &Pool,
     authority: &str,
-) -> Result<Sender, String> {
+) -> Result<Sender, SinkError> {
     if let Some(mut sender) = pool.take(authority)
         && sender.ready().await.is_ok()
     {
@@ -547,16 +593,13 @@ async fn ready_connection(
     sender
         .ready()
         .await
-        .map_err(|e| format!("connection lost: {e}"))?;
+        .map_err(|e| SinkError::retryable("connection lost").with_cause(e))?;
     Ok(sender)
 }
 
 async fn attempt(config: &HttpSinkConfig, pool: &Pool, request: &Request) -> Outcome {
     let target = &request.target;
-    let mut sender = match ready_connection(config, pool, &target.authority).await {
-        Ok(s) => s,
-        Err(why) => return Outcome::Retry(why, None),
-    };
+    let mut sender = ready_connection(config, pool, &target.authority).await?;
     let mut req = hyper::Request::new(Full::new(request.body.clone()));
     *req.method_mut() = hyper::Method::POST;
     *req.uri_mut() = target.uri.clone();
@@ -567,15 +610,12 @@ async fn attempt(config: &HttpSinkConfig, pool: &Pool, request: &Request) -> Out
     let response =
         match tokio::time::timeout(config.request_timeout, sender.send_request(req)).await {
             Err(_) => {
-                return Outcome::Retry(
-                    format!(
-                        "no answer within request_timeout ({:?})",
-                        config.request_timeout
-                    ),
-                    None,
-                );
+                return Err(SinkError::retryable(format!(
+                    "no answer within request_timeout ({:?})",
+                    config.request_timeout
+                )));
             }
-            Ok(Err(e)) => return Outcome::Retry(format!("request failed: {e}"), None),
+            Ok(Err(e)) => return Err(SinkError::retryable("request failed").with_cause(e)),
             Ok(Ok(r)) => r,
         };
     let status = response.status();
@@ -596,15 +636,339 @@ async fn attempt(config: &HttpSinkConfig, pool: &Pool, request: &Request) -> Out
     };
     let rtt = started.elapsed();
     if status.is_success() {
-        return Outcome::Done(rtt);
+        return Ok(rtt);
     }
-    let code = status.as_u16();
+    Err(refusal(status.as_u16(), &body, retry_after))
+}
+
+/// The error of a non-2xx answer: its status and the start of its body, retryable or not as
+/// [`judge_status`] says, with the server's `Retry-After`.
+fn refusal(status: u16, body: &[u8], retry_after: Option<Duration>) -> SinkError {
     let excerpt = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-    if code == 408 || code == 429 || status.is_server_error() {
-        return Outcome::Retry(
-            format!("the server answered {code}: {excerpt}"),
-            retry_after,
+    SinkError::from_cause(judge_status(status), Answer { status, excerpt })
+        .with_retry_after(retry_after)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use http_body_util::BodyExt as _;
+    use hyper::body::Incoming;
+    use loghaul_config::ConfigFormat;
+    use loghaul_core::{BatchNotifier, BatchStatusReceiver, Event, EventBatch, Span};
+
+    use super::*;
+    use crate::metrics::{ComponentKind, Registry};
+    use crate::pipeline::{Fanout, input_queue};
+    use crate::sinks::SinkConfig;
+
+    type TestResult = anyhow::Result<()>;
+
+    fn config(options: &str) -> anyhow::Result<HttpSinkConfig> {
+        let text = format!(
+            "sources:\n  in: {{ type: syslog, mode: tcp, address: \"127.0.0.1:5514\" }}\nsinks:\n  up: {{ type: http, inputs: [in], {options} }}\n"
         );
+        let config =
+            crate::config::Config::from_str_with_vars(&text, ConfigFormat::Yaml, "t.yaml", &|_| {
+                None
+            })
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        match config.sink("up").map(|s| &s.config) {
+            Some(SinkConfig::Http(c)) => Ok(c.clone()),
+            _ => anyhow::bail!("not an http sink"),
+        }
     }
-    Outcome::Permanent(code, excerpt)
+
+    #[test]
+    fn busy_and_failing_servers_are_retried_and_other_refusals_are_permanent() {
+        for status in [408, 429, 500, 502, 503, 504, 599] {
+            assert_eq!(judge_status(status), Retry::Retryable, "{status}");
+        }
+        for status in [300, 400, 401, 403, 404, 413, 422] {
+            assert_eq!(judge_status(status), Retry::Permanent, "{status}");
+        }
+    }
+
+    #[test]
+    fn a_refusal_says_the_status_and_the_start_of_the_body() {
+        let body = "x".repeat(500);
+        let e = refusal(503, body.as_bytes(), Some(Duration::from_secs(7)));
+        assert!(e.is_retryable());
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(7)));
+        assert_eq!(
+            e.to_string(),
+            format!("the server answered 503: {}", &body[..200])
+        );
+        let e = refusal(400, b"bad field", None);
+        assert!(e.is_permanent());
+        assert_eq!(e.to_string(), "the server answered 400: bad field");
+        let answer = e.cause::<Answer>().map(|a| (a.status, a.excerpt.clone()));
+        assert_eq!(answer, Some((400, "bad field".to_owned())));
+    }
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_cap_with_at_most_half_again_of_jitter() {
+        let max = Duration::from_secs(1);
+        let mut backoff = Duration::from_millis(100);
+        let mut schedule = Vec::new();
+        for _ in 0..6 {
+            schedule.push(backoff.as_millis());
+            backoff = next_backoff(backoff, max);
+        }
+        assert_eq!(schedule, [100, 200, 400, 800, 1000, 1000]);
+        for _ in 0..100 {
+            let d = Duration::from_millis(100);
+            let j = jitter(d);
+            assert!(j >= d && j <= d + d / 2, "{j:?}");
+        }
+        // The server's Retry-After wins over the backoff.
+        let asked = SinkError::retryable("busy").with_retry_after(Some(Duration::from_secs(9)));
+        assert_eq!(next_wait(&asked, max), Duration::from_secs(9));
+        let w = next_wait(&SinkError::retryable("busy"), max);
+        assert!(w >= max && w <= max + max / 2);
+    }
+
+    #[test]
+    fn a_request_body_comes_back_as_its_events_whatever_the_encoding() -> TestResult {
+        for (options, body) in [
+            ("encoding: ndjson", &b"{\"a\":1}\n{\"a\":2}\n"[..]),
+            ("encoding: json_array", &b"[{\"a\":1},{\"a\":2}]"[..]),
+            ("encoding: text", &b"one\ntwo\n"[..]),
+        ] {
+            for compression in ["none", "gzip", "zstd"] {
+                let config = config(&format!(
+                    "uri: \"http://h:1/x\", {options}, compression: {compression}"
+                ))?;
+                let events = events_of_body(&config, &compress(&config, body.to_vec()))
+                    .map_err(|e| anyhow::anyhow!(e))?;
+                assert_eq!(events.len(), 2, "{options} {compression}");
+                assert!(
+                    events[0] == b"{\"a\":1}" || events[0] == b"one",
+                    "{options} {compression}: {:?}",
+                    String::from_utf8_lossy(&events[0])
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// A server on 127.0.0.1:0 that answers each request with the next status of `script`
+    /// (the last one for ever after), with `Retry-After` when given, and says when each request
+    /// came, in virtual time.
+    struct Scripted {
+        port: u16,
+        requests: Arc<Mutex<Vec<tokio::time::Instant>>>,
+    }
+
+    async fn scripted(script: Vec<(u16, Option<u64>, &'static str)>) -> anyhow::Result<Scripted> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        let script = Arc::new(script);
+        let next = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let (seen, script, next) = (seen.clone(), script.clone(), next.clone());
+                let service = hyper::service::service_fn(move |req: hyper::Request<Incoming>| {
+                    let (seen, script, next) = (seen.clone(), script.clone(), next.clone());
+                    async move {
+                        let _ = req.into_body().collect().await;
+                        if let Ok(mut seen) = seen.lock() {
+                            seen.push(tokio::time::Instant::now());
+                        }
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let (status, retry_after, body) = script[i.min(script.len() - 1)];
+                        let mut resp = hyper::Response::builder().status(status);
+                        if let Some(s) = retry_after {
+                            resp = resp.header(header::RETRY_AFTER, s.to_string());
+                        }
+                        resp.body(Full::new(Bytes::from_static(body.as_bytes())))
+                    }
+                });
+                tokio::spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Ok(Scripted { port, requests })
+    }
+
+    impl Scripted {
+        fn times(&self) -> Vec<tokio::time::Instant> {
+            self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+        }
+    }
+
+    fn batch(messages: &[&'static str]) -> (EventBatch, BatchStatusReceiver) {
+        let (finalizer, status) = BatchNotifier::new_with_receiver();
+        let text: &'static str = messages.concat().leak();
+        let mut b = EventBatch::new(Bytes::from_static(text.as_bytes()), "src".into(), "test");
+        let mut at = 0;
+        for m in messages {
+            b.events.push(Event {
+                message: Span::new(at, at + m.len()).into(),
+                ..Event::default()
+            });
+            at += m.len();
+        }
+        b.finalizer = finalizer;
+        (b, status)
+    }
+
+    struct Sink {
+        fanout: Fanout,
+        metrics: Arc<ComponentMetrics>,
+        task: tokio::task::JoinHandle<()>,
+        dead: std::path::PathBuf,
+        _dir: tempfile::TempDir,
+    }
+
+    /// The sink's run loop on `config`, fed by a fan-out.
+    fn sink(config: HttpSinkConfig) -> anyhow::Result<Sink> {
+        let dir = tempfile::tempdir()?;
+        let reg = Registry::default();
+        let metrics = reg.register("up", ComponentKind::Sink, "http");
+        let dead = Arc::new(DeadLetters::new("up", dir.path(), &metrics));
+        let path = dead.path().to_path_buf();
+        let (tx, input) = input_queue(metrics.clone(), None, QUEUE_BATCHES);
+        let fanout = Fanout::new(vec![tx], reg.register("src", ComponentKind::Source, "test"));
+        let task = tokio::spawn(run(Arc::new(config), None, metrics.clone(), dead, input));
+        Ok(Sink {
+            fanout,
+            metrics,
+            task,
+            dead: path,
+            _dir: dir,
+        })
+    }
+
+    fn http_config(port: u16, options: &str) -> anyhow::Result<HttpSinkConfig> {
+        let mut config = config(&format!(
+            "uri: \"http://127.0.0.1:{port}/x\", encoding: text, timeout: 10ms{options}"
+        ))?;
+        config.retry = loghaul_config::RetryConfig::default();
+        Ok(config)
+    }
+
+    fn dead_letters(sink: &Sink) -> anyhow::Result<Vec<crate::pipeline::dlq::DeadLetter>> {
+        let text = std::fs::read_to_string(&sink.dead)?;
+        text.lines()
+            .map(|l| crate::pipeline::dlq::parse_line(l).map_err(|e| anyhow::anyhow!(e)))
+            .collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_server_is_retried_with_backoff_until_it_takes_the_events() -> TestResult {
+        let server = scripted(vec![
+            (503, None, "busy"),
+            (503, None, "busy"),
+            (200, None, ""),
+        ])
+        .await?;
+        let sink = sink(http_config(server.port, "")?)?;
+        let (b, status) = batch(&["a", "b"]);
+        sink.fanout.send(b).await;
+        assert_eq!(status.await, BatchStatus::Delivered);
+        let times = server.times();
+        assert_eq!(times.len(), 3);
+        // Waits of 100 ms then 200 ms, each with up to half again of jitter.
+        let first = times[1] - times[0];
+        let second = times[2] - times[1];
+        assert!(
+            first >= Duration::from_millis(100) && first <= Duration::from_millis(151),
+            "{first:?}"
+        );
+        assert!(
+            second >= Duration::from_millis(200) && second <= Duration::from_millis(301),
+            "{second:?}"
+        );
+        assert_eq!(sink.metrics.errors(ErrorKind::Io), 2);
+        assert_eq!(sink.metrics.sent_events.load(Ordering::Relaxed), 2);
+        assert_eq!(sink.metrics.health().0, Health::Running, "healthy again");
+        assert!(!sink.dead.exists(), "nothing dead-lettered");
+        drop(sink.fanout);
+        sink.task.await?;
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn retry_after_sets_the_wait_instead_of_the_backoff() -> TestResult {
+        let server = scripted(vec![(429, Some(7), "slow down"), (200, None, "")]).await?;
+        let sink = sink(http_config(server.port, "")?)?;
+        let (b, status) = batch(&["a"]);
+        sink.fanout.send(b).await;
+        assert_eq!(status.await, BatchStatus::Delivered);
+        let times = server.times();
+        assert_eq!(times.len(), 2);
+        let waited = times[1] - times[0];
+        assert!(
+            waited >= Duration::from_secs(7) && waited < Duration::from_millis(7050),
+            "{waited:?}"
+        );
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_is_dead_lettered_at_once_with_the_answer() -> TestResult {
+        let server = scripted(vec![(400, None, "bad field"), (200, None, "")]).await?;
+        let sink = sink(http_config(server.port, "")?)?;
+        let (b, status) = batch(&["one", "two"]);
+        sink.fanout.send(b).await;
+        assert_eq!(status.await, BatchStatus::Rejected);
+        assert_eq!(server.times().len(), 1, "never retried");
+        assert_eq!(sink.metrics.errors(ErrorKind::Ack), 1);
+        let letters = dead_letters(&sink)?;
+        let events: Vec<&str> = letters.iter().map(|l| l.event.as_str()).collect();
+        assert_eq!(events, ["\"one\"", "\"two\""]);
+        assert!(
+            letters
+                .iter()
+                .all(|l| l.reason == "the server answered 400: bad field")
+        );
+        assert!(letters.iter().all(|l| l.attempts == 1));
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn exhausted_retries_dead_letter_the_events_with_the_last_reason() -> TestResult {
+        let server = scripted(vec![(503, None, "busy")]).await?;
+        let mut config = http_config(server.port, "")?;
+        config.retry.max_attempts = Some(3);
+        let sink = sink(config)?;
+        let (b, status) = batch(&["one"]);
+        sink.fanout.send(b).await;
+        assert_eq!(status.await, BatchStatus::Rejected);
+        assert_eq!(server.times().len(), 3);
+        let letters = dead_letters(&sink)?;
+        assert_eq!(letters.len(), 1);
+        assert_eq!(
+            letters[0].reason,
+            "the server answered 503: busy (after 3 attempts)"
+        );
+        assert_eq!(letters[0].attempts, 3);
+        assert_eq!(sink.metrics.errors(ErrorKind::Io), 3);
+        Ok(())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_partly_filled_request_goes_out_after_timeout() -> TestResult {
+        let server = scripted(vec![(200, None, "")]).await?;
+        let sink = sink(http_config(server.port, ", max_events: 100")?)?;
+        let sent = tokio::time::Instant::now();
+        let (b, status) = batch(&["a"]);
+        sink.fanout.send(b).await;
+        assert_eq!(status.await, BatchStatus::Delivered);
+        let times = server.times();
+        assert_eq!(times.len(), 1);
+        let waited = times[0] - sent;
+        assert!(
+            waited >= Duration::from_millis(10) && waited < Duration::from_millis(20),
+            "{waited:?}"
+        );
+        Ok(())
+    }
 }

@@ -473,4 +473,119 @@ mod tests {
         assert_eq!(ready.len(), MAX_OPEN * 3, "each event in its own request");
         assert!(ready.iter().all(|r| r.filling.events == 1));
     }
+
+    /// A batch of `n` events with the message "alpha beta".
+    fn events(n: usize) -> EventBatch {
+        batch(&vec![None; n])
+    }
+
+    #[test]
+    fn a_request_is_handed_on_at_max_events() {
+        let mut batcher = Batcher::new(
+            Arc::new(config("uri: \"http://h:1/x\", max_events: 3")),
+            metrics(),
+        )
+        .unwrap();
+        let ready = run(&mut batcher, &events(7));
+        let sizes: Vec<usize> = ready.iter().map(|r| r.filling.events).collect();
+        assert_eq!(
+            sizes,
+            [3, 3, 1],
+            "full requests as they fill, the rest at the flush"
+        );
+    }
+
+    #[test]
+    fn a_request_is_handed_on_once_it_reaches_max_bytes() {
+        let config = config("uri: \"http://h:1/x\", encoding: text, max_bytes: 25");
+        let mut batcher = Batcher::new(Arc::new(config), metrics()).unwrap();
+        // Each event is "alpha beta\n", 11 bytes: the third reaches 33 >= 25.
+        let ready = run(&mut batcher, &events(7));
+        let sizes: Vec<(usize, usize)> = ready
+            .iter()
+            .map(|r| (r.filling.events, r.filling.buf.len()))
+            .collect();
+        assert_eq!(sizes, [(3, 33), (3, 33), (1, 11)]);
+        assert!(
+            ready
+                .iter()
+                .all(|r| r.filling.buf.starts_with(b"alpha beta\n"))
+        );
+    }
+
+    #[test]
+    fn a_json_array_request_is_one_array_of_its_events() {
+        let config = config("uri: \"http://h:1/x\", encoding: json_array, max_events: 2");
+        let mut batcher = Batcher::new(Arc::new(config), metrics()).unwrap();
+        let ready = run(&mut batcher, &events(2));
+        assert_eq!(ready.len(), 1);
+        let mut body = ready[0].filling.buf.clone();
+        // The sink closes the array when it sends the request.
+        body.push(b']');
+        let items: Vec<serde_json::Value> = serde_json::from_slice(&body).unwrap();
+        assert_eq!(items.len(), 2);
+        assert_eq!(items[0]["message"], "alpha beta");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_waits_at_most_timeout_from_its_first_event() {
+        let config = config("uri: \"http://h:1/x\", timeout: 2s");
+        let mut batcher = Batcher::new(Arc::new(config), metrics()).unwrap();
+        assert_eq!(batcher.next_deadline(), None, "nothing waits");
+        let start = tokio::time::Instant::now();
+        let b = events(1);
+        let mut ready = Vec::new();
+        batcher.begin(None);
+        batcher.add(&b, &b.events[0], &mut ready);
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        // A later event does not move the deadline.
+        batcher.add(&b, &b.events[0], &mut ready);
+        assert_eq!(
+            batcher.next_deadline(),
+            Some(start + Duration::from_secs(2))
+        );
+        batcher.expire(start + Duration::from_millis(1999), &mut ready);
+        assert!(ready.is_empty(), "not due yet");
+        tokio::time::advance(Duration::from_millis(500)).await;
+        batcher.expire(tokio::time::Instant::now(), &mut ready);
+        assert_eq!(ready.len(), 1);
+        assert_eq!(ready[0].filling.events, 2);
+        assert_eq!(
+            batcher.next_deadline(),
+            None,
+            "the next request starts empty"
+        );
+    }
+
+    #[tokio::test]
+    async fn each_request_holds_one_ack_of_every_batch_in_it() {
+        let mut batcher = Batcher::new(
+            Arc::new(config("uri: \"http://h:1/x\", max_events: 2")),
+            metrics(),
+        )
+        .unwrap();
+        let (finalizer, status) = BatchNotifier::new_with_receiver();
+        let mut b = events(3);
+        b.finalizer = finalizer;
+        let ack = b.finalizer.ack();
+        let mut ready = Vec::new();
+        batcher.begin(Some(&ack));
+        for event in &b.events {
+            batcher.add(&b, event, &mut ready);
+        }
+        batcher.flush(&mut ready);
+        // The batcher lends its fork of the delivery's ack until the delivery ends.
+        assert_eq!(batcher.take_stats(), Stats::default());
+        ack.commit(BatchStatus::Delivered);
+        drop(b);
+        assert_eq!(ready.len(), 2);
+        assert!(ready.iter().all(|r| r.filling.acks.len() == 1));
+        let mut ready = ready.into_iter();
+        for ack in ready.next().unwrap().filling.acks {
+            ack.commit(BatchStatus::Delivered);
+        }
+        // The second request's ack is dropped uncommitted: its events were not delivered.
+        drop(ready);
+        assert_eq!(status.await, BatchStatus::Errored);
+    }
 }

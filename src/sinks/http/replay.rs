@@ -9,10 +9,10 @@ use bytes::Bytes;
 
 use super::config::{Encoding, HttpSinkConfig};
 use super::target::Target;
-use super::{Outcome, Pool, Request, attempt, compress, jitter};
+use super::{Pool, Request, attempt, compress, jitter, next_backoff};
 use crate::net::tls::TlsClient;
 use crate::pipeline::dlq::DeadLetter;
-use crate::sinks::Replayed;
+use crate::sinks::{Replayed, SinkError};
 
 /// Attempts per request when the sink's policy says `forever`.
 const REPLAY_ATTEMPTS: u32 = 5;
@@ -40,7 +40,9 @@ pub async fn replay(
         start = end;
         let outcome = match Target::build(&config, &key) {
             Ok(target) => send(&config, &pool, Arc::new(target), chunk, attempts).await,
-            Err(why) => Err(format!("the recorded target is not valid: {why}")),
+            Err(why) => Err(SinkError::permanent(format!(
+                "the recorded target is not valid: {why}"
+            ))),
         };
         match outcome {
             Ok(()) => replayed.delivered += chunk.len(),
@@ -58,7 +60,7 @@ async fn send(
     target: Arc<Target>,
     letters: &[DeadLetter],
     attempts: u32,
-) -> Result<(), String> {
+) -> Result<(), SinkError> {
     let request = Request {
         body: Bytes::from(compress(config, body(config, letters))),
         events: letters.len(),
@@ -69,18 +71,16 @@ async fn send(
     let mut tried = 0;
     loop {
         tried += 1;
-        let why = match attempt(config, pool, &request).await {
-            Outcome::Done(_) => return Ok(()),
-            Outcome::Permanent(status, excerpt) => {
-                return Err(format!("the server answered {status}: {excerpt}"));
-            }
-            Outcome::Retry(why, _) => why,
+        let error = match attempt(config, pool, &request).await {
+            Ok(_) => return Ok(()),
+            Err(error) if error.is_permanent() => return Err(error),
+            Err(error) => error,
         };
         if tried >= attempts {
-            return Err(format!("{why} (after {tried} replay attempts)"));
+            return Err(error.exhausted(format_args!(" (after {tried} replay attempts)")));
         }
         tokio::time::sleep(jitter(backoff)).await;
-        backoff = (backoff * 2).min(config.retry.max);
+        backoff = next_backoff(backoff, config.retry.max);
     }
 }
 

@@ -32,7 +32,7 @@ use rdkafka::{ClientContext, config::RDKafkaLogLevel};
 pub use config::KafkaSinkConfig;
 
 use super::encoder::LineEncoder;
-use super::{BuildSink, BuiltSink, SinkContext, SinkThread};
+use super::{BuildSink, BuiltSink, Retry, SinkContext, SinkError, SinkThread};
 use crate::metrics::{ComponentMetrics, ErrorKind, Health};
 use crate::pipeline::dlq::DeadLetters;
 use crate::pipeline::{Input, Prepare, QUEUE_BATCHES};
@@ -123,12 +123,13 @@ impl ProducerContext for Context {
                 tracker.done(BatchStatus::Delivered, message.payload_len());
             }
             Err((error, message)) => {
-                let status = match error.rdkafka_error_code() {
-                    // The stop purged what was still queued: not delivered, not refused.
-                    Some(RDKafkaErrorCode::PurgeQueue | RDKafkaErrorCode::PurgeInflight) => {
-                        BatchStatus::Errored
-                    }
-                    _ => self.dead_letter(message.payload().unwrap_or_default(), error),
+                let error = judge(error);
+                let status = if error.is_retryable() {
+                    // The stop purged what was still queued: not delivered, not refused (the
+                    // source may send it again).
+                    BatchStatus::Errored
+                } else {
+                    self.dead_letter(message.payload().unwrap_or_default(), &error)
                 };
                 tracker.done(status, 0);
             }
@@ -136,14 +137,39 @@ impl ProducerContext for Context {
     }
 }
 
+/// What a Kafka error means for one message, by its code. librdkafka retries on its own what
+/// may pass between it and the brokers (for ever here), so a message reaches the sink with an
+/// error only when:
+///
+/// - librdkafka's queue is full (`QueueFull`, at `send`): retryable, the sink waits and sends
+///   it again;
+/// - the stop purged it (`PurgeQueue`, `PurgeInflight`, in its report): retryable, neither
+///   delivered nor refused, reported errored so the source may send it again;
+/// - anything else (too large, no such topic, not authorised, a topic name librdkafka cannot
+///   use): permanent, "Kafka refused the message", and it goes to the dead letters.
+fn judge(error: &KafkaError) -> SinkError {
+    match error.rdkafka_error_code() {
+        Some(
+            RDKafkaErrorCode::QueueFull
+            | RDKafkaErrorCode::PurgeQueue
+            | RDKafkaErrorCode::PurgeInflight,
+        ) => SinkError::from_cause(Retry::Retryable, error.clone()),
+        _ => SinkError::permanent("Kafka refused the message").with_cause(error.clone()),
+    }
+}
+
 impl Context {
     /// A message the brokers refused for good (too large, no such topic, not authorised): to
     /// the dead-letter file; `Rejected` once it is there, `Errored` if it could not be written.
-    fn dead_letter(&self, payload: &[u8], error: &KafkaError) -> BatchStatus {
+    fn dead_letter(&self, payload: &[u8], error: &SinkError) -> BatchStatus {
         self.metrics.error(ErrorKind::Io, 1);
-        let reason = format!("Kafka refused the message: {error}");
-        crate::warn_limited!(self.metrics, %error, "Kafka refused a message for good; it goes to the dead-letter file.");
-        match self.dead.write([payload], &reason, 1, None) {
+        // The log line's `error` is librdkafka's own (the reason says "Kafka refused").
+        let cause: &dyn std::fmt::Display = match error.cause::<KafkaError>() {
+            Some(kafka) => kafka,
+            None => error,
+        };
+        crate::warn_limited!(self.metrics, error = %cause, "Kafka refused a message for good; it goes to the dead-letter file.");
+        match self.dead.write([payload], error, 1, None) {
             Ok(_) => BatchStatus::Rejected,
             Err(e) => {
                 self.metrics
@@ -248,20 +274,22 @@ async fn run(
                 record = record.headers(headers);
             }
             loop {
-                match producer.send(record) {
+                let (error, back) = match producer.send(record) {
                     Ok(()) => break,
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                        record = back;
-                        tokio::time::sleep(QUEUE_FULL_WAIT).await;
-                    }
-                    Err((error, _)) => {
-                        // Refused before it was queued (larger than message.max.bytes, a topic
-                        // name librdkafka cannot use): no report will come for it.
-                        let status = producer.context().dead_letter(payload, &error);
-                        tracker.done(status, 0);
-                        break;
-                    }
+                    Err(refused) => refused,
+                };
+                let error = judge(&error);
+                if error.is_retryable() {
+                    // librdkafka's queue is full: the brokers are slow or away.
+                    record = back;
+                    tokio::time::sleep(QUEUE_FULL_WAIT).await;
+                    continue;
                 }
+                // Refused before it was queued (larger than message.max.bytes, a topic name
+                // librdkafka cannot use): no report will come for it.
+                let status = producer.context().dead_letter(payload, &error);
+                tracker.done(status, 0);
+                break;
             }
         }
         drop(batch);
@@ -333,5 +361,142 @@ fn raw(
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use loghaul_core::{BatchNotifier, Event, Span};
+    use rdkafka::error::RDKafkaErrorCode as Code;
+
+    use super::*;
+    use crate::metrics::{ComponentKind, DiscardReason, Registry};
+
+    fn metrics() -> Arc<ComponentMetrics> {
+        Registry::default().register("k", ComponentKind::Sink, "kafka")
+    }
+
+    #[test]
+    fn a_full_queue_and_a_purge_are_retryable_and_every_other_code_permanent() {
+        for code in [Code::QueueFull, Code::PurgeQueue, Code::PurgeInflight] {
+            let e = judge(&KafkaError::MessageProduction(code));
+            assert!(e.is_retryable(), "{code:?}: {e}");
+        }
+        for code in [
+            Code::MessageSizeTooLarge,
+            Code::UnknownTopicOrPartition,
+            Code::UnknownTopic,
+            Code::TopicAuthorizationFailed,
+            Code::InvalidMessage,
+            Code::UnknownPartition,
+        ] {
+            let e = judge(&KafkaError::MessageProduction(code));
+            assert!(e.is_permanent(), "{code:?}: {e}");
+            assert!(
+                e.to_string().starts_with("Kafka refused the message: "),
+                "{e}"
+            );
+            assert!(e.cause::<KafkaError>().is_some());
+        }
+        // An error without a code (the client itself failed) refuses too.
+        assert!(judge(&KafkaError::Canceled).is_permanent());
+    }
+
+    fn context(dir: &std::path::Path, metrics: &Arc<ComponentMetrics>) -> Context {
+        Context {
+            metrics: metrics.clone(),
+            dead: Arc::new(DeadLetters::new("k", dir, metrics)),
+            degraded: AtomicBool::new(false),
+            reasons: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_refused_message_is_a_dead_letter_with_kafkas_reason() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let metrics = metrics();
+        let cx = context(dir.path(), &metrics);
+        let error = judge(&KafkaError::MessageProduction(Code::MessageSizeTooLarge));
+        assert_eq!(cx.dead_letter(b"{\"m\":1}", &error), BatchStatus::Rejected);
+        assert_eq!(metrics.errors(ErrorKind::Io), 1);
+        let text = std::fs::read_to_string(cx.dead.path())?;
+        let letter =
+            crate::pipeline::dlq::parse_line(text.trim_end()).map_err(anyhow::Error::msg)?;
+        assert_eq!(letter.event, "{\"m\":1}");
+        assert_eq!(letter.reason, error.to_string());
+        assert!(
+            letter.reason.contains("MessageSizeTooLarge"),
+            "{}",
+            letter.reason
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_dead_letter_that_cannot_be_written_reports_errored() -> anyhow::Result<()> {
+        let dir = tempfile::tempdir()?;
+        // A file where the dead-letter directory should be.
+        std::fs::write(dir.path().join("dlq"), b"")?;
+        let metrics = metrics();
+        let cx = context(dir.path(), &metrics);
+        let error = judge(&KafkaError::MessageProduction(Code::UnknownTopic));
+        assert_eq!(cx.dead_letter(b"x", &error), BatchStatus::Errored);
+        assert_eq!(metrics.discarded_count(DiscardReason::WriteFailed), 1);
+        Ok(())
+    }
+
+    #[tokio::test]
+    async fn a_batch_is_settled_by_its_last_report_with_the_worst_status() {
+        let metrics = metrics();
+        let (finalizer, mut status) = BatchNotifier::new_with_receiver();
+        let tracker = Tracker::new(finalizer.ack(), 3, metrics.clone());
+        drop(finalizer);
+        tracker.done(BatchStatus::Delivered, 10);
+        tracker.done(BatchStatus::Rejected, 0);
+        assert_eq!(status.try_status(), None, "a report is still missing");
+        tracker.done(BatchStatus::Delivered, 10);
+        assert_eq!(status.await, BatchStatus::Rejected);
+        // Only a wholly delivered batch counts as sent.
+        assert_eq!(metrics.sent_events.load(Ordering::Relaxed), 0);
+
+        let (finalizer, status) = BatchNotifier::new_with_receiver();
+        let tracker = Tracker::new(finalizer.ack(), 2, metrics.clone());
+        drop(finalizer);
+        tracker.done(BatchStatus::Delivered, 10);
+        tracker.done(BatchStatus::Delivered, 5);
+        assert_eq!(status.await, BatchStatus::Delivered);
+        assert_eq!(metrics.sent_events.load(Ordering::Relaxed), 2);
+        assert_eq!(metrics.sent_bytes.load(Ordering::Relaxed), 15);
+    }
+
+    #[tokio::test]
+    async fn errored_is_worse_than_delivered_and_rejected_worst() {
+        let (finalizer, status) = BatchNotifier::new_with_receiver();
+        let tracker = Tracker::new(finalizer.ack(), 2, metrics());
+        drop(finalizer);
+        tracker.done(BatchStatus::Errored, 0);
+        tracker.done(BatchStatus::Delivered, 1);
+        assert_eq!(status.await, BatchStatus::Errored);
+    }
+
+    #[test]
+    fn keys_and_header_values_render_field_values_as_they_are() -> anyhow::Result<()> {
+        let (template, _) = loghaul_config::PathTemplate::parse("{{ appname }}/%Y-{{ hostname }}")
+            .map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        let mut batch = EventBatch::new(
+            bytes::Bytes::from_static(b"a b/chost"),
+            "src".into(),
+            "test",
+        );
+        batch.events.push(Event {
+            appname: Span::new(0, 3).into(),
+            hostname: Span::new(4, 9).into(),
+            ..Event::default()
+        });
+        let mut out = Vec::new();
+        raw(&template, &batch, &batch.events[0], &mut out);
+        // Not sanitised as a topic or a path would be; strftime parts stay literal.
+        assert_eq!(out, b"a b/%Y-chost");
+        Ok(())
     }
 }
