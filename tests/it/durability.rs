@@ -282,7 +282,7 @@ fn lines_saved_to_disk_at_a_stop_are_not_read_from_the_file_again() {
     const N: u64 = 20_000;
     let port = free_port_pair();
     // Not healthy: its sink's server is down.
-    let mut a = Server::spawn(&format!(
+    let mut a = Server::start_answering(&format!(
         r#"api: {{ address: "127.0.0.1:{{API}}" }}
 shutdown_timeout: 8s
 sources:
@@ -298,7 +298,6 @@ sinks:
     buffer: {{ type: memory, max_events: 100000 }}
 "#
     ));
-    a.wait_api(Duration::from_secs(20));
     let lines: String = (0..N).map(|i| format!("file line {i}\n")).collect();
     fs::write(a.path("app.log"), lines).expect("write app.log");
     a.wait_metric("loghaul_component_received_events_total", "up", None, N);
@@ -908,11 +907,10 @@ fn disk_buffer_gauges_agree_with_inspect_while_the_sink_is_stuck_and_across_a_st
     // Started again on the same log with the server still down: its reader waits from the
     // first batch on.
     let data_dir = a.dir.path().join("loghaul-data");
-    let mut b = Server::spawn(&sender(
+    let mut b = Server::start_answering(&sender(
         &http_sink(dead, buffer),
         &format!("data_dir: \"{}\"", data_dir.display()),
     ));
-    b.wait_api(START_TIMEOUT);
     let resumed = assert_gauges_agree_with_inspect(&b, "up", &dir, "after a restart");
     assert_eq!(
         resumed, at_stop,
@@ -1177,8 +1175,7 @@ sinks:
         .expect("cut the segment");
 
     let data_dir = a.dir.path().join("loghaul-data");
-    let mut b = Server::spawn(&config(&format!("data_dir: \"{}\"", data_dir.display())));
-    b.wait_api(START_TIMEOUT);
+    let mut b = Server::start_answering(&config(&format!("data_dir: \"{}\"", data_dir.display())));
     let log = b.stderr();
     let line = log
         .lines()

@@ -167,6 +167,29 @@ impl Server {
         panic!("loghaul did not become healthy: {last}");
     }
 
+    /// As [`Server::start`], for a server that may be degraded from its first second (or whose
+    /// `/health` needs a token): waits until its API answers at all. Retries with fresh ports
+    /// when a port was taken between our check and loghaul's bind.
+    pub fn start_answering(template: &str) -> Server {
+        let mut last = String::new();
+        for _attempt in 0..3 {
+            let mut server = Server::spawn(template);
+            match server.wait_answering(START_TIMEOUT) {
+                Ok(()) => return server,
+                Err(why) => {
+                    let stderr = server.stderr();
+                    let in_use = stderr.contains("in use") || stderr.contains("AddrInUse");
+                    last = format!("{why}\n--- loghaul stderr ---\n{stderr}");
+                    server.kill();
+                    if !in_use {
+                        break;
+                    }
+                }
+            }
+        }
+        panic!("loghaul's API did not answer: {last}");
+    }
+
     /// Spawns loghaul without waiting for it.
     pub fn spawn(template: &str) -> Server {
         Server::spawn_with_env(template, &[])
@@ -285,6 +308,26 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
         Err("health poll loop bound reached".into())
+    }
+
+    /// Waits until the API answers anything; an error if loghaul exits first or `timeout`
+    /// passes.
+    fn wait_answering(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(child) = self.child.as_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(format!("loghaul exited during start with {status}"));
+            }
+            if http_get(self.ports.api, "/metrics").is_some() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("the API did not answer within {timeout:?}"));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// `GET /health`: (status, body).

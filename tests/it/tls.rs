@@ -834,11 +834,10 @@ fn the_api_beyond_loopback_needs_and_checks_a_token() {
     let secret = dir.path().join("api-token");
     std::fs::write(&secret, "api-s3cr3t-7f1c\n").expect("write secret");
     // Not `start`: it waits for /health, which needs the token too.
-    let server = Server::spawn(&format!(
+    let server = Server::start_answering(&format!(
         "api: {{ address: \"0.0.0.0:{{API}}\", token: \"${{file:{}}}\" }}\nsources:\n  in: {{ type: syslog, mode: tcp, address: \"127.0.0.1:{{TCP}}\" }}\nsinks:\n  out: {{ type: blackhole, inputs: [in] }}\n",
         secret.display()
     ));
-    server.wait_api(Duration::from_secs(20));
     let request = |auth: Option<&str>| {
         let mut s = connect(server.ports.api);
         let header = auth.map_or(String::new(), |a| format!("Authorization: {a}\r\n"));
