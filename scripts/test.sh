@@ -67,6 +67,18 @@ ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
+if ! $quick; then
+    # The fuzz targets build (their own target dir, sanitizer flags) beside what follows, at the
+    # lowest priority: it takes the CPU the other steps leave idle (most of the time the
+    # integration tests wait on servers, clients and timers), and yields it whenever they want
+    # it. Its output is kept for a failure.
+    step "fuzz targets: build in the background (nice 19) while clippy and the tests run"
+    fuzz_log=$(mktemp)
+    nice -n 19 ./scripts/fuzz.sh build >"$fuzz_log" 2>&1 &
+    fuzz_build=$!
+    trap 'kill "$fuzz_build" 2>/dev/null || true; rm -f "$fuzz_log"' EXIT
+fi
+
 step "cargo clippy -D warnings"
 # Clippy and the tests share one profile (`ci`: release without LTO and full debug info, see
 # Cargo.toml), so the C libraries that build scripts compile (librdkafka, jemalloc, zstd) are built
@@ -101,7 +113,12 @@ step "cargo test (optimized: the integration and bench tests drive the real bina
 export LOGHAUL_BIN="$PWD/target/ci/loghaul"
 cargo test --workspace --profile ci --locked
 
-step "fuzz targets: build, then 30 s each from the committed corpus (which the runs leave as is)"
+step "fuzz targets: wait for their build, then 30 s each from the committed corpus (which the runs leave as is)"
+if ! wait "$fuzz_build"; then
+    cat "$fuzz_log"
+    echo "test.sh: the fuzz targets do not build" >&2
+    exit 1
+fi
 ./scripts/fuzz.sh run 30
 
 echo
