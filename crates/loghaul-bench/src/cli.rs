@@ -263,7 +263,7 @@ pub struct RunArgs {
     /// loghaul-tls,rsyslog-tls; kafka_pipeline: loghaul, the only one it runs]
     #[arg(long, value_enum, value_delimiter = ',')]
     pub subjects: Option<Vec<SubjectKind>>,
-    /// Runs per subject [default: 3; http_echo: 5, as the seed; forward_deliver climbs its steps
+    /// Runs per subject [default: 3; http_echo: 5, as the published experiment; forward_deliver climbs its steps
     /// once].
     #[arg(long)]
     pub runs: Option<usize>,

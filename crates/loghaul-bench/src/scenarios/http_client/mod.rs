@@ -1,4 +1,4 @@
-//! `http_client`: the seed's HTTP-client experiment, the same download and NDJSON upload by
+//! `http_client`: the published HTTP-client experiment, the same download and NDJSON upload by
 //! loghaul's `http` sink and by curl, Ruby and Python clients, in wall and CPU seconds ([`run`]).
 
 pub mod run;
@@ -19,7 +19,7 @@ impl Scenario for HttpClient {
     }
 
     fn about(&self) -> &'static str {
-        "The seed's HTTP-client experiment: the same download and NDJSON upload by loghaul's \
+        "The published HTTP-client experiment: the same download and NDJSON upload by loghaul's \
          `http` sink and by curl, Ruby and Python clients, in wall and CPU seconds"
     }
 

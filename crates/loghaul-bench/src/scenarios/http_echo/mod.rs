@@ -1,4 +1,4 @@
-//! `http_echo`: the seed's HTTP echo-server experiment, `ab` and `wrk` against loghaul's
+//! `http_echo`: the published HTTP echo-server experiment, `ab` and `wrk` against loghaul's
 //! `http_server` in echo mode and Node.js, Tornado, EventMachine and Finagle ([`run`]).
 
 pub mod run;
@@ -19,7 +19,7 @@ impl Scenario for HttpEcho {
     }
 
     fn about(&self) -> &'static str {
-        "The seed's HTTP echo-server experiment: `ab` and `wrk` against loghaul's `http_server` in \
+        "The published HTTP echo-server experiment: `ab` and `wrk` against loghaul's `http_server` in \
          echo mode and Node.js, Tornado, EventMachine and Finagle"
     }
 
@@ -64,7 +64,7 @@ impl Scenario for HttpEcho {
         self.subjects()
     }
 
-    /// Five runs, as the seed.
+    /// Five runs, as the published experiment.
     fn rounds(&self, runs: Option<usize>, warmup: Option<usize>, _: Option<u64>) -> (usize, usize) {
         (runs.unwrap_or(5), warmup.unwrap_or(1))
     }
