@@ -50,10 +50,13 @@ pub enum ErrorKind {
     /// within the source's bound (`idle_timeout`, the `http_server`'s `request_timeout`): a
     /// slow or stalled client (slowloris) holds a connection no longer than that.
     Timeout,
+    /// A transform's program failed on an event (a fallible call that failed at run time, an
+    /// `abort`); the event went where the transform's options say.
+    Program,
 }
 
 impl ErrorKind {
-    const ALL: [ErrorKind; 14] = [
+    const ALL: [ErrorKind; 15] = [
         ErrorKind::Parse,
         ErrorKind::InvalidUtf8,
         ErrorKind::Oversized,
@@ -68,6 +71,7 @@ impl ErrorKind {
         ErrorKind::Tls,
         ErrorKind::MemoryLimit,
         ErrorKind::Timeout,
+        ErrorKind::Program,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -86,6 +90,7 @@ impl ErrorKind {
             ErrorKind::Tls => "tls",
             ErrorKind::MemoryLimit => "memory_limit",
             ErrorKind::Timeout => "timeout",
+            ErrorKind::Program => "program",
         }
     }
 }
@@ -110,10 +115,15 @@ pub enum DiscardReason {
     /// The memory budget (`limits.memory`) stayed spent longer than a source that cannot push
     /// back (UDP) may wait.
     MemoryLimit,
+    /// A transform's output that no component reads (a route no sink takes).
+    Unrouted,
+    /// A transform's program failed or aborted on them and its options say drop them
+    /// (`drop_on_error`, `drop_on_abort`).
+    ProgramDropped,
 }
 
 impl DiscardReason {
-    const ALL: [DiscardReason; 8] = [
+    const ALL: [DiscardReason; 10] = [
         DiscardReason::QueueFull,
         DiscardReason::Filtered,
         DiscardReason::DownstreamClosed,
@@ -122,6 +132,8 @@ impl DiscardReason {
         DiscardReason::Unsupported,
         DiscardReason::BufferFull,
         DiscardReason::MemoryLimit,
+        DiscardReason::Unrouted,
+        DiscardReason::ProgramDropped,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -134,6 +146,8 @@ impl DiscardReason {
             DiscardReason::Unsupported => "unsupported",
             DiscardReason::BufferFull => "buffer_full",
             DiscardReason::MemoryLimit => "memory_limit",
+            DiscardReason::Unrouted => "unrouted",
+            DiscardReason::ProgramDropped => "program_dropped",
         }
     }
 }
@@ -194,6 +208,9 @@ pub struct ComponentMetrics {
     /// Series of the component's own (the file source's per-pattern counters), rendered after
     /// the common ones.
     extra: Mutex<Vec<Series>>,
+    /// A transform's events out per named output (`_default` for its default one), when it
+    /// has named outputs: `component_sent_events_total` is then rendered per output.
+    outputs: Mutex<Vec<(String, Arc<AtomicU64>)>>,
 }
 
 /// One series a component registered for itself.
@@ -265,7 +282,22 @@ impl ComponentMetrics {
             log_limiter: Mutex::new(None),
             suppressed: AtomicU64::new(0),
             extra: Mutex::new(Vec::new()),
+            outputs: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The counter of events sent on output `name` (see [`crate::pipeline::Fanout::for_output`]);
+    /// registering one renders the component's `component_sent_events_total` per output.
+    pub fn output_counter(&self, name: &str) -> Arc<AtomicU64> {
+        let Ok(mut outputs) = self.outputs.lock() else {
+            return Arc::new(AtomicU64::new(0));
+        };
+        if let Some((_, c)) = outputs.iter().find(|(n, _)| n == name) {
+            return c.clone();
+        }
+        let counter = Arc::new(AtomicU64::new(0));
+        outputs.push((name.to_owned(), counter.clone()));
+        counter
     }
 
     /// A counter of the component's own, `name{component labels, labels}`; `labels` are
@@ -615,6 +647,16 @@ impl Registry {
         for (name, ty, help, get) in simple {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {ty}");
             for c in &comps {
+                if name == "loghaul_component_sent_events_total"
+                    && let Ok(outputs) = c.outputs.lock()
+                    && !outputs.is_empty()
+                {
+                    for (output, n) in outputs.iter() {
+                        let n = n.load(Ordering::Relaxed);
+                        let _ = writeln!(out, "{name}{{{},output=\"{output}\"}} {n}", labels(c));
+                    }
+                    continue;
+                }
                 if let Some(v) = get(c) {
                     let _ = writeln!(out, "{name}{{{}}} {v}", labels(c));
                 }

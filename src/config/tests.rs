@@ -176,7 +176,9 @@ fn valid_yaml_becomes_runtime_types() {
         (udp.framing, udp.max_length, udp.max_connections),
         (Framing::Auto, DEFAULT_MAX_LENGTH, DEFAULT_MAX_CONNECTIONS)
     );
-    let TransformConfig::Filter(f) = &c.transform("important").unwrap().config;
+    let TransformConfig::Filter(f) = &c.transform("important").unwrap().config else {
+        panic!("`important` is a filter");
+    };
     assert_eq!(f.min_severity, Some(4));
     assert_eq!(f.facilities, Some(vec![4, 16, 3]));
     assert_eq!(f.appnames.as_deref(), Some(&["sshd".to_owned()][..]));

@@ -19,6 +19,8 @@ pub struct Fanout {
     outputs: Vec<InputSender>,
     metrics: Arc<ComponentMetrics>,
     budget: Option<Arc<MemoryBudget>>,
+    /// Events sent on this output, for a component with named outputs.
+    output: Option<Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl Fanout {
@@ -27,7 +29,22 @@ impl Fanout {
             outputs,
             metrics,
             budget: None,
+            output: None,
         }
+    }
+
+    /// Counts what this fan-out sends as output `name` of its component (`_default` for the
+    /// default output of a component with named ones).
+    pub fn for_output(mut self, name: &str) -> Fanout {
+        self.output = Some(self.metrics.output_counter(name));
+        self
+    }
+
+    /// Whether any component reads from this fan-out. Sending to one that nobody reads
+    /// reports the batch failed; a transform output nobody takes (a route without a reader)
+    /// is dropped on purpose instead.
+    pub fn is_connected(&self) -> bool {
+        !self.outputs.is_empty()
     }
 
     /// Charges every batch against `budget` before it enters a queue (see
@@ -131,6 +148,9 @@ impl Fanout {
         }
         if delivered {
             self.metrics.sent(n, bytes);
+            if let Some(output) = &self.output {
+                output.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            }
         }
     }
 }

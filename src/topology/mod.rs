@@ -232,11 +232,27 @@ pub async fn start(
 
     let mut transforms_built: Vec<BoxFuture<'static, ()>> = Vec::new();
     for (transform, metrics, input) in transform_inputs {
-        let fanout = Fanout::new(
+        let mut fanout = Fanout::new(
             downstream.remove(transform.id.as_str()).unwrap_or_default(),
             metrics.clone(),
         )
         .with_budget(budget.clone());
+        let named = transform.config.outputs();
+        if !named.is_empty() {
+            fanout = fanout.for_output("_default");
+        }
+        let outputs = named
+            .into_iter()
+            .map(|name| {
+                let readers = downstream
+                    .remove(format!("{}.{name}", transform.id).as_str())
+                    .unwrap_or_default();
+                let out = Fanout::new(readers, metrics.clone())
+                    .with_budget(budget.clone())
+                    .for_output(&name);
+                (name, out)
+            })
+            .collect();
         let task = transform
             .config
             .component()
@@ -244,6 +260,7 @@ pub async fn start(
                 metrics,
                 input,
                 fanout,
+                outputs,
             })
             .with_context(|| format!("transform '{}'", transform.id))?;
         transforms_built.push(task);

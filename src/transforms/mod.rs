@@ -5,6 +5,9 @@
 //! [`TransformConfig`].
 
 pub mod filter;
+pub mod remap;
+pub mod tag_glob;
+pub mod vrl;
 
 use std::sync::Arc;
 
@@ -15,6 +18,7 @@ loghaul_config::component_set! {
     /// Every transform type.
     pub enum TransformConfig: Transform as dyn BuildTransform {
         Filter(filter::FilterConfig),
+        Remap(remap::RemapConfig),
     }
 }
 
@@ -23,8 +27,11 @@ pub struct TransformContext {
     pub metrics: Arc<ComponentMetrics>,
     /// Its input queue; it ends when every upstream has.
     pub input: Input,
-    /// Where its batches go.
+    /// Where its batches go (its default output).
     pub fanout: Fanout,
+    /// Its named outputs (see [`loghaul_config::ComponentConfig::outputs`]), each with the
+    /// components that read `ID.NAME`.
+    pub outputs: std::collections::HashMap<String, Fanout>,
 }
 
 /// How a transform config becomes a running transform.

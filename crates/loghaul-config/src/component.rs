@@ -136,6 +136,13 @@ pub trait ComponentConfig: Sized {
     fn tls_role(&self) -> Result<loghaul_tls::Role, String> {
         Err(format!("`type: {}` does not use TLS", Self::TYPE))
     }
+
+    /// The named outputs this component has besides its default one: another component reads
+    /// output `NAME` of component `ID` by listing `ID.NAME` in its `inputs` (a `route`'s routes,
+    /// a `remap`'s `dropped`).
+    fn outputs(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A closed set of component types of one kind: the enum [`component_set!`] generates.
@@ -158,6 +165,8 @@ pub trait ComponentSet: Sized + Clone + std::fmt::Debug + PartialEq {
     ///
     /// The component takes no `tls`.
     fn tls_role(&self) -> Result<loghaul_tls::Role, String>;
+    /// See [`ComponentConfig::outputs`].
+    fn outputs(&self) -> Vec<String>;
 }
 
 /// The component sets a server has.
@@ -273,6 +282,12 @@ macro_rules! component_set {
             fn tls_role(&self) -> Result<$crate::TlsRole, String> {
                 match self {
                     $( $name::$variant(c) => $crate::ComponentConfig::tls_role(c) ),+
+                }
+            }
+
+            fn outputs(&self) -> Vec<String> {
+                match self {
+                    $( $name::$variant(c) => $crate::ComponentConfig::outputs(c) ),+
                 }
             }
         }

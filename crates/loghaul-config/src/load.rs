@@ -121,7 +121,7 @@ pub(crate) fn load_str<R: Registry>(
         })?;
     let root = parse_node(&text, format, origin)?;
     let mut diags = Vec::new();
-    let config = crate::validate::validate::<R>(&root, origin, env.tls, &mut diags);
+    let config = crate::validate::validate::<R>(&root, &text, origin, env.tls, &mut diags);
     let (mut errors, warnings): (Vec<_>, Vec<_>) =
         diags.into_iter().partition(Diagnostic::is_error);
     match config {
@@ -358,10 +358,12 @@ fn read_components<R: Registry, S: ComponentSet>(
             key_pos: entry.key_pos,
             inputs: Vec::new(),
             resources: Vec::new(),
+            outputs: None,
         };
         let component = read_component::<R, S>(entry, cx, &types, &mut decl);
         if let Some(component) = component {
             decl.resources = component.config.resources();
+            decl.outputs = Some(component.config.outputs());
             out.push(component);
         }
         declared.push(decl);

@@ -42,6 +42,8 @@ pub const TZ_HINT: &str = "use UTC, local, or a fixed offset such as +02:00 or -
 pub(crate) struct Ctx<'a> {
     pub(crate) origin: &'a str,
     pub(crate) root: &'a Node,
+    /// The text `root` was parsed from (positions inside string values are found in it).
+    pub(crate) text: &'a str,
     pub(crate) diags: &'a mut Vec<Diagnostic>,
     pub(crate) errors: usize,
     /// Checks the files of a `tls` map (see [`crate::Environment::tls`]).
@@ -320,6 +322,22 @@ impl<'v> Validator<'v, '_> {
         self.cx.error(pos, message, hint);
     }
 
+    /// An error at a place inside the string value of `key` (a program's diagnostic): `line`
+    /// and `column` are 0-based, in characters, within the string as loaded. Mapped onto the
+    /// file through the value's form (a YAML block scalar `|`/`>`, a TOML multi-line string,
+    /// a quoted or plain scalar); the value's start when the form is not recognised.
+    pub fn error_in_value(
+        &mut self,
+        key: &[&str],
+        (line, column): (usize, usize),
+        message: impl Into<String>,
+        hint: Option<String>,
+    ) {
+        let start = self.cx.val_pos(&self.path(key));
+        let pos = start.map(|p| inside_value(self.cx.text, p, line, column).unwrap_or(p));
+        self.cx.error(pos, message, hint);
+    }
+
     /// An error at `key` itself rather than its value (for keys that should not be there).
     pub fn error_at_key(&mut self, key: &[&str], message: impl Into<String>, hint: Option<String>) {
         let pos = self.cx.key_pos(&self.path(key));
@@ -420,11 +438,15 @@ pub(crate) struct Declared {
     pub key_pos: Option<Pos>,
     pub inputs: Vec<String>,
     pub resources: Vec<Resource>,
+    /// Its named outputs; `None` when its config did not load (any output name is then
+    /// accepted, to report nothing spurious).
+    pub outputs: Option<Vec<String>>,
 }
 
 /// Validates the loaded document into a [`Config`], pushing diagnostics.
 pub(crate) fn validate<R: Registry>(
     root: &Node,
+    text: &str,
     origin: &str,
     tls_check: &dyn Fn(
         &loghaul_tls::TlsConfig,
@@ -435,6 +457,7 @@ pub(crate) fn validate<R: Registry>(
     let mut cx = Ctx {
         origin,
         root,
+        text,
         diags,
         errors: 0,
         tls_check,
@@ -469,8 +492,12 @@ pub(crate) fn validate<R: Registry>(
     }
     // With duplicate ids (already an error) the first declaration wins.
     let mut kind_of: HashMap<&str, ComponentKind> = HashMap::new();
+    let mut outputs_of: HashMap<&str, Option<&[String]>> = HashMap::new();
     for d in &order {
         kind_of.entry(d.id.as_str()).or_insert(d.kind);
+        outputs_of
+            .entry(d.id.as_str())
+            .or_insert(d.outputs.as_deref());
     }
     for kind in [ComponentKind::Source, ComponentKind::Sink] {
         let section = kind.section();
@@ -651,7 +678,6 @@ pub(crate) fn validate<R: Registry>(
         for (i, input) in d.inputs.iter().enumerate() {
             let idx = i.to_string();
             let pos = cx.val_pos(&[section, id, "inputs", &idx]);
-            read_ids.insert(input.as_str());
             if !listed.insert(input.as_str()) {
                 cx.error(
                     pos,
@@ -660,16 +686,31 @@ pub(crate) fn validate<R: Registry>(
                 );
                 continue;
             }
-            match kind_of.get(input.as_str()) {
-                Some(ComponentKind::Sink) => cx.error(
+            let (read, found) = resolve_input(input, &kind_of, &outputs_of);
+            read_ids.insert(read);
+            match found {
+                Resolved::Component(ComponentKind::Sink) => cx.error(
                     pos,
                     format!("input `{input}` is a sink; sinks cannot be inputs"),
                     Some("inputs name sources or transforms".to_owned()),
                 ),
-                Some(_) => {}
+                Resolved::Component(_) | Resolved::Output => {}
+                Resolved::NoSuchOutput { owner, outputs } => {
+                    let output = &input[owner.len() + 1..];
+                    let hint = if outputs.is_empty() {
+                        format!("`{owner}` has only its default output: list `{owner}`")
+                    } else {
+                        did_you_mean(output, &outputs, &format!("outputs of `{owner}`"))
+                    };
+                    cx.error(
+                        pos,
+                        format!("`{owner}` has no output `{output}`"),
+                        Some(hint),
+                    );
+                }
                 // With nothing to read from, "no sources defined" already says it all.
-                None if readable.is_empty() => {}
-                None => {
+                Resolved::Unknown if readable.is_empty() => {}
+                Resolved::Unknown => {
                     let hint = did_you_mean(input, &readable, "defined sources and transforms");
                     cx.error(
                         pos,
@@ -681,10 +722,22 @@ pub(crate) fn validate<R: Registry>(
         }
     }
 
+    // Cycles run through named outputs too: `a.x` is read from `a`.
+    let owners: Vec<Vec<String>> = declared
+        .iter()
+        .filter(|d| d.kind == ComponentKind::Transform)
+        .map(|d| {
+            d.inputs
+                .iter()
+                .map(|i| resolve_input(i, &kind_of, &outputs_of).0.to_owned())
+                .collect()
+        })
+        .collect();
     let graph: Vec<(&str, &[String])> = declared
         .iter()
         .filter(|d| d.kind == ComponentKind::Transform)
-        .map(|d| (d.id.as_str(), d.inputs.as_slice()))
+        .zip(&owners)
+        .map(|(d, inputs)| (d.id.as_str(), inputs.as_slice()))
         .collect();
     report_cycles(&mut cx, &graph);
 
@@ -725,6 +778,84 @@ pub(crate) fn validate<R: Registry>(
         sinks: loaded.sinks,
         warnings: Vec::new(),
     })
+}
+
+/// The file position of character `column` of line `line` of the string whose value starts at
+/// `start` in `text`.
+fn inside_value(text: &str, start: Pos, line: usize, column: usize) -> Option<Pos> {
+    let first = text.lines().nth(start.line.checked_sub(1)?)?;
+    let at: String = first.chars().skip(start.column.saturating_sub(1)).collect();
+    let head = at.trim_end();
+    let block = head.starts_with('|') || head.starts_with('>');
+    let triple = head.starts_with("\"\"\"") || head.starts_with("'''");
+    if block || (triple && head.len() == 3) {
+        // The string starts on the next line. A block scalar's lines share the indentation of
+        // its first non-blank line, which the string does not hold.
+        let indent = text
+            .lines()
+            .skip(start.line)
+            .find(|l| !l.trim().is_empty())
+            .map_or(0, |l| l.chars().take_while(|c| *c == ' ').count());
+        let indent = if block { indent } else { 0 };
+        return Some(Pos::new(start.line + 1 + line, indent + column + 1));
+    }
+    let opening = if triple {
+        3
+    } else if head.starts_with('"') || head.starts_with('\'') {
+        1
+    } else {
+        0
+    };
+    Some(if line == 0 {
+        Pos::new(start.line, start.column + opening + column)
+    } else {
+        Pos::new(start.line + line, column + 1)
+    })
+}
+
+/// What an entry of `inputs` names.
+enum Resolved<'a> {
+    /// A component's default output (or a sink, which is an error).
+    Component(ComponentKind),
+    /// A named output of a component.
+    Output,
+    /// `ID.NAME` where `ID` exists but has no output `NAME`.
+    NoSuchOutput {
+        owner: &'a str,
+        outputs: Vec<&'a str>,
+    },
+    Unknown,
+}
+
+/// Resolves an input to the component it reads from, and what it is. An id holding a dot names
+/// that component when one has it; otherwise the part before the last dot names a component and
+/// the rest one of its outputs (`route.errors`).
+fn resolve_input<'a>(
+    input: &'a str,
+    kind_of: &HashMap<&'a str, ComponentKind>,
+    outputs_of: &HashMap<&'a str, Option<&'a [String]>>,
+) -> (&'a str, Resolved<'a>) {
+    if let Some(kind) = kind_of.get(input) {
+        return (input, Resolved::Component(*kind));
+    }
+    let Some((owner, output)) = input.rsplit_once('.') else {
+        return (input, Resolved::Unknown);
+    };
+    match (kind_of.get(owner), outputs_of.get(owner)) {
+        (Some(ComponentKind::Sink), _) => (owner, Resolved::Component(ComponentKind::Sink)),
+        (Some(_), Some(None)) => (owner, Resolved::Output),
+        (Some(_), Some(Some(outputs))) if outputs.iter().any(|o| o == output) => {
+            (owner, Resolved::Output)
+        }
+        (Some(_), Some(Some(outputs))) => (
+            owner,
+            Resolved::NoSuchOutput {
+                owner,
+                outputs: outputs.iter().map(String::as_str).collect(),
+            },
+        ),
+        _ => (input, Resolved::Unknown),
+    }
 }
 
 /// Reports each cycle among transforms once, in data-flow order (`a -> b` means b reads a).

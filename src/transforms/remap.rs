@@ -1,0 +1,261 @@
+//! The `remap` transform: a Vector Remap Language program run on every event, as Vector runs
+//! it (`drop_on_error`, `drop_on_abort`, `reroute_dropped` and its `dropped` output).
+//!
+//! The output batch is built from the program's results ([`super::vrl::convert::Builder`]) and
+//! carries the input's finalizer, so acknowledgements wait for the sinks of the new batch.
+//! Events the program drops on purpose count as `discarded{reason="program_dropped"}` and are
+//! settled as delivered (the user's intent); each failure is counted in
+//! `component_errors_total{kind="program"}` and logged, rate-limited, with the error.
+
+use std::sync::Arc;
+
+use loghaul_config::{ComponentConfig, Validator};
+use loghaul_core::{BatchStatus, Event, EventBatch};
+use serde::Deserialize;
+use vrl::value::{ObjectMap, Value as Vrl};
+
+use super::vrl::convert::{Builder, to_vrl};
+use super::vrl::{Expect, Outcome, Program, Runner};
+use super::{BuildTransform, TransformContext};
+use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
+use crate::pipeline::{BoxFuture, Fanout};
+
+/// `type: remap`, as written.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawRemap {
+    /// The program, inline.
+    #[serde(default)]
+    pub source: Option<String>,
+    /// A file holding the program.
+    #[serde(default)]
+    pub file: Option<String>,
+    /// Files whose programs run one after the other (their texts joined in order).
+    #[serde(default)]
+    pub files: Option<Vec<String>>,
+    /// Drop an event on which the program fails (default: pass it on unchanged).
+    #[serde(default)]
+    pub drop_on_error: Option<bool>,
+    /// Drop an event on which the program runs `abort` (default: true).
+    #[serde(default)]
+    pub drop_on_abort: Option<bool>,
+    /// Send dropped events to the `dropped` output, with a `dropped` field saying why,
+    /// instead of discarding them.
+    #[serde(default)]
+    pub reroute_dropped: Option<bool>,
+    /// The time zone of functions given no time zone: `local` (default) or an IANA name.
+    #[serde(default)]
+    pub timezone: Option<String>,
+}
+
+/// A remap transform.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RemapConfig {
+    pub program: Program,
+    pub drop_on_error: bool,
+    pub drop_on_abort: bool,
+    pub reroute_dropped: bool,
+    pub timezone: Option<String>,
+}
+
+impl ComponentConfig for RemapConfig {
+    const TYPE: &'static str = "remap";
+    type Raw = RawRemap;
+
+    fn validate(r: RawRemap, cx: &mut Validator<'_, '_>) -> Option<RemapConfig> {
+        let given = [r.source.is_some(), r.file.is_some(), r.files.is_some()];
+        let (source, key): (String, &str) = match (&r.source, &r.file, &r.files) {
+            _ if given.iter().filter(|g| **g).count() > 1 => {
+                cx.error(
+                    &[],
+                    "`source`, `file` and `files` exclude each other",
+                    Some("give the program one way".to_owned()),
+                );
+                return None;
+            }
+            (Some(source), _, _) => (source.clone(), "source"),
+            (_, Some(file), _) => (read_program(file, cx, &["file"])?, "file"),
+            (_, _, Some(files)) => {
+                if files.is_empty() {
+                    cx.error(&["files"], "`files: []` holds no program", None);
+                    return None;
+                }
+                let mut text = String::new();
+                for (i, file) in files.iter().enumerate() {
+                    text.push_str(&read_program(file, cx, &["files", &i.to_string()])?);
+                    text.push('\n');
+                }
+                (text, "files")
+            }
+            _ => {
+                cx.error(
+                    &[],
+                    "`type: remap` needs a program",
+                    Some(
+                        "add `source: |` with the program, or `file: path/to/program.vrl`"
+                            .to_owned(),
+                    ),
+                );
+                return None;
+            }
+        };
+        let timezone_ok = match super::vrl::timezone(r.timezone.as_deref()) {
+            Ok(_) => true,
+            Err(e) => {
+                cx.error(
+                    &["timezone"],
+                    e,
+                    Some("`local`, or an IANA name such as `Europe/Paris`".to_owned()),
+                );
+                false
+            }
+        };
+        let program = if key == "source" {
+            super::vrl::compile(&source, Expect::Any, cx, &[key])
+        } else {
+            // A file's diagnostic cannot point into the configuration: it names the file's lines
+            // in its rendering, at the key that names the file.
+            super::vrl::compile_elsewhere(&source, Expect::Any, cx, &[key])
+        }?;
+        timezone_ok.then_some(())?;
+        Some(RemapConfig {
+            program,
+            drop_on_error: r.drop_on_error.unwrap_or(false),
+            drop_on_abort: r.drop_on_abort.unwrap_or(true),
+            reroute_dropped: r.reroute_dropped.unwrap_or(false),
+            timezone: r.timezone,
+        })
+    }
+
+    fn outputs(&self) -> Vec<String> {
+        if self.reroute_dropped {
+            vec!["dropped".to_owned()]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// A program file's text; an error at `key` when it cannot be read.
+fn read_program(path: &str, cx: &mut Validator<'_, '_>, key: &[&str]) -> Option<String> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Some(text),
+        Err(e) => {
+            cx.error(key, format!("cannot read the program `{path}`: {e}"), None);
+            None
+        }
+    }
+}
+
+impl BuildTransform for RemapConfig {
+    fn build(&self, cx: TransformContext) -> anyhow::Result<BoxFuture<'static, ()>> {
+        let timezone =
+            super::vrl::timezone(self.timezone.as_deref()).map_err(|e| anyhow::anyhow!(e))?;
+        let mut outputs = cx.outputs;
+        let dropped = outputs.remove("dropped");
+        Ok(Box::pin(run(
+            self.clone(),
+            Runner::new(timezone),
+            cx.metrics,
+            cx.input,
+            cx.fanout,
+            dropped,
+        )))
+    }
+}
+
+/// What one batch became.
+pub struct Remapped {
+    pub out: EventBatch,
+    pub dropped: Option<EventBatch>,
+    /// Events dropped on purpose and not rerouted.
+    pub discarded: usize,
+}
+
+/// Runs the program on every event of `batch`.
+pub fn remap_batch(
+    config: &RemapConfig,
+    id: &str,
+    runner: &mut Runner,
+    batch: &EventBatch,
+    metrics: &ComponentMetrics,
+) -> Remapped {
+    let mut out = Builder::new(batch);
+    let mut dropped = config.reroute_dropped.then(|| Builder::new(batch));
+    let mut discarded = 0;
+    for event in &batch.events {
+        let (reason, message, drop) = match runner.run(&config.program, batch, event) {
+            Outcome::Done { event: value, .. } => {
+                out.push(event, &value);
+                continue;
+            }
+            Outcome::Aborted(e) => ("abort", e, config.drop_on_abort),
+            Outcome::Failed(e) => ("error", e, config.drop_on_error),
+        };
+        metrics.error(ErrorKind::Program, 1);
+        crate::warn_limited!(metrics, reason, error = %message, "remap program failed on an event");
+        if !drop {
+            out.push_unchanged(event);
+        } else if let Some(d) = dropped.as_mut() {
+            d.push(event, &with_dropped(batch, event, id, reason, &message));
+        } else {
+            discarded += 1;
+        }
+    }
+    Remapped {
+        out: out.finish(),
+        dropped: dropped.map(Builder::finish),
+        discarded,
+    }
+}
+
+/// The event as it came, with `dropped` saying why (Vector's fields).
+fn with_dropped(batch: &EventBatch, event: &Event, id: &str, reason: &str, message: &str) -> Vrl {
+    let mut value = to_vrl(batch, event);
+    let mut why = ObjectMap::new();
+    why.insert("reason".into(), Vrl::from(reason));
+    why.insert("message".into(), Vrl::from(message));
+    why.insert("component_id".into(), Vrl::from(id));
+    why.insert("component_type".into(), Vrl::from("remap"));
+    why.insert("component_kind".into(), Vrl::from("transform"));
+    if let Vrl::Object(obj) = &mut value {
+        obj.insert("dropped".into(), Vrl::Object(why));
+    }
+    value
+}
+
+/// Sends `batch` on `output`, or counts it dropped on purpose when nobody reads the output.
+pub async fn send_on(output: &Fanout, batch: EventBatch, metrics: &ComponentMetrics) {
+    if batch.is_empty() {
+        return;
+    }
+    if output.is_connected() {
+        output.send(batch).await;
+    } else {
+        metrics.discarded(DiscardReason::Unrouted, batch.len() as u64);
+    }
+}
+
+async fn run(
+    config: RemapConfig,
+    mut runner: Runner,
+    metrics: Arc<ComponentMetrics>,
+    mut input: crate::pipeline::Input,
+    fanout: Fanout,
+    dropped: Option<Fanout>,
+) {
+    metrics.set_health(Health::Running, None);
+    let id = metrics.id.clone();
+    while let Some(delivery) = input.recv().await {
+        let done = crate::pipeline::cpu_heavy(|| {
+            remap_batch(&config, &id, &mut runner, &delivery.batch, &metrics)
+        });
+        metrics.discarded(DiscardReason::ProgramDropped, done.discarded as u64);
+        send_on(&fanout, done.out, &metrics).await;
+        if let (Some(batch), Some(output)) = (done.dropped, &dropped) {
+            send_on(output, batch, &metrics).await;
+        }
+        delivery.ack.commit(BatchStatus::Delivered);
+    }
+    metrics.set_health(Health::Stopped, None);
+}

@@ -1,0 +1,666 @@
+//! How an event of a batch becomes a VRL value and how VRL values become events of a new
+//! batch: the table in `docs/vrl.md`, in code.
+//!
+//! To VRL, an event is the object its JSON line shows: the record's keys, then loghaul's own
+//! fields a record key does not shadow (`timestamp` a VRL timestamp, `facility` and `severity`
+//! names, `structured_data` an object of objects). Strings are slices of the batch's arena (no
+//! copy). Back, a key named like one of loghaul's own fields with a value of that field's kind
+//! becomes the field again; everything else is the record. What the program did not change
+//! keeps its representation (a msgpack `bin`, an unsigned integer, an extension value, the
+//! sender's key order and a timestamp's digits), so a program that changes nothing changes no
+//! byte of any output.
+
+use std::net::IpAddr;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use loghaul_core::batch::{Field, SdElement, SdParam, Value};
+use loghaul_core::{Event, EventBatch, Flags, Span, Timestamp, names};
+use vrl::value::{KeyString, ObjectMap, Value as Vrl};
+
+/// Deeper than any decoder builds (they stop well before); a guard, not a limit users meet.
+const MAX_DEPTH: usize = 128;
+
+/// loghaul's own fields by the name they have in VRL (and in JSON output).
+const OWN: [&str; 14] = loghaul_codec::encode::FIXED_FIELDS;
+
+/// The VRL object of `event`.
+pub fn to_vrl(batch: &EventBatch, event: &Event) -> Vrl {
+    let mut obj = ObjectMap::new();
+    for field in batch.fields_of(event) {
+        // The first of a repeated key wins, as encoders write it.
+        obj.entry(key(batch, field.name))
+            .or_insert_with(|| value_to_vrl(batch, field.value, 0));
+    }
+    let mut own = |name: &str, value: Option<Vrl>| {
+        if let Some(value) = value {
+            obj.entry(KeyString::from(name)).or_insert(value);
+        }
+    };
+    let text = |span: loghaul_core::OptSpan| span.get().map(|s| Vrl::Bytes(slice(batch, s)));
+    own(
+        "timestamp",
+        Some(Vrl::Timestamp(datetime(batch.time_of(event)))),
+    );
+    own("hostname", text(event.hostname));
+    own("appname", text(event.appname));
+    own("procid", text(event.procid));
+    own("msgid", text(event.msgid));
+    own(
+        "facility",
+        event.facility.and_then(names::facility_name).map(Vrl::from),
+    );
+    own(
+        "severity",
+        event.severity.and_then(names::severity_name).map(Vrl::from),
+    );
+    own("version", event.version.map(|v| Vrl::Integer(i64::from(v))));
+    own(
+        "structured_data",
+        event
+            .structured_data
+            .map(|_| structured_data(batch, batch.sd_elements_of(event))),
+    );
+    own("message", text(event.message));
+    own(
+        "source_ip",
+        batch.source_ip(event).map(|ip| Vrl::from(ip.to_string())),
+    );
+    own("source_type", Some(Vrl::from(batch.source_type)));
+    own("tag", text(event.tag));
+    own(
+        "flags",
+        (!event.flags.is_empty()).then(|| {
+            Vrl::Array(
+                FLAG_NAMES
+                    .iter()
+                    .filter(|(f, _)| event.flags.contains(*f))
+                    .map(|(_, n)| Vrl::from(*n))
+                    .collect(),
+            )
+        }),
+    );
+    Vrl::Object(obj)
+}
+
+/// The metadata object (`%`) of an event: where it came from, what no output writes.
+pub fn metadata(batch: &EventBatch, event: &Event) -> Vrl {
+    let mut obj = ObjectMap::new();
+    obj.insert("source_id".into(), Vrl::from(&*batch.source));
+    obj.insert("source_type".into(), Vrl::from(batch.source_type));
+    obj.insert(
+        "received_at".into(),
+        Vrl::Timestamp(datetime(batch.received)),
+    );
+    if let Some(ip) = batch.source_ip(event) {
+        obj.insert("source_ip".into(), Vrl::from(ip.to_string()));
+    }
+    if let Some(tag) = event.tag.get() {
+        obj.insert("tag".into(), Vrl::Bytes(slice(batch, tag)));
+    }
+    Vrl::Object(obj)
+}
+
+const FLAG_NAMES: [(Flags, &str); 3] = [
+    (Flags::PARSE_ERROR, "parse_error"),
+    (Flags::TRUNCATED, "truncated"),
+    (Flags::INVALID_UTF8, "invalid_utf8"),
+];
+
+fn slice(batch: &EventBatch, span: Span) -> Bytes {
+    let (start, end) = (span.start as usize, span.end as usize);
+    if start <= end && end <= batch.arena.len() {
+        batch.arena.slice(start..end)
+    } else {
+        Bytes::new()
+    }
+}
+
+fn key(batch: &EventBatch, name: Span) -> KeyString {
+    KeyString::from(String::from_utf8_lossy(batch.str(name)).into_owned())
+}
+
+pub fn datetime(ts: Timestamp) -> DateTime<Utc> {
+    DateTime::from_timestamp(ts.unix_seconds(), ts.subsec_nanos()).unwrap_or_default()
+}
+
+fn value_to_vrl(batch: &EventBatch, value: Value, depth: usize) -> Vrl {
+    match value {
+        Value::Str(s) | Value::Bytes(s) => Vrl::Bytes(slice(batch, s)),
+        Value::Int(i) => Vrl::Integer(i),
+        // Past i64::MAX: VRL has no wider integer.
+        Value::UInt(u) => float(u as f64),
+        Value::Float(f) => float(f),
+        Value::Bool(b) => Vrl::Boolean(b),
+        Value::Null => Vrl::Null,
+        Value::Map(..) if depth >= MAX_DEPTH => Vrl::Null,
+        Value::Array(..) if depth >= MAX_DEPTH => Vrl::Null,
+        Value::Map(..) => {
+            let mut obj = ObjectMap::new();
+            for f in batch.children(value) {
+                obj.entry(key(batch, f.name))
+                    .or_insert_with(|| value_to_vrl(batch, f.value, depth + 1));
+            }
+            Vrl::Object(obj)
+        }
+        Value::Array(..) => Vrl::Array(
+            batch
+                .children(value)
+                .iter()
+                .map(|f| value_to_vrl(batch, f.value, depth + 1))
+                .collect(),
+        ),
+        // As JSON output writes it.
+        Value::Ext(ty, data) => {
+            let mut obj = ObjectMap::new();
+            obj.insert("ext_type".into(), Vrl::Integer(i64::from(ty)));
+            let hex: String = batch.str(data).iter().map(|b| format!("{b:02x}")).collect();
+            obj.insert("hex".into(), Vrl::from(hex));
+            Vrl::Object(obj)
+        }
+    }
+}
+
+/// NaN has no VRL float; JSON output writes it as `null` too.
+fn float(f: f64) -> Vrl {
+    if f.is_nan() {
+        Vrl::Null
+    } else {
+        Vrl::from_f64_or_zero(f)
+    }
+}
+
+/// `{"id":{"name":"value","rep":["a","b"]}}`, as JSON output writes it: elements with the same
+/// id merged, a repeated name's values an array, escapes resolved.
+fn structured_data(batch: &EventBatch, elements: &[SdElement]) -> Vrl {
+    let mut obj = ObjectMap::new();
+    for el in elements {
+        let Vrl::Object(params) = obj
+            .entry(key(batch, el.id))
+            .or_insert_with(|| Vrl::Object(ObjectMap::new()))
+        else {
+            continue;
+        };
+        for p in batch.params_of(el) {
+            let value = Vrl::Bytes(sd_value(batch, p));
+            match params.get_mut(key(batch, p.name).as_str()) {
+                Some(Vrl::Array(items)) => items.push(value),
+                Some(first) => {
+                    let first = std::mem::replace(first, Vrl::Null);
+                    params.insert(key(batch, p.name), Vrl::Array(vec![first, value]));
+                }
+                None => {
+                    params.insert(key(batch, p.name), value);
+                }
+            }
+        }
+    }
+    Vrl::Object(obj)
+}
+
+fn sd_value(batch: &EventBatch, p: &SdParam) -> Bytes {
+    if !p.escaped {
+        return slice(batch, p.value);
+    }
+    let raw = batch.str(p.value);
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] == b'\\' && matches!(raw.get(i + 1), Some(b'"' | b'\\' | b']')) {
+            i += 1;
+        }
+        out.push(raw[i]);
+        i += 1;
+    }
+    Bytes::from(out)
+}
+
+/// Builds a batch of the events VRL programs produced from the events of `input`.
+pub struct Builder<'a> {
+    input: &'a EventBatch,
+    /// Bytes appended after the input's arena (spans past its end point here).
+    extra: Vec<u8>,
+    events: Vec<Event>,
+    fields: Vec<Field>,
+    sd_elements: Vec<SdElement>,
+    sd_params: Vec<SdParam>,
+    peers: Vec<IpAddr>,
+}
+
+impl<'a> Builder<'a> {
+    pub fn new(input: &'a EventBatch) -> Builder<'a> {
+        Builder {
+            input,
+            extra: Vec::new(),
+            events: Vec::with_capacity(input.len()),
+            fields: Vec::new(),
+            sd_elements: Vec::new(),
+            sd_params: Vec::new(),
+            peers: input.peers.clone(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// Adds the event(s) a program left in `value` for the input event `orig`: an object is
+    /// one event, an array one event per item (a non-object item becomes `{"message": item}`,
+    /// as Vector does), anything else one event with it as its message.
+    pub fn push(&mut self, orig: &Event, value: &Vrl) {
+        match value {
+            Vrl::Object(obj) => self.push_object(orig, obj),
+            Vrl::Array(items) => {
+                for item in items {
+                    match item {
+                        Vrl::Object(obj) => self.push_object(orig, obj),
+                        other => self.push_object(orig, &message_only(other)),
+                    }
+                }
+            }
+            other => self.push_object(orig, &message_only(other)),
+        }
+    }
+
+    /// Adds `orig` unchanged (a program that failed on it, when its events go on unchanged).
+    pub fn push_unchanged(&mut self, orig: &Event) {
+        let value = to_vrl(self.input, orig);
+        self.push(orig, &value);
+    }
+
+    fn push_object(&mut self, orig: &Event, obj: &ObjectMap) {
+        let input = self.input;
+        let shadowed = |name: &str| {
+            input
+                .fields_of(orig)
+                .iter()
+                .any(|f| input.str(f.name) == name.as_bytes())
+        };
+        let mut event = Event {
+            fields: (0, 0),
+            ..Event::default()
+        };
+        // Keys that become loghaul's own fields are left out of the record.
+        let mut taken = [false; OWN.len()];
+        for (i, name) in OWN.iter().enumerate() {
+            // A key the sender's record had stays in the record, where it was.
+            if shadowed(name) {
+                continue;
+            }
+            let Some(value) = obj.get(*name) else {
+                continue;
+            };
+            taken[i] = self.own_field(&mut event, orig, name, value);
+        }
+        if !taken[0] {
+            // No timestamp to write: output writes the batch's receive time, as for events
+            // whose sender gave none.
+            event.timestamp = None;
+        }
+        // The record: keys the input record had, in its order, then new keys in VRL's order.
+        let orig_fields = input.fields_of(orig);
+        let mut entries: Vec<(&str, &Vrl, Option<Field>)> = Vec::with_capacity(obj.len());
+        let mut seen = std::collections::HashSet::new();
+        for f in orig_fields {
+            let name = String::from_utf8_lossy(input.str(f.name));
+            if let Some((k, v)) = obj.get_key_value(name.as_ref())
+                && seen.insert(k.as_str())
+            {
+                entries.push((k.as_str(), v, Some(*f)));
+            }
+        }
+        for (k, v) in obj {
+            if seen.contains(k.as_str()) {
+                continue;
+            }
+            if let Some(i) = OWN.iter().position(|o| *o == k.as_str())
+                && taken[i]
+            {
+                continue;
+            }
+            entries.push((k.as_str(), v, None));
+        }
+        let start = self.fields.len();
+        let n = entries.len();
+        self.fields.extend(entries.iter().map(|_| Field {
+            name: Span::EMPTY,
+            value: Value::Null,
+        }));
+        for (i, (k, v, orig_field)) in entries.into_iter().enumerate() {
+            let name = match orig_field {
+                Some(f) if input.str(f.name) == k.as_bytes() => f.name,
+                _ => self.text(k.as_bytes()),
+            };
+            let value = self.value(v, orig_field.map(|f| f.value), 0);
+            self.fields[start + i] = Field { name, value };
+        }
+        // The entries just reserved are the top level; nested children come after them.
+        event.fields = (start as u32, (start + n) as u32);
+        self.events.push(event);
+    }
+
+    /// Sets loghaul's own field `name` from `value` when the value is of the field's kind;
+    /// returns whether it did (otherwise the key stays in the record, shadowing the field).
+    fn own_field(&mut self, event: &mut Event, orig: &Event, name: &str, value: &Vrl) -> bool {
+        let input = self.input;
+        let text = text_of(value);
+        match (name, value) {
+            ("timestamp", Vrl::Timestamp(t)) => {
+                let nanos = t.timestamp_nanos_opt();
+                let Some(nanos) = nanos else { return false };
+                event.timestamp = if nanos == input.time_of(orig).nanos {
+                    orig.timestamp
+                } else {
+                    Some(Timestamp::from_nanos(nanos, auto_digits(nanos)))
+                };
+                true
+            }
+            ("hostname", _) if let Some(b) = text => {
+                event.hostname = self.bytes(b).into();
+                true
+            }
+            ("appname", _) if let Some(b) = text => {
+                event.appname = self.bytes(b).into();
+                true
+            }
+            ("procid", _) if let Some(b) = text => {
+                event.procid = self.bytes(b).into();
+                true
+            }
+            ("msgid", _) if let Some(b) = text => {
+                event.msgid = self.bytes(b).into();
+                true
+            }
+            ("message", _) if let Some(b) = text => {
+                event.message = self.bytes(b).into();
+                true
+            }
+            ("tag", _) if let Some(b) = text => {
+                event.tag = self.bytes(b).into();
+                true
+            }
+            ("facility", _) if let Some(b) = text => {
+                match std::str::from_utf8(b).ok().and_then(names::facility_code) {
+                    Some(code) if names::facility_name(code).is_some_and(|n| n.as_bytes() == b) => {
+                        event.facility = Some(code);
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            ("severity", _) if let Some(b) = text => {
+                match std::str::from_utf8(b).ok().and_then(names::severity_code) {
+                    Some(code) if names::severity_name(code).is_some_and(|n| n.as_bytes() == b) => {
+                        event.severity = Some(code);
+                        true
+                    }
+                    _ => false,
+                }
+            }
+            ("version", Vrl::Integer(v)) => match u8::try_from(*v) {
+                Ok(v) => {
+                    event.version = Some(v);
+                    true
+                }
+                Err(_) => false,
+            },
+            ("structured_data", Vrl::Object(obj)) => self.structured_data(event, orig, obj),
+            ("source_ip", _) if let Some(b) = text => {
+                match std::str::from_utf8(b)
+                    .ok()
+                    .and_then(|s| s.parse::<IpAddr>().ok())
+                {
+                    Some(ip) => {
+                        event.peer = match self.peers.iter().position(|p| *p == ip) {
+                            Some(i) => i as u16,
+                            None if self.peers.len() < usize::from(Event::NO_PEER) => {
+                                self.peers.push(ip);
+                                (self.peers.len() - 1) as u16
+                            }
+                            None => return false,
+                        };
+                        true
+                    }
+                    None => false,
+                }
+            }
+            // The batch says it for every event; a program cannot change it per event.
+            ("source_type", _) if let Some(b) = text => b == input.source_type.as_bytes(),
+            ("flags", Vrl::Array(items)) => {
+                let mut flags = Flags::default();
+                for item in items {
+                    let Some(b) = text_of(item) else {
+                        return false;
+                    };
+                    match FLAG_NAMES.iter().find(|(_, n)| n.as_bytes() == b) {
+                        Some((f, _)) => flags.insert(*f),
+                        None => return false,
+                    }
+                }
+                event.flags = flags;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// `structured_data` back into the batch's tables; false when its shape is not SD's (an
+    /// object of objects of strings or arrays of strings).
+    fn structured_data(&mut self, event: &mut Event, orig: &Event, obj: &ObjectMap) -> bool {
+        let shape_ok = obj.values().all(|params| match params {
+            Vrl::Object(p) => p.values().all(|v| match v {
+                Vrl::Array(items) => items.iter().all(|i| text_of(i).is_some()),
+                one => text_of(one).is_some(),
+            }),
+            _ => false,
+        });
+        if !shape_ok {
+            return false;
+        }
+        // Unchanged: keep the elements as they were (their order, escapes, repeated ids).
+        if orig.structured_data.is_some()
+            && structured_data(self.input, self.input.sd_elements_of(orig))
+                == Vrl::Object(obj.clone())
+        {
+            let first = self.sd_elements.len() as u32;
+            for el in self.input.sd_elements_of(orig) {
+                let p0 = self.sd_params.len() as u32;
+                self.sd_params.extend_from_slice(self.input.params_of(el));
+                self.sd_elements.push(SdElement {
+                    id: el.id,
+                    params: (p0, self.sd_params.len() as u32),
+                });
+            }
+            event.structured_data = Some((first, self.sd_elements.len() as u32));
+            return true;
+        }
+        let first = self.sd_elements.len() as u32;
+        for (id, params) in obj {
+            let Vrl::Object(params) = params else {
+                continue;
+            };
+            let id = self.text(id.as_bytes());
+            let p0 = self.sd_params.len() as u32;
+            for (name, value) in params {
+                let name = self.text(name.as_bytes());
+                let values: &[Vrl] = match value {
+                    Vrl::Array(items) => items,
+                    one => std::slice::from_ref(one),
+                };
+                for v in values {
+                    if let Some(b) = text_of(v) {
+                        let value = self.bytes(b);
+                        self.sd_params.push(SdParam {
+                            name,
+                            value,
+                            escaped: false,
+                        });
+                    }
+                }
+            }
+            self.sd_elements.push(SdElement {
+                id,
+                params: (p0, self.sd_params.len() as u32),
+            });
+        }
+        event.structured_data = Some((first, self.sd_elements.len() as u32));
+        true
+    }
+
+    /// A record value, keeping `orig`'s representation when the program left it as it was.
+    fn value(&mut self, v: &Vrl, orig: Option<Value>, depth: usize) -> Value {
+        if let Some(o) = orig
+            && !matches!(o, Value::Map(..) | Value::Array(..))
+            && value_to_vrl(self.input, o, depth) == *v
+        {
+            return o;
+        }
+        match v {
+            Vrl::Bytes(b) => Value::Str(self.bytes(b)),
+            Vrl::String(t) => Value::Str(self.bytes(t.as_bytes())),
+            Vrl::Regex(r) => Value::Str(self.text(r.as_str().as_bytes())),
+            Vrl::Integer(i) => Value::Int(*i),
+            Vrl::Float(f) => Value::Float(f.into_inner()),
+            Vrl::Boolean(b) => Value::Bool(*b),
+            Vrl::Null => Value::Null,
+            Vrl::Timestamp(t) => {
+                let text = t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+                Value::Str(self.text(text.as_bytes()))
+            }
+            Vrl::Object(_) | Vrl::Array(_) if depth >= MAX_DEPTH => Value::Null,
+            Vrl::Object(obj) => {
+                let orig_children: &[Field] = match orig {
+                    Some(o @ Value::Map(..)) => self.input.children(o),
+                    _ => &[],
+                };
+                // Keys the input map had, in its order, then new ones.
+                let mut entries: Vec<(&str, &Vrl, Option<Field>)> = Vec::with_capacity(obj.len());
+                let mut seen = std::collections::HashSet::new();
+                for f in orig_children {
+                    let name = String::from_utf8_lossy(self.input.str(f.name));
+                    if let Some((k, v)) = obj.get_key_value(name.as_ref())
+                        && seen.insert(k.as_str())
+                    {
+                        entries.push((k.as_str(), v, Some(*f)));
+                    }
+                }
+                for (k, v) in obj {
+                    if !seen.contains(k.as_str()) {
+                        entries.push((k.as_str(), v, None));
+                    }
+                }
+                let start = self.fields.len();
+                let n = entries.len();
+                self.fields.extend(entries.iter().map(|_| Field {
+                    name: Span::EMPTY,
+                    value: Value::Null,
+                }));
+                for (i, (k, v, of)) in entries.into_iter().enumerate() {
+                    let name = match of {
+                        Some(f) if self.input.str(f.name) == k.as_bytes() => f.name,
+                        _ => self.text(k.as_bytes()),
+                    };
+                    let value = self.value(v, of.map(|f| f.value), depth + 1);
+                    self.fields[start + i] = Field { name, value };
+                }
+                Value::Map(start as u32, (start + n) as u32)
+            }
+            Vrl::Array(items) => {
+                let orig_items: &[Field] = match orig {
+                    Some(o @ Value::Array(..)) => self.input.children(o),
+                    _ => &[],
+                };
+                let start = self.fields.len();
+                self.fields.extend(items.iter().map(|_| Field {
+                    name: Span::EMPTY,
+                    value: Value::Null,
+                }));
+                for (i, item) in items.iter().enumerate() {
+                    let of = orig_items.get(i).map(|f| f.value);
+                    let value = self.value(item, of, depth + 1);
+                    self.fields[start + i] = Field {
+                        name: Span::EMPTY,
+                        value,
+                    };
+                }
+                Value::Array(start as u32, (start + items.len()) as u32)
+            }
+        }
+    }
+
+    /// The span of `b`: where it already lies in the input's arena (a value the program moved
+    /// or left alone), else appended.
+    fn bytes(&mut self, b: &[u8]) -> Span {
+        let arena = &self.input.arena;
+        let base = arena.as_ptr() as usize;
+        let at = b.as_ptr() as usize;
+        if !b.is_empty() && at >= base && at + b.len() <= base + arena.len() {
+            let start = at - base;
+            return Span::new(start, start + b.len());
+        }
+        self.text(b)
+    }
+
+    fn text(&mut self, s: &[u8]) -> Span {
+        let start = self.input.arena.len() + self.extra.len();
+        self.extra.extend_from_slice(s);
+        Span::new(start, start + s.len())
+    }
+
+    /// The batch: the input's arena with what was appended, the input's finalizer (the source
+    /// learns the fate of its events from whichever batches carry them on).
+    pub fn finish(self) -> EventBatch {
+        let input = self.input;
+        let arena = if self.extra.is_empty() {
+            input.arena.clone()
+        } else {
+            let mut arena = Vec::with_capacity(input.arena.len() + self.extra.len());
+            arena.extend_from_slice(&input.arena);
+            arena.extend_from_slice(&self.extra);
+            Bytes::from(arena)
+        };
+        let mut out = EventBatch::new(arena, input.source.clone(), input.source_type);
+        out.events = self.events;
+        out.fields = self.fields;
+        out.sd_elements = self.sd_elements;
+        out.sd_params = self.sd_params;
+        out.peers = self.peers;
+        out.received = input.received;
+        out.finalizer = input.finalizer.clone();
+        out
+    }
+}
+
+/// The bytes of a string value.
+fn text_of(value: &Vrl) -> Option<&[u8]> {
+    match value {
+        Vrl::Bytes(b) => Some(b),
+        Vrl::String(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+fn message_only(value: &Vrl) -> ObjectMap {
+    let mut obj = ObjectMap::new();
+    obj.insert("message".into(), value.clone());
+    obj
+}
+
+/// The fewest of 0, 3, 6 or 9 fractional digits that write `nanos` exactly (what Vector's
+/// RFC 3339 output does).
+fn auto_digits(nanos: i64) -> u8 {
+    let sub = nanos.rem_euclid(1_000_000_000);
+    if sub == 0 {
+        0
+    } else if sub % 1_000_000 == 0 {
+        3
+    } else if sub % 1_000 == 0 {
+        6
+    } else {
+        9
+    }
+}

@@ -1,0 +1,221 @@
+//! Vector Remap Language in loghaul: programs compiled at validation with VRL's own
+//! diagnostics placed in the configuration file, and run on the events of a batch (the
+//! event ↔ value mapping is [`convert`]).
+
+pub mod convert;
+
+use std::sync::{Arc, LazyLock};
+
+use loghaul_config::Validator;
+use loghaul_core::{Event, EventBatch};
+use vrl::compiler::runtime::{Runtime, Terminate};
+use vrl::compiler::{Function, TargetValue, TimeZone};
+use vrl::diagnostic::{Diagnostic, DiagnosticList, Formatter, Label};
+use vrl::value::{Secrets, Value as Vrl};
+
+/// VRL's standard library as this build has it (no network functions).
+static FUNCTIONS: LazyLock<Vec<Box<dyn Function>>> = LazyLock::new(vrl::stdlib::all);
+
+/// A compiled program and its text.
+#[derive(Clone)]
+pub struct Program {
+    pub source: Arc<str>,
+    pub program: Arc<vrl::compiler::Program>,
+}
+
+impl PartialEq for Program {
+    fn eq(&self, other: &Program) -> bool {
+        self.source == other.source
+    }
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Program").field(&self.source).finish()
+    }
+}
+
+/// What a program must return.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// Anything (a `remap` program: its effect is the event).
+    Any,
+    /// A boolean (a condition).
+    Boolean,
+}
+
+/// Compiles `source`, the value of `key`; each of VRL's errors is reported at its place in the
+/// configuration file with VRL's rendering of it as the hint.
+pub fn compile(
+    source: &str,
+    expect: Expect,
+    cx: &mut Validator<'_, '_>,
+    key: &[&str],
+) -> Option<Program> {
+    compile_placed(source, expect, cx, key, true)
+}
+
+/// As [`compile`], for a program read from a file the key names: errors are reported at the
+/// key, with the program's line and column in the message.
+pub fn compile_elsewhere(
+    source: &str,
+    expect: Expect,
+    cx: &mut Validator<'_, '_>,
+    key: &[&str],
+) -> Option<Program> {
+    compile_placed(source, expect, cx, key, false)
+}
+
+fn compile_placed(
+    source: &str,
+    expect: Expect,
+    cx: &mut Validator<'_, '_>,
+    key: &[&str],
+    inline: bool,
+) -> Option<Program> {
+    match vrl::compiler::compile(source, &FUNCTIONS) {
+        Ok(result) => {
+            for warning in result.warnings.iter() {
+                cx.warn(key, headline(warning), Some(render(source, warning)));
+            }
+            if expect == Expect::Boolean {
+                let kind = result.program.final_type_info().result.kind().clone();
+                if !kind.is_boolean() {
+                    cx.error(
+                        key,
+                        format!("a condition must return a boolean; this one returns {kind}"),
+                        Some("e.g. `.severity == \"err\"` or `exists(.user)`".to_owned()),
+                    );
+                    return None;
+                }
+            }
+            Some(Program {
+                source: source.into(),
+                program: Arc::new(result.program),
+            })
+        }
+        Err(diagnostics) => {
+            for d in diagnostics.iter() {
+                let at = d
+                    .labels
+                    .iter()
+                    .find(|l| l.primary)
+                    .or(d.labels.first())
+                    .map_or((0, 0), |l: &Label| line_column(source, l.span.start()));
+                if inline {
+                    cx.error_in_value(key, at, headline(d), Some(render(source, d)));
+                } else {
+                    let message = format!(
+                        "{} (the program's line {}, column {})",
+                        headline(d),
+                        at.0 + 1,
+                        at.1 + 1
+                    );
+                    cx.error(key, message, Some(render(source, d)));
+                }
+            }
+            None
+        }
+    }
+}
+
+/// `error[E103]: unhandled fallible assignment: this expression is fallible`.
+fn headline(d: &Diagnostic) -> String {
+    let kind = if d.is_warning() { "warning" } else { "error" };
+    match d.labels.iter().find(|l| l.primary) {
+        Some(label) if !label.message.is_empty() => {
+            format!("VRL {kind}[E{}]: {}: {}", d.code, d.message, label.message)
+        }
+        _ => format!("VRL {kind}[E{}]: {}", d.code, d.message),
+    }
+}
+
+/// VRL's own rendering of one diagnostic (the program's lines, the labels, the notes).
+fn render(source: &str, d: &Diagnostic) -> String {
+    let text = Formatter::new(source, DiagnosticList::from(vec![d.clone()])).to_string();
+    text.trim_matches('\n').to_owned()
+}
+
+/// 0-based line and character column of byte `offset` of `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count();
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count());
+    (line, column)
+}
+
+/// What running a program on one event gave.
+pub enum Outcome {
+    /// It ran to its end: the event(s) it left, and what it returned.
+    Done { event: Vrl, result: Vrl },
+    /// `abort` ran.
+    Aborted(String),
+    /// An expression failed.
+    Failed(String),
+}
+
+/// Runs programs on events; one per task (it holds the program's local variables).
+pub struct Runner {
+    runtime: Runtime,
+    timezone: TimeZone,
+}
+
+impl Runner {
+    pub fn new(timezone: TimeZone) -> Runner {
+        Runner {
+            runtime: Runtime::default(),
+            timezone,
+        }
+    }
+
+    /// Runs `program` on `event` of `batch`.
+    pub fn run(&mut self, program: &Program, batch: &EventBatch, event: &Event) -> Outcome {
+        let mut target = TargetValue {
+            value: convert::to_vrl(batch, event),
+            metadata: convert::metadata(batch, event),
+            secrets: Secrets::default(),
+        };
+        let result = self
+            .runtime
+            .resolve(&mut target, &program.program, &self.timezone);
+        // Local variables do not outlive one event.
+        self.runtime.clear();
+        match result {
+            Ok(result) => Outcome::Done {
+                event: target.value,
+                result,
+            },
+            Err(Terminate::Abort(e)) => Outcome::Aborted(e.to_string()),
+            Err(Terminate::Error(e)) => Outcome::Failed(e.to_string()),
+            Err(Terminate::Interrupted) => Outcome::Failed("execution interrupted".to_owned()),
+        }
+    }
+
+    /// Whether a condition holds for `event`: true only when it returns `true`; a failing
+    /// condition is false, its error returned for counting.
+    pub fn test(
+        &mut self,
+        program: &Program,
+        batch: &EventBatch,
+        event: &Event,
+    ) -> Result<bool, String> {
+        match self.run(program, batch, event) {
+            Outcome::Done { result, .. } => Ok(matches!(result, Vrl::Boolean(true))),
+            Outcome::Aborted(e) | Outcome::Failed(e) => Err(e),
+        }
+    }
+}
+
+/// The time zone VRL functions use when a program names none: `local` (the default) or an
+/// IANA name.
+///
+/// # Errors
+///
+/// The name is no time zone.
+pub fn timezone(name: Option<&str>) -> Result<TimeZone, String> {
+    match name {
+        None | Some("local") => Ok(TimeZone::Local),
+        Some(name) => TimeZone::parse(name).ok_or_else(|| format!("unknown time zone `{name}`")),
+    }
+}
