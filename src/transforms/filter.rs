@@ -1,4 +1,5 @@
-//! The `filter` transform: keeps events that match every configured condition.
+//! The `filter` transform: keeps events that match every configured condition (the syslog
+//! shorthands, and a VRL `condition`).
 //!
 //! The output batch shares the input's arena and finalizer; dropped events count as
 //! `component_discarded_events_total{reason="filtered"}` and are acknowledged as delivered (a
@@ -11,8 +12,9 @@ use loghaul_config::{ComponentConfig, Validator, facility_hint, severity_hint};
 use loghaul_core::{BatchStatus, Event, EventBatch, names};
 use serde::Deserialize;
 
+use super::vrl::{Expect, Program, Runner};
 use super::{BuildTransform, TransformContext};
-use crate::metrics::{ComponentMetrics, DiscardReason, Health};
+use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::pipeline::{BoxFuture, Fanout, Input};
 
 /// `type: filter`, as written.
@@ -31,10 +33,13 @@ pub struct RawFilter {
     /// Keep only events whose message contains this text.
     #[serde(default)]
     pub contains: Option<String>,
+    /// Keep only events for which this VRL expression returns `true`.
+    #[serde(default)]
+    pub condition: Option<String>,
 }
 
 /// A filter transform. Unset conditions match everything.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct FilterConfig {
     /// Keep events whose severity code is at most this (0 = emerg is the most severe).
     pub min_severity: Option<u8>,
@@ -44,6 +49,8 @@ pub struct FilterConfig {
     pub appnames: Option<Vec<String>>,
     /// Keep events whose message contains this.
     pub contains: Option<String>,
+    /// Keep events for which it returns `true` (one that fails on an event drops it).
+    pub condition: Option<Program>,
 }
 
 impl ComponentConfig for FilterConfig {
@@ -118,7 +125,12 @@ impl ComponentConfig for FilterConfig {
         } else {
             true
         };
+        let condition = match &f.condition {
+            None => Some(None),
+            Some(c) => super::vrl::compile(c, Expect::Boolean, cx, &["condition"]).map(Some),
+        };
         Some(FilterConfig {
+            condition: condition?,
             min_severity: min_severity?,
             facilities: facilities?,
             appnames: appnames_ok.then_some(f.appnames)?,
@@ -171,8 +183,21 @@ pub async fn run(
     fanout: Fanout,
 ) {
     metrics.set_health(Health::Running, None);
+    let mut runner = Runner::new(vrl::compiler::TimeZone::Local);
     while let Some(delivery) = input.recv().await {
-        let kept = delivery.retain_view(|b, e| matches(&config, b, e));
+        let kept = crate::pipeline::cpu_heavy(|| {
+            delivery.retain_view(|b, e| {
+                matches(&config, b, e)
+                    && config.condition.as_ref().is_none_or(|c| {
+                        let mut target = super::vrl::target(b, e);
+                        runner.test(c, &mut target).unwrap_or_else(|error| {
+                            metrics.error(ErrorKind::Program, 1);
+                            crate::warn_limited!(metrics, %error, "filter condition failed on an event");
+                            false
+                        })
+                    })
+            })
+        });
         metrics.discarded(
             DiscardReason::Filtered,
             (delivery.len() - kept.len()) as u64,
@@ -212,6 +237,17 @@ mod tests {
         error_at(&t, "facilities", "`facilities: []` matches no event");
         let t = transform("type: filter\nfacilities: auth");
         error_at(&t, "facilities", "expected");
+    }
+
+    #[test]
+    fn conditions_are_boolean_vrl() {
+        ok(&transform(
+            "type: filter\ncondition: '.severity == \"err\"'",
+        ));
+        let t = transform("type: filter\ncondition: '.message'");
+        error_at(&t, "condition:", "a condition must return a boolean");
+        let t = transform("type: filter\ncondition: 'starts_with(.message, \"x\")'");
+        error_at(&t, "condition:", "VRL error[E110]");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub mod filter;
 pub mod remap;
+pub mod route;
 pub mod tag_glob;
 pub mod vrl;
 
@@ -19,6 +20,7 @@ loghaul_config::component_set! {
     pub enum TransformConfig: Transform as dyn BuildTransform {
         Filter(filter::FilterConfig),
         Remap(remap::RemapConfig),
+        Route(route::RouteConfig),
     }
 }
 

@@ -66,7 +66,7 @@ impl ComponentConfig for RemapConfig {
         let given = [r.source.is_some(), r.file.is_some(), r.files.is_some()];
         let (source, key): (String, &str) = match (&r.source, &r.file, &r.files) {
             _ if given.iter().filter(|g| **g).count() > 1 => {
-                cx.error(
+                cx.error_at_key(
                     &[],
                     "`source`, `file` and `files` exclude each other",
                     Some("give the program one way".to_owned()),
@@ -88,7 +88,7 @@ impl ComponentConfig for RemapConfig {
                 (text, "files")
             }
             _ => {
-                cx.error(
+                cx.error_at_key(
                     &[],
                     "`type: remap` needs a program",
                     Some(
@@ -258,4 +258,75 @@ async fn run(
         delivery.ack.commit(BatchStatus::Delivered);
     }
     metrics.set_health(Health::Stopped, None);
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    //! The configuration errors, each at the line (and, for VRL, the column) of its cause.
+
+    use crate::config::testing::{error_at, load, ok, transform};
+
+    #[test]
+    fn program_errors_point_into_the_program() {
+        let t = transform("type: remap\nsource: |\n  .a = 1\n  .b = upcase(.c)");
+        error_at(
+            &t,
+            ".b = upcase",
+            "VRL error[E103]: unhandled fallible assignment",
+        );
+        let e = load(&t).unwrap_err().to_string();
+        // `upcase` starts at column 10 of its line (4 of indentation under `x:`, 2 in the block).
+        let line = t.lines().position(|l| l.contains("upcase")).unwrap() + 1;
+        assert!(e.contains(&format!("t.yaml:{line}:12:")), "{e}");
+        assert!(e.contains("upcase!(.c)"), "VRL's own hint is shown: {e}");
+        let t = transform("type: remap\nsource: 'nope(.a)'");
+        error_at(&t, "source:", "VRL error[E105]: call to undefined function");
+        let t = transform("type: remap\nsource: '.a = parse_regex!(.m, r''(unclosed'')'");
+        error_at(&t, "source:", "VRL error");
+        let t = transform("type: remap\nsource: '.a = '");
+        error_at(&t, "source:", "syntax error");
+    }
+
+    #[test]
+    fn one_program_and_a_known_time_zone() {
+        error_at(&transform("type: remap"), "  x:", "needs a program");
+        let t = transform("type: remap\nsource: 'true'\nfile: x.vrl");
+        error_at(&t, "  x:", "exclude each other");
+        let t = transform("type: remap\nfile: /nonexistent/p.vrl");
+        error_at(&t, "file:", "cannot read the program `/nonexistent/p.vrl`");
+        let t = transform("type: remap\nsource: 'true'\ntimezone: Mars/Olympus");
+        error_at(&t, "timezone:", "unknown time zone `Mars/Olympus`");
+        ok(&transform(
+            "type: remap\nsource: 'true'\ntimezone: Europe/Paris",
+        ));
+        let t = transform("type: remap\nsource: 'true'\ndrop_on_eror: true");
+        error_at(&t, "drop_on_eror", "unknown key `drop_on_eror`");
+    }
+
+    #[test]
+    fn a_program_file_reports_its_own_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.vrl");
+        std::fs::write(&path, ".a = 1\n.b = upcase(.c)\n").unwrap();
+        let t = transform(&format!("type: remap\nfile: {}", path.display()));
+        error_at(&t, "file:", "(the program's line 2, column 6)");
+        std::fs::write(&path, ".b = upcase!(.c)\n").unwrap();
+        ok(&t);
+    }
+
+    #[test]
+    fn dropped_is_an_output_only_when_rerouted() {
+        let body = "type: remap\nsource: 'true'";
+        let with = |reroute: bool| {
+            format!(
+                "sources:\n  in: {{ type: syslog, mode: udp, address: \"127.0.0.1:5514\" }}\n\
+                 transforms:\n  x: {{ type: remap, inputs: [in], source: 'true', reroute_dropped: {reroute} }}\n\
+                 sinks:\n  out: {{ type: blackhole, inputs: [x, x.dropped] }}\n"
+            )
+        };
+        ok(&with(true));
+        error_at(&with(false), "x.dropped", "`x` has no output `dropped`");
+        ok(&transform(body));
+    }
 }

@@ -1102,7 +1102,7 @@ fn installed(path: PathBuf, what: &str) -> PathBuf {
     path
 }
 
-fn python_sender() -> Command {
+pub(crate) fn python_sender() -> Command {
     let dir = clients_dir().join("python");
     let python = installed(dir.join(".venv/bin/python"), "PyPI fluent-logger");
     let mut cmd = Command::new(python);
@@ -1125,7 +1125,7 @@ fn node_sender() -> Command {
     node_script("send.mjs")
 }
 
-fn go_sender() -> Command {
+pub(crate) fn go_sender() -> Command {
     Command::new(installed(
         clients_dir().join("go/bin/fluent-go-send"),
         "fluent-logger-golang (fluent-go-send)",

@@ -808,6 +808,10 @@ fn inside_value(text: &str, start: Pos, line: usize, column: usize) -> Option<Po
     };
     Some(if line == 0 {
         Pos::new(start.line, start.column + opening + column)
+    } else if opening == 0 {
+        // Only a block scalar spans lines unfolded; where the parser places its value at its
+        // first line of content, every line has that line's indentation.
+        Pos::new(start.line + line, start.column + column)
     } else {
         Pos::new(start.line + line, column + 1)
     })

@@ -78,6 +78,14 @@ fn compile_placed(
             for warning in result.warnings.iter() {
                 cx.warn(key, headline(warning), Some(render(source, warning)));
             }
+            if expect == Expect::Boolean && !result.program.info().target_assignments.is_empty() {
+                cx.error(
+                    key,
+                    "a condition cannot change the event",
+                    Some("use a `remap` transform before it to change events".to_owned()),
+                );
+                return None;
+            }
             if expect == Expect::Boolean {
                 let kind = result.program.final_type_info().result.kind().clone();
                 if !kind.is_boolean() {
@@ -171,11 +179,7 @@ impl Runner {
 
     /// Runs `program` on `event` of `batch`.
     pub fn run(&mut self, program: &Program, batch: &EventBatch, event: &Event) -> Outcome {
-        let mut target = TargetValue {
-            value: convert::to_vrl(batch, event),
-            metadata: convert::metadata(batch, event),
-            secrets: Secrets::default(),
-        };
+        let mut target = target(batch, event);
         let result = self
             .runtime
             .resolve(&mut target, &program.program, &self.timezone);
@@ -192,18 +196,28 @@ impl Runner {
         }
     }
 
-    /// Whether a condition holds for `event`: true only when it returns `true`; a failing
-    /// condition is false, its error returned for counting.
-    pub fn test(
-        &mut self,
-        program: &Program,
-        batch: &EventBatch,
-        event: &Event,
-    ) -> Result<bool, String> {
-        match self.run(program, batch, event) {
-            Outcome::Done { result, .. } => Ok(matches!(result, Vrl::Boolean(true))),
-            Outcome::Aborted(e) | Outcome::Failed(e) => Err(e),
+    /// Whether a condition holds for the event in `target` (see [`target`]): true only when
+    /// it returns `true`; a failing condition is false, its error returned for counting.
+    /// Conditions cannot assign (validation refuses it), so one target serves every condition
+    /// tested on an event.
+    pub fn test(&mut self, program: &Program, target: &mut TargetValue) -> Result<bool, String> {
+        let result = self
+            .runtime
+            .resolve(target, &program.program, &self.timezone);
+        self.runtime.clear();
+        match result {
+            Ok(result) => Ok(matches!(result, Vrl::Boolean(true))),
+            Err(e) => Err(e.to_string()),
         }
+    }
+}
+
+/// What a program runs on for `event`: its value and its metadata.
+pub fn target(batch: &EventBatch, event: &Event) -> TargetValue {
+    TargetValue {
+        value: convert::to_vrl(batch, event),
+        metadata: convert::metadata(batch, event),
+        secrets: Secrets::default(),
     }
 }
 
@@ -219,3 +233,6 @@ pub fn timezone(name: Option<&str>) -> Result<TimeZone, String> {
         Some(name) => TimeZone::parse(name).ok_or_else(|| format!("unknown time zone `{name}`")),
     }
 }
+
+#[cfg(test)]
+mod docs_tests;
