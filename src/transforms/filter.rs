@@ -189,8 +189,7 @@ pub async fn run(
             delivery.retain_view(|b, e| {
                 matches(&config, b, e)
                     && config.condition.as_ref().is_none_or(|c| {
-                        let mut target = super::vrl::target(b, e);
-                        runner.test(c, &mut target).unwrap_or_else(|error| {
+                        runner.condition(c, b, e, &mut None).unwrap_or_else(|error| {
                             metrics.error(ErrorKind::Program, 1);
                             crate::warn_limited!(metrics, %error, "filter condition failed on an event");
                             false

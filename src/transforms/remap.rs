@@ -15,7 +15,7 @@ use serde::Deserialize;
 use vrl::value::{ObjectMap, Value as Vrl};
 
 use super::vrl::convert::{Builder, to_vrl};
-use super::vrl::{Expect, Outcome, Program, Runner};
+use super::vrl::{Expect, Outcome, Program, Runner, fast};
 use super::{BuildTransform, TransformContext};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::pipeline::{BoxFuture, Fanout};
@@ -46,6 +46,10 @@ pub struct RawRemap {
     /// The time zone of functions given no time zone: `local` (default) or an IANA name.
     #[serde(default)]
     pub timezone: Option<String>,
+    /// Run the program on the fast path when all of it is in its subset (default); `false`
+    /// runs it on the VRL runtime whatever it holds.
+    #[serde(default)]
+    pub fast_path: Option<bool>,
 }
 
 /// A remap transform.
@@ -56,6 +60,7 @@ pub struct RemapConfig {
     pub drop_on_abort: bool,
     pub reroute_dropped: bool,
     pub timezone: Option<String>,
+    pub fast_path: bool,
 }
 
 impl ComponentConfig for RemapConfig {
@@ -124,6 +129,7 @@ impl ComponentConfig for RemapConfig {
             drop_on_abort: r.drop_on_abort.unwrap_or(true),
             reroute_dropped: r.reroute_dropped.unwrap_or(false),
             timezone: r.timezone,
+            fast_path: r.fast_path.unwrap_or(true),
         })
     }
 
@@ -183,7 +189,39 @@ pub fn remap_batch(
     let mut out = Builder::new(batch);
     let mut dropped = config.reroute_dropped.then(|| Builder::new(batch));
     let mut discarded = 0;
+    let fast = match &config.program.fast {
+        Ok(fp) if config.fast_path => Some(fp),
+        _ => None,
+    };
     for event in &batch.events {
+        if let Some(fp) = fast {
+            let mut cx = fast::Cx {
+                program: fp,
+                batch,
+                event,
+                arena: out.arena(),
+            };
+            match runner.machine.run(&mut cx) {
+                Ok(fast::Done::Event) => {
+                    out.push_fast(event, &runner.machine, &fp.literals);
+                    runner.fast_runs += 1;
+                    continue;
+                }
+                // Without a message to carry on, an abort that drops needs no runtime.
+                Ok(fast::Done::Aborted) if config.drop_on_abort && !config.reroute_dropped => {
+                    metrics.error(ErrorKind::Program, 1);
+                    crate::warn_limited!(
+                        metrics,
+                        reason = "abort",
+                        "remap program aborted on an event"
+                    );
+                    discarded += 1;
+                    continue;
+                }
+                // Everything else is the VRL runtime's, whole.
+                Ok(fast::Done::Aborted) | Err(fast::Bail) => runner.bails += 1,
+            }
+        }
         let (reason, message, drop) = match runner.run(&config.program, batch, event) {
             Outcome::Done { event: value, .. } => {
                 out.push(event, &value);
@@ -246,10 +284,20 @@ async fn run(
 ) {
     metrics.set_health(Health::Running, None);
     let id = metrics.id.clone();
+    let bails = metrics.counter(
+        "loghaul_remap_runtime_fallbacks_total",
+        "Events a remap on the fast path ran on the VRL runtime instead (a value or an error the fast path leaves to it).",
+        &[],
+    );
     while let Some(delivery) = input.recv().await {
+        let before = runner.bails;
         let done = crate::pipeline::cpu_heavy(|| {
             remap_batch(&config, &id, &mut runner, &delivery.batch, &metrics)
         });
+        bails.fetch_add(
+            (runner.bails - before) as i64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
         metrics.discarded(DiscardReason::ProgramDropped, done.discarded as u64);
         send_on(&fanout, done.out, &metrics).await;
         if let (Some(batch), Some(output)) = (done.dropped, &dropped) {

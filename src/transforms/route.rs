@@ -233,18 +233,17 @@ pub fn decide(
 ) -> Vec<Vec<bool>> {
     let n = batch.len();
     let mut routes = vec![vec![false; n]; config.rules.len() + 1];
-    let needs_vrl = config.rules.iter().any(|r| r.condition.is_some());
     for (i, event) in batch.events.iter().enumerate() {
         let tag = event.tag.get().map(|t| batch.str(t));
-        let mut target = needs_vrl.then(|| super::vrl::target(batch, event));
+        let mut target = None;
         let mut any = false;
         for (r, rule) in config.rules.iter().enumerate() {
             let tag_ok =
                 rule.tags.is_empty() || tag.is_some_and(|t| rule.tags.iter().any(|p| p.matches(t)));
             let matched = tag_ok
-                && match (&rule.condition, target.as_mut()) {
-                    (None, _) => true,
-                    (Some(program), Some(target)) => match runner.test(program, target) {
+                && match &rule.condition {
+                    None => true,
+                    Some(program) => match runner.condition(program, batch, event, &mut target) {
                         Ok(m) => m,
                         Err(e) => {
                             metrics.error(ErrorKind::Program, 1);
@@ -252,7 +251,6 @@ pub fn decide(
                             false
                         }
                     },
-                    (Some(_), None) => false,
                 };
             if matched {
                 routes[r][i] = true;

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::harness::*;
 
-const CORPUS: &str = "/tmp/mut";
+const CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/vrl-docs");
 const DISCARDED: &str = "loghaul_component_discarded_events_total";
 const ERRORS: &str = "loghaul_component_errors_total";
 
@@ -98,7 +98,8 @@ fn config(programs: &[Program]) -> String {
         );
     }
     format!(
-        "api: {{ address: \"127.0.0.1:{{API}}\" }}\nsources:\n{sources}transforms:\n{transforms}sinks:\n{sinks}"
+        "api: {{ address: \"127.0.0.1:{{API}}\" }}\n\
+         sources:\n{sources}transforms:\n{transforms}sinks:\n{sinks}"
     )
 }
 

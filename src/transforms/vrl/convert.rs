@@ -18,6 +18,8 @@ use loghaul_core::batch::{Field, SdElement, SdParam, Value};
 use loghaul_core::{Event, EventBatch, Flags, Span, Timestamp, names};
 use vrl::value::{KeyString, ObjectMap, Value as Vrl};
 
+use super::fast::{Arena, Key, Machine, V, original_field};
+
 /// Deeper than any decoder builds (they stop well before); a guard, not a limit users meet.
 const MAX_DEPTH: usize = 128;
 
@@ -124,7 +126,7 @@ pub fn datetime(ts: Timestamp) -> DateTime<Utc> {
     DateTime::from_timestamp(ts.unix_seconds(), ts.subsec_nanos()).unwrap_or_default()
 }
 
-fn value_to_vrl(batch: &EventBatch, value: Value, depth: usize) -> Vrl {
+pub fn value_to_vrl(batch: &EventBatch, value: Value, depth: usize) -> Vrl {
     match value {
         Value::Str(s) | Value::Bytes(s) => Vrl::Bytes(slice(batch, s)),
         Value::Int(i) => Vrl::Integer(i),
@@ -225,6 +227,36 @@ pub struct Builder<'a> {
     sd_elements: Vec<SdElement>,
     sd_params: Vec<SdParam>,
     peers: Vec<IpAddr>,
+    /// Spans of the fast path's literals already appended, by literal index.
+    lits: Vec<Option<Span>>,
+}
+
+/// A read-only view of the output arena.
+struct ArenaView<'a> {
+    input: &'a [u8],
+    extra: &'a [u8],
+}
+
+impl<'a> ArenaView<'a> {
+    fn get(&self, span: Span) -> &'a [u8] {
+        let (s, e) = (span.start as usize, span.end as usize);
+        if e <= self.input.len() {
+            self.input.get(s..e).unwrap_or_default()
+        } else {
+            let base = self.input.len();
+            self.extra
+                .get(s.saturating_sub(base)..e.saturating_sub(base))
+                .unwrap_or_default()
+        }
+    }
+
+    fn key(&self, literals: &'a [Box<[u8]>], k: Key) -> &'a [u8] {
+        match k {
+            Key::Span(s) => self.get(s),
+            Key::Static(s) => s,
+            Key::Lit(i) => literals.get(i as usize).map_or(&[][..], |b| &b[..]),
+        }
+    }
 }
 
 impl<'a> Builder<'a> {
@@ -237,6 +269,7 @@ impl<'a> Builder<'a> {
             sd_elements: Vec::new(),
             sd_params: Vec::new(),
             peers: input.peers.clone(),
+            lits: Vec::new(),
         }
     }
 
@@ -264,6 +297,380 @@ impl<'a> Builder<'a> {
             }
             other => self.push_object(orig, &message_only(other)),
         }
+    }
+
+    /// The output arena as the fast path reads and appends to it.
+    pub fn arena(&mut self) -> Arena<'_> {
+        Arena {
+            input: &self.input.arena,
+            extra: &mut self.extra,
+        }
+    }
+
+    /// Adds the event the fast path left in `m`'s overlay over `orig`, by the same rules as
+    /// [`Builder::push`] applies to the VRL runtime's object (the differential tests hold the
+    /// two to one output).
+    pub fn push_fast(&mut self, orig: &Event, m: &Machine, literals: &[Box<[u8]>]) {
+        let input = self.input;
+        let orig_fields = input.fields_of(orig);
+        let shadowed = |name: &[u8]| orig_fields.iter().any(|f| input.str(f.name) == name);
+        // The event's top-level value of `name` now.
+        let current = |b: &Builder<'_>, name: &[u8]| -> Option<V> {
+            let view = ArenaView {
+                input: &input.arena,
+                extra: &b.extra,
+            };
+            for (k, v) in m.overlay.iter().rev() {
+                if view.key(literals, *k) == name {
+                    return *v;
+                }
+            }
+            original_field(input, orig, name)
+        };
+        let mut event = Event {
+            fields: (0, 0),
+            ..Event::default()
+        };
+        let mut taken = [false; OWN.len()];
+        for (i, name) in OWN.iter().enumerate() {
+            if shadowed(name.as_bytes()) {
+                continue;
+            }
+            let Some(v) = current(self, name.as_bytes()) else {
+                continue;
+            };
+            taken[i] = self.own_field_fast(&mut event, orig, name, v, literals);
+        }
+        if !taken[0] {
+            event.timestamp = None;
+        }
+        // The record: the input record's keys in its order, then new keys in VRL's order.
+        let mut entries: Vec<(Option<Field>, Key, V)> = Vec::new();
+        let mut seen: Vec<&[u8]> = Vec::new();
+        for f in orig_fields {
+            let name = input.str(f.name);
+            if seen.contains(&name) {
+                continue;
+            }
+            seen.push(name);
+            if let Some(v) = current(self, name) {
+                entries.push((Some(*f), Key::Span(f.name), v));
+            }
+        }
+        let mut new: Vec<(Key, V)> = Vec::new();
+        for (k, v) in &m.overlay {
+            let Some(v) = v else { continue };
+            let view = ArenaView {
+                input: &input.arena,
+                extra: &self.extra,
+            };
+            let name = view.key(literals, *k);
+            if orig_fields.iter().any(|f| input.str(f.name) == name) {
+                continue;
+            }
+            if let Some(i) = OWN.iter().position(|o| o.as_bytes() == name)
+                && taken[i]
+            {
+                continue;
+            }
+            new.push((*k, *v));
+        }
+        // loghaul's own fields the program left of another kind stay as record keys.
+        for (i, name) in OWN.iter().enumerate() {
+            if taken[i] || shadowed(name.as_bytes()) {
+                continue;
+            }
+            let view = ArenaView {
+                input: &input.arena,
+                extra: &self.extra,
+            };
+            if m.overlay
+                .iter()
+                .any(|(k, _)| view.key(literals, *k) == name.as_bytes())
+            {
+                continue;
+            }
+            if let Some(v) = original_field(input, orig, name.as_bytes()) {
+                new.push((Key::Static(name.as_bytes()), v));
+            }
+        }
+        {
+            let view = ArenaView {
+                input: &input.arena,
+                extra: &self.extra,
+            };
+            new.sort_by(|a, b| view.key(literals, a.0).cmp(view.key(literals, b.0)));
+        }
+        entries.extend(new.into_iter().map(|(k, v)| (None, k, v)));
+        let start = self.fields.len();
+        let n = entries.len();
+        self.fields.extend(entries.iter().map(|_| Field {
+            name: Span::EMPTY,
+            value: Value::Null,
+        }));
+        for (i, (of, k, v)) in entries.into_iter().enumerate() {
+            let name = match (of, k) {
+                (Some(f), _) => f.name,
+                (None, k) => self.key_span(k, literals),
+            };
+            let value = self.value_fast(v, of.map(|f| f.value), m, literals);
+            self.fields[start + i] = Field { name, value };
+        }
+        event.fields = (start as u32, (start + n) as u32);
+        self.events.push(event);
+    }
+
+    fn key_span(&mut self, k: Key, literals: &[Box<[u8]>]) -> Span {
+        match k {
+            Key::Span(s) => s,
+            Key::Static(s) => self.text(s),
+            Key::Lit(i) => self.lit_span(i, literals),
+        }
+    }
+
+    /// A literal's span, appended once per batch.
+    fn lit_span(&mut self, i: u32, literals: &[Box<[u8]>]) -> Span {
+        let i = i as usize;
+        if self.lits.len() <= i {
+            self.lits.resize(i + 1, None);
+        }
+        if let Some(span) = self.lits[i] {
+            return span;
+        }
+        let bytes = literals.get(i).map_or(&[][..], |b| &b[..]);
+        let span = self.text(bytes);
+        self.lits[i] = Some(span);
+        span
+    }
+
+    /// The span of a string value of the fast path.
+    fn text_fast(&mut self, v: V, literals: &[Box<[u8]>]) -> Option<Span> {
+        match v {
+            V::Str(s) | V::Rec(Value::Str(s) | Value::Bytes(s)) => Some(s),
+            V::Static(s) => Some(self.text(s)),
+            V::Lit(i) => Some(self.lit_span(i, literals)),
+            _ => None,
+        }
+    }
+
+    fn fast_bytes<'s>(&'s self, v: V, literals: &'s [Box<[u8]>]) -> Option<&'s [u8]> {
+        let view = ArenaView {
+            input: &self.input.arena,
+            extra: &self.extra,
+        };
+        match v {
+            V::Str(s) | V::Rec(Value::Str(s) | Value::Bytes(s)) => Some(view.get(s)),
+            V::Static(s) => Some(s),
+            V::Lit(i) => literals.get(i as usize).map(|b| &b[..]),
+            _ => None,
+        }
+    }
+
+    fn own_field_fast(
+        &mut self,
+        event: &mut Event,
+        orig: &Event,
+        name: &str,
+        v: V,
+        literals: &[Box<[u8]>],
+    ) -> bool {
+        let input = self.input;
+        match name {
+            "timestamp" => {
+                let V::Ts(nanos) = v else { return false };
+                event.timestamp = if nanos == input.time_of(orig).nanos {
+                    orig.timestamp
+                } else {
+                    Some(Timestamp::from_nanos(nanos, auto_digits(nanos)))
+                };
+                true
+            }
+            "hostname" | "appname" | "procid" | "msgid" | "message" | "tag" => {
+                let Some(span) = self.text_fast(v, literals) else {
+                    return false;
+                };
+                let slot = match name {
+                    "hostname" => &mut event.hostname,
+                    "appname" => &mut event.appname,
+                    "procid" => &mut event.procid,
+                    "msgid" => &mut event.msgid,
+                    "message" => &mut event.message,
+                    _ => &mut event.tag,
+                };
+                *slot = span.into();
+                true
+            }
+            "facility" | "severity" => {
+                let Some(b) = self.fast_bytes(v, literals) else {
+                    return false;
+                };
+                let text = std::str::from_utf8(b).ok();
+                if name == "facility" {
+                    match text.and_then(names::facility_code) {
+                        Some(c) if names::facility_name(c).is_some_and(|n| n.as_bytes() == b) => {
+                            event.facility = Some(c);
+                            true
+                        }
+                        _ => false,
+                    }
+                } else {
+                    match text.and_then(names::severity_code) {
+                        Some(c) if names::severity_name(c).is_some_and(|n| n.as_bytes() == b) => {
+                            event.severity = Some(c);
+                            true
+                        }
+                        _ => false,
+                    }
+                }
+            }
+            "version" => match v {
+                V::Int(i) | V::Rec(Value::Int(i)) => match u8::try_from(i) {
+                    Ok(x) => {
+                        event.version = Some(x);
+                        true
+                    }
+                    Err(_) => false,
+                },
+                _ => false,
+            },
+            "structured_data" => match v {
+                V::Sd => {
+                    let first = self.sd_elements.len() as u32;
+                    for el in input.sd_elements_of(orig) {
+                        let p0 = self.sd_params.len() as u32;
+                        self.sd_params.extend_from_slice(input.params_of(el));
+                        self.sd_elements.push(SdElement {
+                            id: el.id,
+                            params: (p0, self.sd_params.len() as u32),
+                        });
+                    }
+                    event.structured_data = Some((first, self.sd_elements.len() as u32));
+                    true
+                }
+                V::Rec(c @ Value::Map(..)) => match value_to_vrl(input, c, 0) {
+                    Vrl::Object(obj) => self.structured_data(event, orig, &obj),
+                    _ => false,
+                },
+                _ => false,
+            },
+            "source_ip" => match v {
+                V::Peer => {
+                    event.peer = orig.peer;
+                    true
+                }
+                other => match self.fast_bytes(other, literals).map(<[u8]>::to_vec) {
+                    Some(b) => self.own_field(event, orig, name, &Vrl::Bytes(Bytes::from(b))),
+                    None => false,
+                },
+            },
+            "source_type" => self
+                .fast_bytes(v, literals)
+                .is_some_and(|b| b == input.source_type.as_bytes()),
+            "flags" => match v {
+                V::Flags => {
+                    event.flags = orig.flags;
+                    true
+                }
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// A record value of the fast path, as [`Builder::value`] makes the VRL runtime's.
+    fn value_fast(
+        &mut self,
+        v: V,
+        orig: Option<Value>,
+        m: &Machine,
+        literals: &[Box<[u8]>],
+    ) -> Value {
+        if let Some(o) = orig
+            && !matches!(o, Value::Map(..) | Value::Array(..))
+            && self.same_scalar(o, v, literals)
+        {
+            return o;
+        }
+        match v {
+            V::Str(_) | V::Static(_) | V::Lit(_) | V::Rec(Value::Str(_) | Value::Bytes(_)) => {
+                match self.text_fast(v, literals) {
+                    Some(span) => Value::Str(span),
+                    None => Value::Null,
+                }
+            }
+            V::Int(i) | V::Rec(Value::Int(i)) => Value::Int(i),
+            V::Float(f) | V::Rec(Value::Float(f)) if !f.is_nan() => Value::Float(f),
+            V::Float(_) | V::Rec(Value::Float(_)) => Value::Null,
+            V::Rec(Value::UInt(u)) => Value::Float(u as f64),
+            V::Bool(b) | V::Rec(Value::Bool(b)) => Value::Bool(b),
+            V::Null | V::Rec(Value::Null) => Value::Null,
+            V::Ts(nanos) => {
+                let ts = datetime(Timestamp::from_nanos(nanos, 9));
+                let text = ts.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true);
+                Value::Str(self.text(text.as_bytes()))
+            }
+            V::Rec(other) => {
+                let vrl = value_to_vrl(self.input, other, 0);
+                self.value(&vrl, orig, 0)
+            }
+            V::Obj(i) => {
+                let vrl = self.obj_to_vrl(m, i, literals);
+                self.value(&vrl, orig, 0)
+            }
+            V::Sd | V::Peer | V::Flags => Value::Null,
+        }
+    }
+
+    /// Whether a scalar of the input record equals a fast-path value as VRL compares them.
+    fn same_scalar(&self, o: Value, v: V, literals: &[Box<[u8]>]) -> bool {
+        match (o, v) {
+            (Value::Str(s) | Value::Bytes(s), v) => self
+                .fast_bytes(v, literals)
+                .is_some_and(|b| b == self.input.str(s)),
+            (Value::Int(a), V::Int(b) | V::Rec(Value::Int(b))) => a == b,
+            (Value::UInt(a), V::Float(b)) => (a as f64) == b,
+            (Value::UInt(a), V::Rec(Value::UInt(b))) => a == b,
+            (Value::Float(a), V::Float(b) | V::Rec(Value::Float(b))) => {
+                (a.is_nan() && b.is_nan()) || a == b
+            }
+            (Value::Float(a), V::Null | V::Rec(Value::Null)) => a.is_nan(),
+            (Value::Bool(a), V::Bool(b) | V::Rec(Value::Bool(b))) => a == b,
+            (Value::Null, V::Null | V::Rec(Value::Null)) => true,
+            (Value::Null, V::Rec(Value::Float(f))) => f.is_nan(),
+            (Value::Ext(..), V::Rec(other)) => {
+                value_to_vrl(self.input, o, 0) == value_to_vrl(self.input, other, 0)
+            }
+            _ => false,
+        }
+    }
+
+    fn fast_to_vrl(&self, m: &Machine, v: V, literals: &[Box<[u8]>]) -> Vrl {
+        match v {
+            V::Null => Vrl::Null,
+            V::Bool(b) => Vrl::Boolean(b),
+            V::Int(i) => Vrl::Integer(i),
+            V::Float(f) => float(f),
+            V::Ts(n) => Vrl::Timestamp(datetime(Timestamp::from_nanos(n, 9))),
+            V::Rec(x) => value_to_vrl(self.input, x, 0),
+            V::Obj(i) => self.obj_to_vrl(m, i, literals),
+            V::Str(_) | V::Static(_) | V::Lit(_) => Vrl::Bytes(Bytes::copy_from_slice(
+                self.fast_bytes(v, literals).unwrap_or_default(),
+            )),
+            V::Sd | V::Peer | V::Flags => Vrl::Null,
+        }
+    }
+
+    fn obj_to_vrl(&self, m: &Machine, i: u32, literals: &[Box<[u8]>]) -> Vrl {
+        let view = ArenaView {
+            input: &self.input.arena,
+            extra: &self.extra,
+        };
+        let mut obj = ObjectMap::new();
+        for (k, v) in m.obj(i) {
+            let name = String::from_utf8_lossy(view.key(literals, *k)).into_owned();
+            obj.insert(KeyString::from(name), self.fast_to_vrl(m, *v, literals));
+        }
+        Vrl::Object(obj)
     }
 
     /// Adds `orig` unchanged (a program that failed on it, when its events go on unchanged).
@@ -512,7 +919,7 @@ impl<'a> Builder<'a> {
     }
 
     /// A record value, keeping `orig`'s representation when the program left it as it was.
-    fn value(&mut self, v: &Vrl, orig: Option<Value>, depth: usize) -> Value {
+    pub fn value(&mut self, v: &Vrl, orig: Option<Value>, depth: usize) -> Value {
         if let Some(o) = orig
             && !matches!(o, Value::Map(..) | Value::Array(..))
             && value_to_vrl(self.input, o, depth) == *v

@@ -107,7 +107,8 @@ impl<'a> Example<'a> {
             }
             _ => {
                 return Err(format!(
-                    "needs exactly one of output/result/error (error with error_kind), has {outcomes:?}"
+                    "needs exactly one of output/result/error (error with error_kind), \
+                     has {outcomes:?}"
                 ));
             }
         };
@@ -224,8 +225,9 @@ fn expected_vrl(ex: &Example<'_>, json: &Json) -> Result<Vrl, String> {
 
 /// loghaul's fields of an event that Vector's docs do not show, and the value each must have:
 /// a `timestamp` (the batch's receive time, for events whose sender gave none) and
-/// `source_type` (the source's type). Removed from `actual` only where the documented event
-/// has no such key, and only when they have exactly that value; every other key must match.
+/// `source_type` (the source's type). Removed from loghaul's event only where the documented
+/// event has no such key, and only when they have exactly that value; every other key must
+/// match.
 fn own_fields(batch: &EventBatch) -> [(&'static str, Vrl); 2] {
     [
         (
@@ -239,8 +241,9 @@ fn own_fields(batch: &EventBatch) -> [(&'static str, Vrl); 2] {
 /// The returned value, compared with the documented one. A program that returns its event
 /// (`.`) returns loghaul's own fields with it ([`own_fields`]); one that returns its metadata
 /// (`%`) returns what loghaul puts there (`source_id`, `source_type`, `received_at`: see
-/// [`convert::metadata`]), which Vector's docs show as `{}`. Both are allowed for, each only
-/// with exactly loghaul's value and only for keys the documented value does not have.
+/// [`convert::metadata`] and docs/vrl.md), which Vector's docs show as `{}`. Both are
+/// allowed for, each only with exactly loghaul's value and only for keys the documented
+/// value does not have.
 fn check_result(
     ex: &Example<'_>,
     want: &Json,
@@ -410,25 +413,42 @@ fn check_compile_error(ex: &Example<'_>, documented: &str) -> Result<(), String>
     else {
         return Err(format!("no error starting `{headline}`; got:\n{errors}"));
     };
-    // The one line the configuration holds the program on.
+    // The one line the configuration holds the program on, as `    source: "…"`: the program's
+    // character C (1-based) is at column 13 + C while nothing before it is escaped.
     let line = yaml
         .lines()
         .position(|l| l.starts_with("    source: "))
         .unwrap()
         + 1;
-    if d.line != Some(line) {
+    let column = documented_column(documented)
+        .filter(|c| {
+            let before: String = ex.source.chars().take(c.saturating_sub(1)).collect();
+            serde_json::to_string(&before).unwrap().len() == before.len() + 2
+        })
+        .map(|c| 13 + c);
+    if d.line != Some(line) || (column.is_some() && d.column != column) {
+        let show = |n: Option<usize>| n.map_or("?".to_owned(), |n| n.to_string());
         return Err(format!(
-            "the error is at line {:?}, not at the program's line {line}",
-            d.line
+            "the error is at {}:{}, not at the program's {line}:{}",
+            show(d.line),
+            show(d.column),
+            show(column)
         ));
     }
     match d.hint.as_deref().map(str::trim) {
         Some(hint) if hint == documented => Ok(()),
         hint => Err(format!(
-            "the hint is not VRL's rendering:\n--- documented ---\n{documented}\n--- loghaul ---\n{}",
+            "the hint is not VRL's rendering:\n--- documented ---\n{documented}\n\
+             --- loghaul ---\n{}",
             hint.unwrap_or("(none)")
         )),
     }
+}
+
+/// The column of a rendering's `┌─ :1:C` (a diagnostic on the program's first line).
+fn documented_column(rendering: &str) -> Option<usize> {
+    let at = rendering.lines().nth(1)?.trim().strip_prefix("┌─ :1:")?;
+    at.parse().ok()
 }
 
 /// Runs one program; `Err` says how it differs from its documentation.

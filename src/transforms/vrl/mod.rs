@@ -3,6 +3,7 @@
 //! event ↔ value mapping is [`convert`]).
 
 pub mod convert;
+pub mod fast;
 
 use std::sync::{Arc, LazyLock};
 
@@ -21,6 +22,26 @@ static FUNCTIONS: LazyLock<Vec<Box<dyn Function>>> = LazyLock::new(vrl::stdlib::
 pub struct Program {
     pub source: Arc<str>,
     pub program: Arc<vrl::compiler::Program>,
+    /// The program on the fast path, when all of it is in the subset; otherwise why not.
+    pub fast: Result<Arc<fast::FastProgram>, fast::Unsupported>,
+}
+
+impl Program {
+    /// Which path the program runs on, for `loghaul validate`.
+    pub fn path_note(&self) -> String {
+        match &self.fast {
+            Ok(_) => "fast path".to_owned(),
+            Err(why) => {
+                let (line, column) = line_column(&self.source, why.span.0);
+                format!(
+                    "VRL runtime: {} at the program's line {}, column {}",
+                    why.what,
+                    line + 1,
+                    column + 1
+                )
+            }
+        }
+    }
 }
 
 impl PartialEq for Program {
@@ -100,6 +121,7 @@ fn compile_placed(
             Some(Program {
                 source: source.into(),
                 program: Arc::new(result.program),
+                fast: fast::lower(source).map(Arc::new),
             })
         }
         Err(diagnostics) => {
@@ -167,6 +189,14 @@ pub enum Outcome {
 pub struct Runner {
     runtime: Runtime,
     timezone: TimeZone,
+    /// The fast path's state.
+    pub machine: fast::Machine,
+    /// What conditions on the fast path append (cleared per event).
+    scratch: Vec<u8>,
+    /// Events (or conditions) finished on the fast path, and run on the VRL runtime instead
+    /// by a program on the fast path (a bail).
+    pub fast_runs: u64,
+    pub bails: u64,
 }
 
 impl Runner {
@@ -174,7 +204,42 @@ impl Runner {
         Runner {
             runtime: Runtime::default(),
             timezone,
+            machine: fast::Machine::default(),
+            scratch: Vec::new(),
+            fast_runs: 0,
+            bails: 0,
         }
+    }
+
+    /// Whether a condition holds for `event`: on the fast path when it can, else on the VRL
+    /// runtime with `target` (made once per event, on first need, and shared by the event's
+    /// conditions).
+    pub fn condition(
+        &mut self,
+        program: &Program,
+        batch: &EventBatch,
+        event: &Event,
+        target: &mut Option<TargetValue>,
+    ) -> Result<bool, String> {
+        if let Ok(fp) = &program.fast {
+            self.scratch.clear();
+            let mut cx = fast::Cx {
+                program: fp,
+                batch,
+                event,
+                arena: fast::Arena {
+                    input: &batch.arena,
+                    extra: &mut self.scratch,
+                },
+            };
+            if let Ok(b) = self.machine.test(&mut cx) {
+                self.fast_runs += 1;
+                return Ok(b);
+            }
+            self.bails += 1;
+        }
+        let target = target.get_or_insert_with(|| self::target(batch, event));
+        self.test(program, target)
     }
 
     /// Runs `program` on `event` of `batch`.
@@ -236,3 +301,6 @@ pub fn timezone(name: Option<&str>) -> Result<TimeZone, String> {
 
 #[cfg(test)]
 mod docs_tests;
+
+#[cfg(test)]
+mod differential_tests;

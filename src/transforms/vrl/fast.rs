@@ -1,0 +1,1271 @@
+//! The fast path: the everyday subset of VRL compiled onto loghaul's batch, run with no
+//! per-event VRL value.
+//!
+//! A program is first compiled by VRL itself (its type checks and diagnostics stand); its
+//! syntax tree is then lowered to [`Expr`] when every node is in the subset. Values ([`V`]) are
+//! `Copy`: strings are spans of the output arena (the input's arena, then what the batch
+//! appended), so a parsed key=value pair or a renamed field costs no copy; an event's changes
+//! are an overlay on the input event, read through to the event where unchanged.
+//!
+//! Exactness first: the fast path gives the VRL runtime's result byte for byte, or it *bails*
+//! on that event, which then runs whole on the VRL runtime. It bails wherever VRL's semantics
+//! get intricate (a failing fallible call, mixed numeric comparison, non-ASCII case mapping,
+//! an unusual key=value line, an `abort` whose message matters), which keeps the subset small
+//! to get right and the common case fast. The differential tests hold both paths to one
+//! output.
+
+use std::sync::Arc;
+
+use loghaul_core::batch::Value;
+use loghaul_core::{Event, EventBatch, Span, Timestamp, names};
+use vrl::parser::ast::{self, Node};
+use vrl::path::OwnedSegment;
+
+/// Why a program is not on the fast path: the first expression outside the subset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsupported {
+    /// Byte range in the program.
+    pub span: (usize, usize),
+    pub what: String,
+}
+
+/// A value on the fast path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum V {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    /// Text in the output arena.
+    Str(Span),
+    /// Text of the program or of loghaul (a literal, a severity name).
+    Static(&'static [u8]),
+    /// A literal of the program, by index.
+    Lit(u32),
+    /// Nanoseconds since the epoch.
+    Ts(i64),
+    /// A value of the input record, as it is.
+    Rec(Value),
+    /// An object a function made: its entries are `objs[i]`.
+    Obj(u32),
+    /// The event's structured data, untouched.
+    Sd,
+    /// The event's sender, untouched (`.source_ip`).
+    Peer,
+    /// The event's flags, untouched.
+    Flags,
+}
+
+/// A compiled expression.
+#[derive(Debug, Clone)]
+pub enum Expr {
+    Const(V),
+    /// `.a.b`: an event path.
+    Path(Vec<Box<str>>),
+    Var(usize),
+    Not(Box<Expr>),
+    And(Box<Expr>, Box<Expr>),
+    Or(Box<Expr>, Box<Expr>),
+    Cmp(Cmp, Box<Expr>, Box<Expr>),
+    Add(Box<Expr>, Box<Expr>),
+    /// `a ?? b`: `b` when `a` fails. Bails if `a` fails (VRL would recover; the runtime does).
+    If(Box<Expr>, Vec<Expr>, Vec<Expr>),
+    Block(Vec<Expr>),
+    /// `.name = e` (one top-level field; the name is a literal).
+    SetField(u32, Box<Expr>),
+    /// `. |= e` / `. = merge(., e)`.
+    MergeRoot(Box<Expr>),
+    SetVar(usize, Box<Expr>),
+    /// `ok, err = e`: a failure bails, so `err` is always null here.
+    SetVarInfallible(Option<usize>, Option<usize>, Box<Expr>),
+    /// `del(.name)` (the name is a literal).
+    Del(u32),
+    Exists(Vec<Box<str>>),
+    Abort,
+    Call(Func, Vec<Expr>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+/// The functions of the subset.
+#[derive(Debug, Clone)]
+pub enum Func {
+    Contains {
+        case_sensitive: bool,
+    },
+    StartsWith {
+        case_sensitive: bool,
+    },
+    EndsWith {
+        case_sensitive: bool,
+    },
+    Downcase,
+    Upcase,
+    StripWhitespace,
+    Length,
+    ToString,
+    ToInt,
+    ToBool,
+    Match(Arc<regex::Regex>),
+    ParseRegex(Arc<regex::Regex>, Arc<[(Box<str>, usize)]>),
+    ParseKeyValue,
+    Now,
+    /// `string`, `int`, `bool`: the value when of that kind (else the runtime's error).
+    Assert(Kind),
+    /// `is_string`, `is_integer`, ...
+    Is(Kind),
+}
+
+/// A value kind the type functions test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    String,
+    Integer,
+    Boolean,
+    Null,
+    Float,
+}
+
+/// A program on the fast path.
+#[derive(Debug, Clone)]
+pub struct FastProgram {
+    body: Vec<Expr>,
+    vars: usize,
+    pub literals: Arc<[Box<[u8]>]>,
+}
+
+/// Lowers `source` (already accepted by VRL's compiler) onto the fast path.
+///
+/// # Errors
+///
+/// The first expression outside the subset, with its place in the program.
+pub fn lower(source: &str) -> Result<FastProgram, Unsupported> {
+    let program = vrl::parser::parse(source).map_err(|_| Unsupported {
+        span: (0, source.len()),
+        what: "the program does not parse".to_owned(),
+    })?;
+    let mut cx = Lower {
+        source,
+        vars: Vec::new(),
+        literals: Vec::new(),
+    };
+    let mut body = Vec::new();
+    for root in program.0 {
+        match root.into_inner() {
+            ast::RootExpr::Expr(e) => body.push(cx.expr(&e)?),
+            ast::RootExpr::Error(_) => {
+                return Err(Unsupported {
+                    span: (0, source.len()),
+                    what: "the program does not parse".to_owned(),
+                });
+            }
+        }
+    }
+    Ok(FastProgram {
+        body,
+        vars: cx.vars.len(),
+        literals: cx.literals.into(),
+    })
+}
+
+struct Lower<'s> {
+    source: &'s str,
+    vars: Vec<String>,
+    literals: Vec<Box<[u8]>>,
+}
+
+impl Lower<'_> {
+    fn no<T>(&self, node: &Node<T>, why: &str) -> Result<Expr, Unsupported> {
+        let (a, b) = (node.start(), node.end());
+        let text = self.source.get(a..b).unwrap_or("").trim();
+        let text: String = text.chars().take(60).collect();
+        Err(Unsupported {
+            span: (a, b),
+            what: format!("`{text}` ({why})"),
+        })
+    }
+
+    fn var(&mut self, name: &str) -> usize {
+        match self.vars.iter().position(|v| v == name) {
+            Some(i) => i,
+            None => {
+                self.vars.push(name.to_owned());
+                self.vars.len() - 1
+            }
+        }
+    }
+
+    fn literal(&mut self, bytes: &[u8]) -> V {
+        self.literals.push(bytes.into());
+        V::Lit((self.literals.len() - 1) as u32)
+    }
+
+    fn exprs(&mut self, nodes: &[Node<ast::Expr>]) -> Result<Vec<Expr>, Unsupported> {
+        nodes.iter().map(|n| self.expr(n)).collect()
+    }
+
+    fn expr(&mut self, node: &Node<ast::Expr>) -> Result<Expr, Unsupported> {
+        use ast::Expr as A;
+        match node.inner() {
+            A::Literal(lit) => match lit.inner() {
+                ast::Literal::String(t) => match t.as_literal_string() {
+                    Some(s) => Ok(Expr::Const(self.literal(s.as_bytes()))),
+                    None => {
+                        let rewritten = Node::new(node.span(), t.rewrite_to_concatenated_strings());
+                        self.expr(&rewritten)
+                    }
+                },
+                ast::Literal::RawString(s) => Ok(Expr::Const(self.literal(s.as_bytes()))),
+                ast::Literal::Integer(i) => Ok(Expr::Const(V::Int(*i))),
+                ast::Literal::Float(f) => Ok(Expr::Const(V::Float(f.into_inner()))),
+                ast::Literal::Boolean(b) => Ok(Expr::Const(V::Bool(*b))),
+                ast::Literal::Null => Ok(Expr::Const(V::Null)),
+                ast::Literal::Regex(_) | ast::Literal::Timestamp(_) => {
+                    self.no(node, "a regex or timestamp literal outside a call")
+                }
+            },
+            A::Container(c) => match c.inner() {
+                ast::Container::Group(g) => self.expr(&g.inner().0),
+                ast::Container::Block(b) => Ok(Expr::Block(self.exprs(&b.inner().0)?)),
+                ast::Container::Array(_) | ast::Container::Object(_) => {
+                    self.no(node, "array and object literals")
+                }
+            },
+            A::IfStatement(i) => {
+                let i = i.inner();
+                let predicate = match i.predicate.inner() {
+                    ast::Predicate::One(e) => self.expr(e)?,
+                    ast::Predicate::Many(es) => Expr::Block(self.exprs(es)?),
+                };
+                let then = self.exprs(&i.if_node.inner().0)?;
+                let otherwise = match &i.else_node {
+                    Some(b) => self.exprs(&b.inner().0)?,
+                    None => Vec::new(),
+                };
+                Ok(Expr::If(Box::new(predicate), then, otherwise))
+            }
+            A::Op(op) => {
+                let ast::Op(a, code, b) = op.inner();
+                let (x, y) = (Box::new(self.expr(a)?), Box::new(self.expr(b)?));
+                use ast::Opcode as O;
+                Ok(match code.inner() {
+                    O::And => Expr::And(x, y),
+                    O::Or => Expr::Or(x, y),
+                    O::Eq => Expr::Cmp(Cmp::Eq, x, y),
+                    O::Ne => Expr::Cmp(Cmp::Ne, x, y),
+                    O::Lt => Expr::Cmp(Cmp::Lt, x, y),
+                    O::Le => Expr::Cmp(Cmp::Le, x, y),
+                    O::Gt => Expr::Cmp(Cmp::Gt, x, y),
+                    O::Ge => Expr::Cmp(Cmp::Ge, x, y),
+                    O::Add => Expr::Add(x, y),
+                    // A failure of the left side bails, so `??` is its left side here.
+                    O::Err => return Ok(*x),
+                    _ => return self.no(node, "this operator"),
+                })
+            }
+            A::Assignment(a) => self.assignment(node, a.inner()),
+            A::Query(q) => match self.query(q.inner()) {
+                Some(Target::Path(p)) => Ok(Expr::Path(p)),
+                Some(Target::Var(v)) => Ok(Expr::Var(v)),
+                Some(Target::Root | Target::Noop) | None => self.no(node, "this query"),
+            },
+            A::FunctionCall(f) => self.call(node, f.inner()),
+            A::Variable(v) => {
+                let i = self.var(v.inner());
+                Ok(Expr::Var(i))
+            }
+            A::Unary(u) => match u.inner() {
+                ast::Unary::Not(n) => {
+                    let (_, inner) = n.inner().clone().take();
+                    Ok(Expr::Not(Box::new(self.expr(&inner)?)))
+                }
+            },
+            A::Abort(a) => {
+                if a.inner().message.is_some() {
+                    return self.no(node, "`abort` with a message");
+                }
+                Ok(Expr::Abort)
+            }
+            A::Return(_) | A::Break(_) => self.no(node, "`return` and `break`"),
+        }
+    }
+
+    fn query(&mut self, q: &ast::Query) -> Option<Target> {
+        match q.target.inner() {
+            ast::QueryTarget::External(vrl::path::PathPrefix::Event) => {
+                let mut path = Vec::new();
+                for seg in &q.path.inner().segments {
+                    match seg {
+                        OwnedSegment::Field(f) => path.push(f.as_str().into()),
+                        OwnedSegment::Index(_) => return None,
+                    }
+                }
+                Some(if path.is_empty() {
+                    Target::Root
+                } else {
+                    Target::Path(path)
+                })
+            }
+            ast::QueryTarget::Internal(v) if q.path.inner().segments.is_empty() => {
+                Some(Target::Var(self.var(v)))
+            }
+            _ => None,
+        }
+    }
+
+    fn assign_target(&mut self, t: &ast::AssignmentTarget) -> Option<Target> {
+        match t {
+            ast::AssignmentTarget::Noop => Some(Target::Noop),
+            ast::AssignmentTarget::Query(q) => self.query(q),
+            ast::AssignmentTarget::Internal(v, None) => Some(Target::Var(self.var(v))),
+            ast::AssignmentTarget::External(Some(p))
+                if p.prefix == vrl::path::PathPrefix::Event =>
+            {
+                let mut path = Vec::new();
+                for seg in &p.path.segments {
+                    match seg {
+                        OwnedSegment::Field(f) => path.push(f.as_str().into()),
+                        OwnedSegment::Index(_) => return None,
+                    }
+                }
+                Some(if path.is_empty() {
+                    Target::Root
+                } else {
+                    Target::Path(path)
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn assignment(
+        &mut self,
+        node: &Node<ast::Expr>,
+        a: &ast::Assignment,
+    ) -> Result<Expr, Unsupported> {
+        match a {
+            ast::Assignment::Single { target, op, expr } => {
+                let value = Box::new(self.expr(expr)?);
+                match (self.assign_target(target.inner()), op) {
+                    (Some(Target::Path(p)), ast::AssignmentOp::Assign) if p.len() == 1 => {
+                        let V::Lit(name) = self.literal(p[0].as_bytes()) else {
+                            return self.no(node, "this assignment target");
+                        };
+                        Ok(Expr::SetField(name, value))
+                    }
+                    (Some(Target::Var(v)), ast::AssignmentOp::Assign) => Ok(Expr::SetVar(v, value)),
+                    (Some(Target::Root), ast::AssignmentOp::Merge) => Ok(Expr::MergeRoot(value)),
+                    (Some(Target::Root), ast::AssignmentOp::Assign) => match *value {
+                        // `. = merge(., x)` is `. |= x`.
+                        Expr::Call(Func::ParseKeyValue, _) => {
+                            self.no(node, "replacing the whole event")
+                        }
+                        _ => self.no(node, "replacing the whole event"),
+                    },
+                    _ => self.no(node, "this assignment target"),
+                }
+            }
+            ast::Assignment::Infallible { ok, err, op, expr } => {
+                if *op != ast::AssignmentOp::Assign {
+                    return self.no(node, "`|=` with an error target");
+                }
+                let value = Box::new(self.expr(expr)?);
+                let ok = match self.assign_target(ok.inner()) {
+                    Some(Target::Var(v)) => Some(v),
+                    Some(Target::Noop) => None,
+                    _ => return self.no(node, "this assignment target"),
+                };
+                let err = match self.assign_target(err.inner()) {
+                    Some(Target::Var(v)) => Some(v),
+                    Some(Target::Noop) => None,
+                    _ => return self.no(node, "this assignment target"),
+                };
+                Ok(Expr::SetVarInfallible(ok, err, value))
+            }
+        }
+    }
+
+    fn call(&mut self, node: &Node<ast::Expr>, f: &ast::FunctionCall) -> Result<Expr, Unsupported> {
+        let name = f.ident.inner().as_ref();
+        if f.closure.is_some() {
+            return self.no(node, "closures");
+        }
+        // Arguments by name or position, as VRL binds them.
+        let params: &[&str] = match name {
+            "contains" | "starts_with" | "ends_with" => &["value", "substring", "case_sensitive"],
+            "downcase" | "upcase" | "strip_whitespace" | "length" | "to_string" | "to_int"
+            | "to_bool" => &["value"],
+            "match" | "parse_regex" => &["value", "pattern", "numeric_groups"],
+            "parse_key_value" => &[
+                "value",
+                "key_value_delimiter",
+                "field_delimiter",
+                "whitespace",
+                "accept_standalone_key",
+            ],
+            "del" | "exists" => &["path", "compact"],
+            "string" | "int" | "bool" | "is_string" | "is_integer" | "is_boolean" | "is_null"
+            | "is_float" => &["value"],
+            "merge" => &["to", "from", "deep"],
+            "now" => &[],
+            _ => return self.no(node, "a function outside the fast path's set"),
+        };
+        let mut args: Vec<Option<&Node<ast::Expr>>> = vec![None; params.len()];
+        let mut next = 0;
+        for arg in &f.arguments {
+            let arg = arg.inner();
+            let at = match &arg.ident {
+                Some(id) => params.iter().position(|p| *p == id.inner().as_ref()),
+                None => {
+                    let at = next;
+                    next += 1;
+                    (at < params.len()).then_some(at)
+                }
+            };
+            match at {
+                Some(i) => args[i] = Some(&arg.expr),
+                None => return self.no(node, "an argument the fast path does not know"),
+            }
+        }
+        let literal = |i: usize| -> Option<&ast::Literal> {
+            args.get(i)
+                .copied()
+                .flatten()
+                .and_then(|e| match e.inner() {
+                    ast::Expr::Literal(l) => Some(l.inner()),
+                    _ => None,
+                })
+        };
+        let bool_arg = |i: usize, default: bool| -> Option<bool> {
+            match (args.get(i).copied().flatten(), literal(i)) {
+                (None, _) => Some(default),
+                (Some(_), Some(ast::Literal::Boolean(b))) => Some(*b),
+                _ => None,
+            }
+        };
+        let value = |cx: &mut Self| -> Result<Vec<Expr>, Unsupported> {
+            match args.first().copied().flatten() {
+                Some(e) => Ok(vec![cx.expr(e)?]),
+                None => cx.no(node, "a missing argument").map(|e| vec![e]),
+            }
+        };
+        let func = match name {
+            "contains" | "starts_with" | "ends_with" => {
+                let Some(case_sensitive) = bool_arg(2, true) else {
+                    return self.no(node, "a computed `case_sensitive`");
+                };
+                let Some(sub) = args[1] else {
+                    return self.no(node, "a missing argument");
+                };
+                let mut a = value(self)?;
+                a.push(self.expr(sub)?);
+                let func = match name {
+                    "contains" => Func::Contains { case_sensitive },
+                    "starts_with" => Func::StartsWith { case_sensitive },
+                    _ => Func::EndsWith { case_sensitive },
+                };
+                return Ok(Expr::Call(func, a));
+            }
+            "downcase" => Func::Downcase,
+            "upcase" => Func::Upcase,
+            "strip_whitespace" => Func::StripWhitespace,
+            "length" => Func::Length,
+            "to_string" => Func::ToString,
+            "to_int" => Func::ToInt,
+            "to_bool" => Func::ToBool,
+            "now" => return Ok(Expr::Call(Func::Now, Vec::new())),
+            "string" => Func::Assert(Kind::String),
+            "int" => Func::Assert(Kind::Integer),
+            "bool" => Func::Assert(Kind::Boolean),
+            "is_string" => Func::Is(Kind::String),
+            "is_integer" => Func::Is(Kind::Integer),
+            "is_boolean" => Func::Is(Kind::Boolean),
+            "is_null" => Func::Is(Kind::Null),
+            "is_float" => Func::Is(Kind::Float),
+            "match" | "parse_regex" => {
+                let Some(ast::Literal::Regex(pattern)) = literal(1) else {
+                    return self.no(node, "a pattern that is not a regex literal");
+                };
+                if bool_arg(2, false) != Some(false) {
+                    return self.no(node, "`numeric_groups`");
+                }
+                let Ok(regex) = regex::Regex::new(pattern) else {
+                    return self.no(node, "a regex the fast path cannot compile");
+                };
+                let regex = Arc::new(regex);
+                if name == "match" {
+                    Func::Match(regex)
+                } else {
+                    let names: Vec<(Box<str>, usize)> = regex
+                        .capture_names()
+                        .enumerate()
+                        .filter_map(|(i, n)| n.map(|n| (n.into(), i)))
+                        .collect();
+                    Func::ParseRegex(regex, names.into())
+                }
+            }
+            "parse_key_value" => {
+                let defaults = [(1, "="), (2, " "), (3, "lenient")];
+                for (i, want) in defaults {
+                    match (args[i], literal(i)) {
+                        (None, _) => {}
+                        (Some(_), Some(ast::Literal::String(t)))
+                            if t.as_literal_string() == Some(want) => {}
+                        _ => return self.no(node, "`parse_key_value` with other delimiters"),
+                    }
+                }
+                if bool_arg(4, true) != Some(true) {
+                    return self.no(node, "`parse_key_value` without standalone keys");
+                }
+                Func::ParseKeyValue
+            }
+            "del" | "exists" => {
+                let path = match args[0].map(|e| e.inner()) {
+                    Some(ast::Expr::Query(q)) => self.query(q.inner()),
+                    _ => None,
+                };
+                if args[1].is_some() {
+                    return self.no(node, "`compact`");
+                }
+                return match (name, path) {
+                    ("del", Some(Target::Path(p))) if p.len() == 1 => {
+                        let V::Lit(name) = self.literal(p[0].as_bytes()) else {
+                            return self.no(node, "this path");
+                        };
+                        Ok(Expr::Del(name))
+                    }
+                    ("exists", Some(Target::Path(p))) => Ok(Expr::Exists(p)),
+                    _ => self.no(node, "this path"),
+                };
+            }
+            "merge" => return self.no(node, "`merge` outside `. = merge(., x)`"),
+            _ => return self.no(node, "a function outside the fast path's set"),
+        };
+        Ok(Expr::Call(func, value(self)?))
+    }
+}
+
+enum Target {
+    Root,
+    Noop,
+    Path(Vec<Box<str>>),
+    Var(usize),
+}
+
+/// The event was not finished on the fast path: run it on the VRL runtime.
+#[derive(Debug)]
+pub struct Bail;
+
+/// What a program did with one event on the fast path.
+pub enum Done {
+    /// The event, as the overlay describes it.
+    Event,
+    /// `abort` ran (no message).
+    Aborted,
+}
+
+/// Per-task state: variables, the event's overlay, objects made by functions.
+#[derive(Default)]
+pub struct Machine {
+    vars: Vec<V>,
+    /// The event's changes: field name → value (`None`: deleted).
+    pub overlay: Vec<(Key, Option<V>)>,
+    objs: Vec<Vec<(Key, V)>>,
+    nobjs: usize,
+}
+
+/// A key: text of the output arena or of the program.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Key {
+    Span(Span),
+    Static(&'static [u8]),
+    /// A literal of the program (a field name it assigns).
+    Lit(u32),
+}
+
+/// The bytes of the output arena: the input's, then what this batch appended.
+pub struct Arena<'a> {
+    pub input: &'a [u8],
+    pub extra: &'a mut Vec<u8>,
+}
+
+impl Arena<'_> {
+    pub fn get(&self, span: Span) -> &[u8] {
+        let (s, e) = (span.start as usize, span.end as usize);
+        if e <= self.input.len() {
+            self.input.get(s..e).unwrap_or_default()
+        } else {
+            let base = self.input.len();
+            self.extra
+                .get(s.saturating_sub(base)..e.saturating_sub(base))
+                .unwrap_or_default()
+        }
+    }
+
+    fn push(&mut self, bytes: &[u8]) -> Span {
+        let start = self.input.len() + self.extra.len();
+        self.extra.extend_from_slice(bytes);
+        Span::new(start, start + bytes.len())
+    }
+}
+
+/// What the machine reads an event through.
+pub struct Cx<'a, 'b> {
+    pub program: &'a FastProgram,
+    pub batch: &'a EventBatch,
+    pub event: &'a Event,
+    pub arena: Arena<'b>,
+}
+
+impl Cx<'_, '_> {
+    fn key_bytes(&self, k: Key) -> &[u8] {
+        key_bytes(&self.arena, &self.program.literals, k)
+    }
+
+    /// The bytes of a string value; `None` for other kinds.
+    fn text(&self, v: V) -> Option<&[u8]> {
+        match v {
+            V::Str(s) => Some(self.arena.get(s)),
+            V::Static(s) => Some(s),
+            V::Lit(i) => self.program.literals.get(i as usize).map(|b| &b[..]),
+            V::Rec(Value::Str(s) | Value::Bytes(s)) => Some(self.batch.str(s)),
+            _ => None,
+        }
+    }
+}
+
+impl Machine {
+    /// Runs the program on one event; the result is in `self.overlay`.
+    ///
+    /// # Errors
+    ///
+    /// [`Bail`]: the event must run on the VRL runtime.
+    pub fn run(&mut self, cx: &mut Cx<'_, '_>) -> Result<Done, Bail> {
+        self.vars.clear();
+        self.vars.resize(cx.program.vars, V::Null);
+        self.overlay.clear();
+        self.nobjs = 0;
+        for e in &cx.program.body {
+            match self.eval(cx, e) {
+                Ok(_) => {}
+                Err(Flow::Abort) => return Ok(Done::Aborted),
+                Err(Flow::Bail) => return Err(Bail),
+            }
+        }
+        Ok(Done::Event)
+    }
+
+    /// Evaluates a condition: `Ok(true)` only for `true`.
+    ///
+    /// # Errors
+    ///
+    /// [`Bail`]: test it on the VRL runtime.
+    pub fn test(&mut self, cx: &mut Cx<'_, '_>) -> Result<bool, Bail> {
+        self.vars.clear();
+        self.vars.resize(cx.program.vars, V::Null);
+        self.overlay.clear();
+        self.nobjs = 0;
+        let mut last = V::Null;
+        for e in &cx.program.body {
+            last = self.eval(cx, e).map_err(|_| Bail)?;
+        }
+        Ok(last == V::Bool(true))
+    }
+
+    fn new_obj(&mut self) -> u32 {
+        if self.nobjs == self.objs.len() {
+            self.objs.push(Vec::new());
+        }
+        let i = self.nobjs;
+        self.objs[i].clear();
+        self.nobjs += 1;
+        i as u32
+    }
+
+    pub fn obj(&self, i: u32) -> &[(Key, V)] {
+        self.objs.get(i as usize).map_or(&[], |o| &o[..])
+    }
+
+    /// A top-level field of the event as the program sees it now.
+    pub fn field(&self, cx: &Cx<'_, '_>, name: &[u8]) -> Option<V> {
+        if let Some((_, v)) = self
+            .overlay
+            .iter()
+            .rev()
+            .find(|(k, _)| cx.key_bytes(*k) == name)
+        {
+            return *v;
+        }
+        original_field(cx.batch, cx.event, name)
+    }
+
+    fn set(&mut self, cx: &Cx<'_, '_>, key: Key, value: Option<V>) {
+        let name = cx.key_bytes(key);
+        if let Some(slot) = self
+            .overlay
+            .iter_mut()
+            .find(|(k, _)| key_bytes(&cx.arena, &cx.program.literals, *k) == name)
+        {
+            slot.1 = value;
+        } else {
+            self.overlay.push((key, value));
+        }
+    }
+
+    fn get_path(&self, cx: &Cx<'_, '_>, path: &[Box<str>]) -> Option<V> {
+        let (first, rest) = path.split_first()?;
+        let mut v = self.field(cx, first.as_bytes())?;
+        for seg in rest {
+            v = match v {
+                V::Rec(c @ Value::Map(..)) => cx
+                    .batch
+                    .children(c)
+                    .iter()
+                    .find(|f| cx.batch.str(f.name) == seg.as_bytes())
+                    .map(|f| V::Rec(f.value))?,
+                V::Obj(i) => self
+                    .obj(i)
+                    .iter()
+                    .find(|(k, _)| cx.key_bytes(*k) == seg.as_bytes())
+                    .map(|(_, v)| *v)?,
+                // Reading into anything else finds nothing.
+                V::Sd | V::Peer | V::Flags => return Some(V::Sd),
+                _ => return None,
+            };
+        }
+        Some(v)
+    }
+
+    fn eval(&mut self, cx: &mut Cx<'_, '_>, e: &Expr) -> Result<V, Flow> {
+        Ok(match e {
+            Expr::Const(v) => *v,
+            Expr::Path(p) => match self.get_path(cx, p) {
+                // Values the fast path keeps opaque are read on the runtime.
+                Some(V::Sd | V::Peer | V::Flags) => return Err(Flow::Bail),
+                Some(v) => normalize(v),
+                None => V::Null,
+            },
+            Expr::Var(i) => self.vars.get(*i).copied().unwrap_or(V::Null),
+            Expr::Not(x) => match self.eval(cx, x)? {
+                V::Bool(b) => V::Bool(!b),
+                _ => return Err(Flow::Bail),
+            },
+            Expr::And(a, b) => match self.eval(cx, a)? {
+                V::Bool(false) => V::Bool(false),
+                V::Bool(true) => match self.eval(cx, b)? {
+                    V::Bool(b) => V::Bool(b),
+                    _ => return Err(Flow::Bail),
+                },
+                _ => return Err(Flow::Bail),
+            },
+            Expr::Or(a, b) => match self.eval(cx, a)? {
+                V::Bool(true) => V::Bool(true),
+                V::Bool(false) => match self.eval(cx, b)? {
+                    V::Bool(b) => V::Bool(b),
+                    _ => return Err(Flow::Bail),
+                },
+                _ => return Err(Flow::Bail),
+            },
+            Expr::Cmp(op, a, b) => {
+                let (a, b) = (self.eval(cx, a)?, self.eval(cx, b)?);
+                V::Bool(compare(cx, *op, a, b).ok_or(Flow::Bail)?)
+            }
+            Expr::Add(a, b) => {
+                let (a, b) = (self.eval(cx, a)?, self.eval(cx, b)?);
+                match (a, b) {
+                    (V::Int(x), V::Int(y)) => V::Int(x.checked_add(y).ok_or(Flow::Bail)?),
+                    _ => match (cx.text(a), cx.text(b)) {
+                        (Some(x), Some(y)) => {
+                            let joined = [x, y].concat();
+                            V::Str(cx.arena.push(&joined))
+                        }
+                        _ => return Err(Flow::Bail),
+                    },
+                }
+            }
+            Expr::If(p, then, otherwise) => {
+                let branch = match self.eval(cx, p)? {
+                    V::Bool(true) => then,
+                    V::Bool(false) => otherwise,
+                    _ => return Err(Flow::Bail),
+                };
+                let mut last = V::Null;
+                for e in branch {
+                    last = self.eval(cx, e)?;
+                }
+                last
+            }
+            Expr::Block(es) => {
+                let mut last = V::Null;
+                for e in es {
+                    last = self.eval(cx, e)?;
+                }
+                last
+            }
+            Expr::SetField(name, x) => {
+                let v = self.eval(cx, x)?;
+                self.set(cx, Key::Lit(*name), Some(v));
+                v
+            }
+            Expr::MergeRoot(x) => {
+                let V::Obj(i) = self.eval(cx, x)? else {
+                    return Err(Flow::Bail);
+                };
+                for j in 0..self.obj(i).len() {
+                    let (k, v) = self.objs[i as usize][j];
+                    self.set(cx, k, Some(v));
+                }
+                V::Obj(i)
+            }
+            Expr::SetVar(i, x) => {
+                let v = self.eval(cx, x)?;
+                if let Some(slot) = self.vars.get_mut(*i) {
+                    *slot = v;
+                }
+                v
+            }
+            Expr::SetVarInfallible(ok, err, x) => {
+                // A failure would be caught here by VRL; the runtime does it exactly.
+                let v = self.eval(cx, x)?;
+                if let Some(slot) = ok.and_then(|i| self.vars.get_mut(i)) {
+                    *slot = v;
+                }
+                if let Some(slot) = err.and_then(|i| self.vars.get_mut(i)) {
+                    *slot = V::Null;
+                }
+                v
+            }
+            Expr::Del(name) => {
+                let bytes = cx
+                    .program
+                    .literals
+                    .get(*name as usize)
+                    .map_or(&[][..], |b| &b[..]);
+                let old = self.field(cx, bytes);
+                if matches!(old, Some(V::Sd | V::Peer | V::Flags)) {
+                    return Err(Flow::Bail);
+                }
+                if old.is_some() {
+                    self.set(cx, Key::Lit(*name), None);
+                }
+                old.map_or(V::Null, normalize)
+            }
+            Expr::Exists(p) => match self.get_path(cx, p) {
+                Some(V::Sd | V::Peer | V::Flags) if p.len() > 1 => return Err(Flow::Bail),
+                found => V::Bool(found.is_some()),
+            },
+            Expr::Abort => return Err(Flow::Abort),
+            Expr::Call(f, args) => {
+                let mut vals = [V::Null; 2];
+                for (slot, a) in vals.iter_mut().zip(args) {
+                    *slot = self.eval(cx, a)?;
+                }
+                self.call(cx, f, vals)?
+            }
+        })
+    }
+
+    fn call(&mut self, cx: &mut Cx<'_, '_>, f: &Func, args: [V; 2]) -> Result<V, Flow> {
+        let text = |cx: &Cx<'_, '_>, v: V| cx.text(v).map(<[u8]>::to_vec).ok_or(Flow::Bail);
+        Ok(match f {
+            Func::Contains { case_sensitive }
+            | Func::StartsWith { case_sensitive }
+            | Func::EndsWith { case_sensitive } => {
+                let (Some(s), Some(sub)) = (cx.text(args[0]), cx.text(args[1])) else {
+                    return Err(Flow::Bail);
+                };
+                if !(*case_sensitive || (s.is_ascii() && sub.is_ascii())) {
+                    return Err(Flow::Bail);
+                }
+                let (s, sub) = if *case_sensitive {
+                    (
+                        std::borrow::Cow::Borrowed(s),
+                        std::borrow::Cow::Borrowed(sub),
+                    )
+                } else {
+                    (
+                        std::borrow::Cow::Owned(s.to_ascii_lowercase()),
+                        std::borrow::Cow::Owned(sub.to_ascii_lowercase()),
+                    )
+                };
+                V::Bool(match f {
+                    Func::Contains { .. } => memchr::memmem::find(&s, &sub).is_some(),
+                    Func::StartsWith { .. } => s.starts_with(&sub),
+                    _ => s.ends_with(&sub),
+                })
+            }
+            Func::Downcase | Func::Upcase => {
+                let s = text(cx, args[0])?;
+                if !s.is_ascii() {
+                    return Err(Flow::Bail);
+                }
+                let mapped = if matches!(f, Func::Downcase) {
+                    s.to_ascii_lowercase()
+                } else {
+                    s.to_ascii_uppercase()
+                };
+                if mapped == s {
+                    args[0]
+                } else {
+                    V::Str(cx.arena.push(&mapped))
+                }
+            }
+            Func::StripWhitespace => {
+                let span = match args[0] {
+                    V::Str(s) | V::Rec(Value::Str(s) | Value::Bytes(s)) => s,
+                    _ => return Err(Flow::Bail),
+                };
+                let s = cx.arena.get(span);
+                let ws = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r');
+                let start = s.iter().position(|b| !ws(b)).unwrap_or(s.len());
+                let end = s.iter().rposition(|b| !ws(b)).map_or(start, |i| i + 1);
+                // Unicode white space past ASCII is the runtime's to judge.
+                if s.get(start).is_some_and(|b| *b >= 0x80)
+                    || (end > 0 && s.get(end - 1).is_some_and(|b| *b >= 0x80))
+                {
+                    return Err(Flow::Bail);
+                }
+                V::Str(Span::new(
+                    span.start as usize + start,
+                    span.start as usize + end,
+                ))
+            }
+            Func::Length => match cx.text(args[0]) {
+                Some(s) => V::Int(s.len() as i64),
+                None => return Err(Flow::Bail),
+            },
+            Func::ToString => match args[0] {
+                V::Int(i) => V::Str(cx.arena.push(i.to_string().as_bytes())),
+                V::Bool(b) => V::Static(if b { b"true" } else { b"false" }),
+                V::Null => V::Static(b""),
+                v if cx.text(v).is_some() => v,
+                _ => return Err(Flow::Bail),
+            },
+            Func::ToInt => match args[0] {
+                V::Int(i) => V::Int(i),
+                V::Bool(b) => V::Int(i64::from(b)),
+                V::Null => V::Int(0),
+                v => {
+                    let s = cx.text(v).ok_or(Flow::Bail)?;
+                    // Plain decimal integers only; the rest is the runtime's.
+                    let digits = s.strip_prefix(b"-").unwrap_or(s);
+                    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+                        return Err(Flow::Bail);
+                    }
+                    let n = std::str::from_utf8(s)
+                        .ok()
+                        .and_then(|s| s.parse::<i64>().ok())
+                        .ok_or(Flow::Bail)?;
+                    V::Int(n)
+                }
+            },
+            Func::ToBool => match args[0] {
+                V::Bool(b) => V::Bool(b),
+                V::Null => V::Bool(false),
+                V::Int(i) => V::Bool(i != 0),
+                _ => return Err(Flow::Bail),
+            },
+            Func::Match(re) => {
+                let s = cx.text(args[0]).ok_or(Flow::Bail)?;
+                let s = std::str::from_utf8(s).map_err(|_| Flow::Bail)?;
+                V::Bool(re.is_match(s))
+            }
+            Func::ParseRegex(re, names) => {
+                let span = match args[0] {
+                    V::Str(s) | V::Rec(Value::Str(s) | Value::Bytes(s)) => s,
+                    _ => return Err(Flow::Bail),
+                };
+                let s = std::str::from_utf8(cx.arena.get(span)).map_err(|_| Flow::Bail)?;
+                let caps = re.captures(s).ok_or(Flow::Bail)?;
+                let mut entries: Vec<(&str, V)> = names
+                    .iter()
+                    .map(|(name, i)| {
+                        let v = caps.get(*i).map_or(V::Null, |m| {
+                            let base = span.start as usize;
+                            V::Str(Span::new(base + m.start(), base + m.end()))
+                        });
+                        (&**name, v)
+                    })
+                    .collect();
+                // VRL objects are ordered by key; a repeated name keeps its last capture.
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                entries.reverse();
+                entries.dedup_by(|a, b| a.0 == b.0);
+                entries.reverse();
+                let o = self.new_obj();
+                for (name, v) in entries {
+                    let key = Key::Span(cx.arena.push(name.as_bytes()));
+                    self.objs[o as usize].push((key, v));
+                }
+                V::Obj(o)
+            }
+            Func::ParseKeyValue => {
+                let s = match args[0] {
+                    V::Str(s) | V::Rec(Value::Str(s) | Value::Bytes(s)) => s,
+                    _ => return Err(Flow::Bail),
+                };
+                let o = self.new_obj();
+                let mut pairs = std::mem::take(&mut self.objs[o as usize]);
+                let ok = parse_key_value(cx.arena.get(s), s, &mut pairs);
+                if ok {
+                    // VRL objects are ordered by key.
+                    let literals = &cx.program.literals;
+                    let bytes = |k: Key| key_bytes(&cx.arena, literals, k);
+                    pairs.sort_by(|a, b| bytes(a.0).cmp(bytes(b.0)));
+                }
+                let repeated = {
+                    let literals = &cx.program.literals;
+                    let bytes = |k: Key| key_bytes(&cx.arena, literals, k);
+                    pairs.windows(2).any(|w| bytes(w[0].0) == bytes(w[1].0))
+                };
+                self.objs[o as usize] = pairs;
+                // Repeated keys become arrays in VRL: the runtime's case.
+                if !ok || repeated {
+                    return Err(Flow::Bail);
+                }
+                V::Obj(o)
+            }
+            Func::Now => V::Ts(Timestamp::now().nanos),
+            Func::Assert(k) => {
+                let v = normalize(args[0]);
+                if kind_of(cx, v) != Some(*k) {
+                    return Err(Flow::Bail);
+                }
+                v
+            }
+            Func::Is(k) => match kind_of(cx, normalize(args[0])) {
+                Some(found) => V::Bool(found == *k),
+                None => return Err(Flow::Bail),
+            },
+        })
+    }
+}
+
+enum Flow {
+    Abort,
+    Bail,
+}
+
+/// Record scalars read as their VRL kind (so comparisons see a string, an integer).
+fn normalize(v: V) -> V {
+    match v {
+        V::Rec(Value::Int(i)) => V::Int(i),
+        V::Rec(Value::Bool(b)) => V::Bool(b),
+        V::Rec(Value::Null) => V::Null,
+        V::Rec(Value::Float(f)) if !f.is_nan() => V::Float(f),
+        V::Rec(Value::Float(_)) => V::Null,
+        other => other,
+    }
+}
+
+/// VRL's comparison where it is simple; `None` where the runtime should judge.
+fn compare(cx: &Cx<'_, '_>, op: Cmp, a: V, b: V) -> Option<bool> {
+    let (a, b) = (normalize(a), normalize(b));
+    if let (Some(x), Some(y)) = (cx.text(a), cx.text(b)) {
+        return match op {
+            Cmp::Eq => Some(x == y),
+            Cmp::Ne => Some(x != y),
+            _ => None,
+        };
+    }
+    let ord = match (a, b) {
+        (V::Int(x), V::Int(y)) => x.cmp(&y),
+        (V::Bool(x), V::Bool(y)) if matches!(op, Cmp::Eq | Cmp::Ne) => x.cmp(&y),
+        (V::Null, V::Null) if matches!(op, Cmp::Eq | Cmp::Ne) => std::cmp::Ordering::Equal,
+        // Different simple kinds are unequal (a string is never an integer).
+        (x, y) if matches!(op, Cmp::Eq | Cmp::Ne) && simple(cx, x) && simple(cx, y) => {
+            if kind(cx, x) == kind(cx, y) {
+                return None;
+            }
+            return Some(op == Cmp::Ne);
+        }
+        _ => return None,
+    };
+    Some(match op {
+        Cmp::Eq => ord.is_eq(),
+        Cmp::Ne => ord.is_ne(),
+        Cmp::Lt => ord.is_lt(),
+        Cmp::Le => ord.is_le(),
+        Cmp::Gt => ord.is_gt(),
+        Cmp::Ge => ord.is_ge(),
+    })
+}
+
+/// The kind of a (normalized) value; `None` for kinds the type functions leave to the runtime.
+fn kind_of(cx: &Cx<'_, '_>, v: V) -> Option<Kind> {
+    match v {
+        V::Null => Some(Kind::Null),
+        V::Bool(_) => Some(Kind::Boolean),
+        V::Int(_) => Some(Kind::Integer),
+        V::Float(_) => Some(Kind::Float),
+        _ if cx.text(v).is_some() => Some(Kind::String),
+        _ => None,
+    }
+}
+
+fn simple(cx: &Cx<'_, '_>, v: V) -> bool {
+    matches!(v, V::Null | V::Bool(_) | V::Int(_)) || cx.text(v).is_some()
+}
+
+fn kind(cx: &Cx<'_, '_>, v: V) -> u8 {
+    match v {
+        V::Null => 0,
+        V::Bool(_) => 1,
+        V::Int(_) => 2,
+        _ if cx.text(v).is_some() => 3,
+        _ => 4,
+    }
+}
+
+/// A top-level field of the unchanged event, as [`super::convert::to_vrl`] shows it.
+pub fn original_field(batch: &EventBatch, event: &Event, name: &[u8]) -> Option<V> {
+    // The record first: its keys shadow loghaul's fields.
+    if let Some(f) = batch
+        .fields_of(event)
+        .iter()
+        .find(|f| batch.str(f.name) == name)
+    {
+        return Some(V::Rec(f.value));
+    }
+    let span = |s: loghaul_core::OptSpan| s.get().map(V::Str);
+    match name {
+        b"timestamp" => Some(V::Ts(batch.time_of(event).nanos)),
+        b"hostname" => span(event.hostname),
+        b"appname" => span(event.appname),
+        b"procid" => span(event.procid),
+        b"msgid" => span(event.msgid),
+        b"message" => span(event.message),
+        b"tag" => span(event.tag),
+        b"facility" => event
+            .facility
+            .and_then(names::facility_name)
+            .map(|n| V::Static(n.as_bytes())),
+        b"severity" => event
+            .severity
+            .and_then(names::severity_name)
+            .map(|n| V::Static(n.as_bytes())),
+        b"version" => event.version.map(|v| V::Int(i64::from(v))),
+        b"structured_data" => event.structured_data.map(|_| V::Sd),
+        b"source_ip" => batch.source_ip(event).map(|_| V::Peer),
+        b"source_type" => Some(V::Static(static_source_type(batch.source_type))),
+        b"flags" => (!event.flags.is_empty()).then_some(V::Flags),
+        _ => None,
+    }
+}
+
+fn static_source_type(s: &'static str) -> &'static [u8] {
+    s.as_bytes()
+}
+
+/// `parse_key_value` with its defaults (`=`, space, lenient, standalone keys) on the lines
+/// whose reading is plain: space-separated `key=value`, `key="quoted value"` or `key` tokens
+/// of printable ASCII or UTF-8 without backslashes, single quotes, tabs or spaces around `=`.
+/// Anything else returns false: the runtime parses it (VRL's grammar has many corners).
+/// Pairs are spans relative to `base` (the string's place in its arena).
+fn parse_key_value(s: &[u8], base: Span, out: &mut Vec<(Key, V)>) -> bool {
+    out.clear();
+    if std::str::from_utf8(s).is_err()
+        || s.iter()
+            .any(|b| *b < 0x20 || *b == b'\\' || *b == b'\'' || *b == 0x7f)
+    {
+        return false;
+    }
+    let at = |a: usize, b: usize| Span::new(base.start as usize + a, base.start as usize + b);
+    let mut i = 0;
+    let n = s.len();
+    while i < n && s[i] == b' ' {
+        i += 1;
+    }
+    if i == n {
+        return false;
+    }
+    while i < n {
+        let start = i;
+        // The token up to the next space.
+        let mut end = i;
+        while end < n && s[end] != b' ' {
+            end += 1;
+        }
+        let token = &s[start..end];
+        if token[0] == b'"' || token[0] == b'=' {
+            return false;
+        }
+        match token.iter().position(|b| *b == b'=') {
+            None => {
+                if token.contains(&b'"') || !plain_edges(token) {
+                    return false;
+                }
+                // A standalone key; the next token must not begin with `=` (lenient spacing).
+                out.push((Key::Span(at(start, end)), V::Bool(true)));
+                i = end;
+            }
+            Some(eq) => {
+                let key = &token[..eq];
+                if key.contains(&b'"') || !plain_edges(key) {
+                    return false;
+                }
+                let vstart = start + eq + 1;
+                if vstart < n && s[vstart] == b'"' {
+                    // A quoted value: up to the next quote, which must end the token.
+                    let Some(close) = s[vstart + 1..].iter().position(|b| *b == b'"') else {
+                        return false;
+                    };
+                    let close = vstart + 1 + close;
+                    if close + 1 < n && s[close + 1] != b' ' {
+                        return false;
+                    }
+                    out.push((
+                        Key::Span(at(start, start + eq)),
+                        V::Str(at(vstart + 1, close)),
+                    ));
+                    i = close + 1;
+                } else {
+                    let value = &s[vstart..end];
+                    if value.is_empty() {
+                        // `key=` followed by a space reads the next token as its value
+                        // (lenient spacing): the runtime's case.
+                        if end < n {
+                            return false;
+                        }
+                    } else if value.contains(&b'"') || !plain_edges(value) {
+                        return false;
+                    }
+                    out.push((Key::Span(at(start, start + eq)), V::Str(at(vstart, end))));
+                    i = end;
+                }
+            }
+        }
+        while i < n && s[i] == b' ' {
+            i += 1;
+        }
+        if i < n && s[i] == b'=' {
+            return false;
+        }
+    }
+    !out.is_empty()
+}
+
+/// Whether `b` starts and ends with characters `str::trim` keeps (ASCII, not white space).
+fn plain_edges(b: &[u8]) -> bool {
+    match (b.first(), b.last()) {
+        (Some(f), Some(l)) => *f > b' ' && *f < 0x80 && *l > b' ' && *l < 0x80,
+        _ => false,
+    }
+}
+
+/// The bytes of a key.
+pub fn key_bytes<'a>(arena: &'a Arena<'_>, literals: &'a [Box<[u8]>], k: Key) -> &'a [u8] {
+    match k {
+        Key::Span(s) => arena.get(s),
+        Key::Static(s) => s,
+        Key::Lit(i) => literals.get(i as usize).map_or(&[][..], |b| &b[..]),
+    }
+}
