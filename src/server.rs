@@ -58,6 +58,11 @@ pub fn validate(path: &Path) -> ExitCode {
                 eprintln!("{warning}");
             }
             println!("{}: ok", path.display());
+            for t in &config.transforms {
+                for note in t.config.component().notes() {
+                    println!("  transform `{}`: {note}", t.id);
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(errors) => {

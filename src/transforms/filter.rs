@@ -140,6 +140,13 @@ impl ComponentConfig for FilterConfig {
 }
 
 impl BuildTransform for FilterConfig {
+    fn notes(&self) -> Vec<String> {
+        self.condition
+            .iter()
+            .map(|c| format!("condition: {}", c.path_note()))
+            .collect()
+    }
+
     fn build(&self, cx: TransformContext) -> anyhow::Result<BoxFuture<'static, ()>> {
         Ok(Box::pin(run(self.clone(), cx.metrics, cx.input, cx.fanout)))
     }

@@ -44,4 +44,10 @@ pub trait BuildTransform: Send + Sync {
     ///
     /// Something the transform needs at start is missing.
     fn build(&self, cx: TransformContext) -> anyhow::Result<BoxFuture<'static, ()>>;
+
+    /// What `loghaul validate` says of the transform beyond "ok" (which path its VRL programs
+    /// run on).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
 }

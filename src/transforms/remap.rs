@@ -154,6 +154,14 @@ fn read_program(path: &str, cx: &mut Validator<'_, '_>, key: &[&str]) -> Option<
 }
 
 impl BuildTransform for RemapConfig {
+    fn notes(&self) -> Vec<String> {
+        if self.fast_path {
+            vec![self.program.path_note()]
+        } else {
+            vec!["VRL runtime (`fast_path: false`)".to_owned()]
+        }
+    }
+
     fn build(&self, cx: TransformContext) -> anyhow::Result<BoxFuture<'static, ()>> {
         let timezone =
             super::vrl::timezone(self.timezone.as_deref()).map_err(|e| anyhow::anyhow!(e))?;

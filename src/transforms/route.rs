@@ -203,6 +203,16 @@ impl ComponentConfig for RouteConfig {
 }
 
 impl BuildTransform for RouteConfig {
+    fn notes(&self) -> Vec<String> {
+        self.rules
+            .iter()
+            .filter_map(|r| {
+                let c = r.condition.as_ref()?;
+                Some(format!("route `{}`: {}", r.name, c.path_note()))
+            })
+            .collect()
+    }
+
     fn build(&self, cx: TransformContext) -> anyhow::Result<BoxFuture<'static, ()>> {
         let mut named = cx.outputs;
         let mut outputs = Vec::new();

@@ -413,3 +413,50 @@ sinks:
     );
     server.finish();
 }
+
+/// `loghaul validate` says which path each program runs on, and for the VRL runtime which
+/// expression kept it there.
+#[test]
+fn validate_names_each_programs_path() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("c.yaml");
+    std::fs::write(
+        &path,
+        r#"sources:
+  in: { type: syslog, mode: udp, address: "127.0.0.1:5514" }
+transforms:
+  fast: { type: remap, inputs: [in], source: ". |= parse_key_value!(.message)" }
+  slow:
+    type: remap
+    inputs: [in]
+    source: |
+      .a = 1
+      .h = sha1(string!(.message))
+  r: { type: route, inputs: [fast, slow], route: { e: '.severity == "err"' } }
+sinks:
+  out: { type: blackhole, inputs: [r.e, r._unmatched] }
+"#,
+    )
+    .expect("write config");
+    let out = Command::new(BIN)
+        .args(["validate", "-c"])
+        .arg(&path)
+        .output()
+        .expect("run loghaul validate");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("transform `fast`: fast path"), "{stdout}");
+    assert!(
+        stdout.contains("transform `slow`: VRL runtime: `sha1(string!(.message))`")
+            && stdout.contains("line 2, column 6"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("transform `r`: route `e`: fast path"),
+        "{stdout}"
+    );
+}
