@@ -613,8 +613,8 @@ impl<'a> Builder<'a> {
                 let vrl = value_to_vrl(self.input, other, 0);
                 self.value(&vrl, orig, 0)
             }
-            V::Obj(i) => {
-                let vrl = self.obj_to_vrl(m, i, literals);
+            V::Obj(_) | V::Arr(_) => {
+                let vrl = self.fast_to_vrl(m, v, literals);
                 self.value(&vrl, orig, 0)
             }
             V::Sd | V::Peer | V::Flags => Value::Null,
@@ -653,6 +653,12 @@ impl<'a> Builder<'a> {
             V::Ts(n) => Vrl::Timestamp(datetime(Timestamp::from_nanos(n, 9))),
             V::Rec(x) => value_to_vrl(self.input, x, 0),
             V::Obj(i) => self.obj_to_vrl(m, i, literals),
+            V::Arr(i) => Vrl::Array(
+                m.arr(i)
+                    .iter()
+                    .map(|item| self.fast_to_vrl(m, *item, literals))
+                    .collect(),
+            ),
             V::Str(_) | V::Static(_) | V::Lit(_) => Vrl::Bytes(Bytes::copy_from_slice(
                 self.fast_bytes(v, literals).unwrap_or_default(),
             )),

@@ -56,6 +56,11 @@ const FAST: &[&str] = &[
     "if !exists(.user) { abort }",
     ".hostname = .user",
     ". |= parse_key_value!(.message)\nif .level == \"error\" { .severity = \"err\" }",
+    ". |= object!(parse_json!(.message))",
+    ".parsed = parse_json!(.message, max_depth: 2)",
+    ".inner = parse_syslog!(.message)",
+    "p, err = parse_syslog(.message)\nif err == null { .app2 = p.appname }",
+    ".t = parse_timestamp!(.ts_text, format: \"%Y-%m-%d %H:%M:%S\")",
 ];
 
 /// Plain key=value lines stay on the fast path: the agreement above is not won by bailing.
@@ -177,7 +182,13 @@ fn message() -> impl Strategy<Value = String> {
         (word()).prop_map(|k| format!("{k}={k}={k}")),
         Just("count=12".to_owned()),
     ];
-    prop::collection::vec(token, 0..6).prop_map(|t| t.join(" "))
+    prop_oneof![
+        4 => prop::collection::vec(token, 0..6).prop_map(|t| t.join(" ")),
+        1 => (word(), -3i64..3, word()).prop_map(|(k, n, v)| {
+            format!("{{\"{k}\":{n},\"s\":\"{v}\",\"list\":[1,\"x\",null],\"o\":{{\"in\":{{\"deep\":true}}}}}}")
+        }),
+        1 => (word(), word()).prop_map(|(h, m)| format!("<13>May  6 07:08:09 {h} app[7]: {m}")),
+    ]
 }
 
 fn syslog_line() -> impl Strategy<Value = String> {
@@ -199,8 +210,13 @@ fn json_record() -> impl Strategy<Value = String> {
         prop::option::of(-5i64..50),
         prop::option::of(0i64..3),
         any::<bool>(),
+        prop_oneof![
+            Just("2024-05-06 07:08:09".to_owned()),
+            Just("2024-13-06 07:08:09".to_owned()),
+            Just("not a time".to_owned()),
+        ],
     )
-        .prop_map(|(msg, user, count, flag, nested)| {
+        .prop_map(|(msg, user, count, flag, nested, ts)| {
             let mut r = serde_json::Map::new();
             r.insert("message".into(), msg.into());
             if let Some(u) = user {
@@ -219,6 +235,7 @@ fn json_record() -> impl Strategy<Value = String> {
                 );
             }
             r.insert("hostname".into(), "rec-host".into());
+            r.insert("ts_text".into(), ts.into());
             serde_json::Value::Object(r).to_string()
         })
 }

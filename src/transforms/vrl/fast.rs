@@ -48,6 +48,8 @@ pub enum V {
     Rec(Value),
     /// An object a function made: its entries are `objs[i]`.
     Obj(u32),
+    /// An array a function made: its items are `arrs[i]`.
+    Arr(u32),
     /// The event's structured data, untouched.
     Sd,
     /// The event's sender, untouched (`.source_ip`).
@@ -57,12 +59,14 @@ pub enum V {
 }
 
 /// A compiled expression.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum Expr {
     Const(V),
     /// `.a.b`: an event path.
     Path(Vec<Box<str>>),
     Var(usize),
+    /// `x.a.b`: a path into a local variable.
+    VarPath(usize, Vec<Box<str>>),
     Not(Box<Expr>),
     And(Box<Expr>, Box<Expr>),
     Or(Box<Expr>, Box<Expr>),
@@ -96,7 +100,7 @@ pub enum Cmp {
 }
 
 /// The functions of the subset.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum Func {
     Contains {
         case_sensitive: bool,
@@ -122,6 +126,10 @@ pub enum Func {
     Assert(Kind),
     /// `is_string`, `is_integer`, ...
     Is(Kind),
+    /// A parser whose grammar is VRL's own (`parse_json`, `parse_syslog`, `parse_timestamp`):
+    /// VRL's implementation runs on the argument alone (a one-call program over `.v`), and the
+    /// rest of the program stays on the fast path.
+    Vrl(Arc<vrl::compiler::Program>),
 }
 
 /// A value kind the type functions test.
@@ -132,10 +140,11 @@ pub enum Kind {
     Boolean,
     Null,
     Float,
+    Object,
 }
 
 /// A program on the fast path.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct FastProgram {
     body: Vec<Expr>,
     vars: usize,
@@ -275,6 +284,7 @@ impl Lower<'_> {
             A::Query(q) => match self.query(q.inner()) {
                 Some(Target::Path(p)) => Ok(Expr::Path(p)),
                 Some(Target::Var(v)) => Ok(Expr::Var(v)),
+                Some(Target::VarPath(v, p)) => Ok(Expr::VarPath(v, p)),
                 Some(Target::Root | Target::Noop) | None => self.no(node, "this query"),
             },
             A::FunctionCall(f) => self.call(node, f.inner()),
@@ -316,6 +326,16 @@ impl Lower<'_> {
             }
             ast::QueryTarget::Internal(v) if q.path.inner().segments.is_empty() => {
                 Some(Target::Var(self.var(v)))
+            }
+            ast::QueryTarget::Internal(v) => {
+                let mut path = Vec::new();
+                for seg in &q.path.inner().segments {
+                    match seg {
+                        OwnedSegment::Field(f) => path.push(f.as_str().into()),
+                        OwnedSegment::Index(_) => return None,
+                    }
+                }
+                Some(Target::VarPath(self.var(v), path))
             }
             _ => None,
         }
@@ -412,10 +432,13 @@ impl Lower<'_> {
                 "accept_standalone_key",
             ],
             "del" | "exists" => &["path", "compact"],
-            "string" | "int" | "bool" | "is_string" | "is_integer" | "is_boolean" | "is_null"
-            | "is_float" => &["value"],
+            "string" | "int" | "bool" | "object" | "is_string" | "is_integer" | "is_boolean"
+            | "is_null" | "is_float" | "is_object" => &["value"],
             "merge" => &["to", "from", "deep"],
             "now" => &[],
+            "parse_json" => &["value", "max_depth", "lossy"],
+            "parse_syslog" => &["value"],
+            "parse_timestamp" => &["value", "format", "timezone"],
             _ => return self.no(node, "a function outside the fast path's set"),
         };
         let mut args: Vec<Option<&Node<ast::Expr>>> = vec![None; params.len()];
@@ -485,6 +508,8 @@ impl Lower<'_> {
             "string" => Func::Assert(Kind::String),
             "int" => Func::Assert(Kind::Integer),
             "bool" => Func::Assert(Kind::Boolean),
+            "object" => Func::Assert(Kind::Object),
+            "is_object" => Func::Is(Kind::Object),
             "is_string" => Func::Is(Kind::String),
             "is_integer" => Func::Is(Kind::Integer),
             "is_boolean" => Func::Is(Kind::Boolean),
@@ -546,6 +571,23 @@ impl Lower<'_> {
                     _ => self.no(node, "this path"),
                 };
             }
+            "parse_json" | "parse_syslog" | "parse_timestamp" => {
+                // Every argument but the value is a literal, written into the one-call program.
+                let mut text = format!("{name}!(.v");
+                for (i, param) in params.iter().enumerate().skip(1) {
+                    let Some(arg) = args[i] else { continue };
+                    if !matches!(arg.inner(), ast::Expr::Literal(_)) {
+                        return self.no(node, "a computed argument of a parser");
+                    }
+                    let lit = self.source.get(arg.start()..arg.end()).unwrap_or("null");
+                    text.push_str(&format!(", {param}: {lit}"));
+                }
+                text.push(')');
+                let Ok(compiled) = vrl::compiler::compile(&text, &super::FUNCTIONS) else {
+                    return self.no(node, "a parser call the fast path cannot isolate");
+                };
+                Func::Vrl(Arc::new(compiled.program))
+            }
             "merge" => return self.no(node, "`merge` outside `. = merge(., x)`"),
             _ => return self.no(node, "a function outside the fast path's set"),
         };
@@ -558,6 +600,7 @@ enum Target {
     Noop,
     Path(Vec<Box<str>>),
     Var(usize),
+    VarPath(usize, Vec<Box<str>>),
 }
 
 /// The event was not finished on the fast path: run it on the VRL runtime.
@@ -580,6 +623,11 @@ pub struct Machine {
     pub overlay: Vec<(Key, Option<V>)>,
     objs: Vec<Vec<(Key, V)>>,
     nobjs: usize,
+    arrs: Vec<Vec<V>>,
+    narrs: usize,
+    /// For the parsers that run VRL's implementation.
+    runtime: vrl::compiler::runtime::Runtime,
+    pub timezone: vrl::compiler::TimeZone,
 }
 
 /// A key: text of the output arena or of the program.
@@ -653,6 +701,7 @@ impl Machine {
         self.vars.resize(cx.program.vars, V::Null);
         self.overlay.clear();
         self.nobjs = 0;
+        self.narrs = 0;
         for e in &cx.program.body {
             match self.eval(cx, e) {
                 Ok(_) => {}
@@ -673,6 +722,7 @@ impl Machine {
         self.vars.resize(cx.program.vars, V::Null);
         self.overlay.clear();
         self.nobjs = 0;
+        self.narrs = 0;
         let mut last = V::Null;
         for e in &cx.program.body {
             last = self.eval(cx, e).map_err(|_| Bail)?;
@@ -692,6 +742,60 @@ impl Machine {
 
     pub fn obj(&self, i: u32) -> &[(Key, V)] {
         self.objs.get(i as usize).map_or(&[], |o| &o[..])
+    }
+
+    fn new_arr(&mut self) -> u32 {
+        if self.narrs == self.arrs.len() {
+            self.arrs.push(Vec::new());
+        }
+        let i = self.narrs;
+        self.arrs[i].clear();
+        self.narrs += 1;
+        i as u32
+    }
+
+    pub fn arr(&self, i: u32) -> &[V] {
+        self.arrs.get(i as usize).map_or(&[], |a| &a[..])
+    }
+
+    /// A VRL value (a parser's result) as a fast-path value; its text appended to the arena.
+    fn vrl_to_fast(
+        &mut self,
+        cx: &mut Cx<'_, '_>,
+        v: &vrl::value::Value,
+        depth: usize,
+    ) -> Result<V, Flow> {
+        use vrl::value::Value as Vrl;
+        if depth > 64 {
+            return Err(Flow::Bail);
+        }
+        Ok(match v {
+            Vrl::Bytes(b) => V::Str(cx.arena.push(b)),
+            Vrl::String(s) => V::Str(cx.arena.push(s.as_bytes())),
+            Vrl::Integer(i) => V::Int(*i),
+            Vrl::Float(f) => V::Float(f.into_inner()),
+            Vrl::Boolean(b) => V::Bool(*b),
+            Vrl::Null => V::Null,
+            Vrl::Timestamp(t) => V::Ts(t.timestamp_nanos_opt().ok_or(Flow::Bail)?),
+            Vrl::Object(map) => {
+                let o = self.new_obj();
+                for (k, item) in map {
+                    let key = Key::Span(cx.arena.push(k.as_bytes()));
+                    let item = self.vrl_to_fast(cx, item, depth + 1)?;
+                    self.objs[o as usize].push((key, item));
+                }
+                V::Obj(o)
+            }
+            Vrl::Array(items) => {
+                let a = self.new_arr();
+                for item in items {
+                    let item = self.vrl_to_fast(cx, item, depth + 1)?;
+                    self.arrs[a as usize].push(item);
+                }
+                V::Arr(a)
+            }
+            Vrl::Regex(_) => return Err(Flow::Bail),
+        })
     }
 
     /// A top-level field of the event as the program sees it now.
@@ -722,8 +826,13 @@ impl Machine {
 
     fn get_path(&self, cx: &Cx<'_, '_>, path: &[Box<str>]) -> Option<V> {
         let (first, rest) = path.split_first()?;
-        let mut v = self.field(cx, first.as_bytes())?;
-        for seg in rest {
+        let v = self.field(cx, first.as_bytes())?;
+        self.descend(cx, v, rest)
+    }
+
+    /// The value at `path` below `v`.
+    fn descend(&self, cx: &Cx<'_, '_>, mut v: V, path: &[Box<str>]) -> Option<V> {
+        for seg in path {
             v = match v {
                 V::Rec(c @ Value::Map(..)) => cx
                     .batch
@@ -754,6 +863,14 @@ impl Machine {
                 None => V::Null,
             },
             Expr::Var(i) => self.vars.get(*i).copied().unwrap_or(V::Null),
+            Expr::VarPath(i, p) => {
+                let v = self.vars.get(*i).copied().unwrap_or(V::Null);
+                match self.descend(cx, v, p) {
+                    Some(V::Sd | V::Peer | V::Flags) => return Err(Flow::Bail),
+                    Some(v) => normalize(v),
+                    None => V::Null,
+                }
+            }
             Expr::Not(x) => match self.eval(cx, x)? {
                 V::Bool(b) => V::Bool(!b),
                 _ => return Err(Flow::Bail),
@@ -1034,6 +1151,23 @@ impl Machine {
                 V::Obj(o)
             }
             Func::Now => V::Ts(Timestamp::now().nanos),
+            Func::Vrl(program) => {
+                let text = cx.text(args[0]).ok_or(Flow::Bail)?;
+                let mut obj = vrl::value::ObjectMap::new();
+                obj.insert(
+                    "v".into(),
+                    vrl::value::Value::Bytes(bytes::Bytes::copy_from_slice(text)),
+                );
+                let mut target = vrl::compiler::TargetValue {
+                    value: vrl::value::Value::Object(obj),
+                    metadata: vrl::value::Value::Object(vrl::value::ObjectMap::new()),
+                    secrets: vrl::value::Secrets::default(),
+                };
+                let result = self.runtime.resolve(&mut target, program, &self.timezone);
+                self.runtime.clear();
+                let value = result.map_err(|_| Flow::Bail)?;
+                self.vrl_to_fast(cx, &value, 0)?
+            }
             Func::Assert(k) => {
                 let v = normalize(args[0]);
                 if kind_of(cx, v) != Some(*k) {
@@ -1106,6 +1240,7 @@ fn kind_of(cx: &Cx<'_, '_>, v: V) -> Option<Kind> {
         V::Bool(_) => Some(Kind::Boolean),
         V::Int(_) => Some(Kind::Integer),
         V::Float(_) => Some(Kind::Float),
+        V::Obj(_) | V::Rec(Value::Map(..)) => Some(Kind::Object),
         _ if cx.text(v).is_some() => Some(Kind::String),
         _ => None,
     }

@@ -15,7 +15,7 @@ use vrl::diagnostic::{Diagnostic, DiagnosticList, Formatter, Label};
 use vrl::value::{Secrets, Value as Vrl};
 
 /// VRL's standard library as this build has it (no network functions).
-static FUNCTIONS: LazyLock<Vec<Box<dyn Function>>> = LazyLock::new(vrl::stdlib::all);
+pub(crate) static FUNCTIONS: LazyLock<Vec<Box<dyn Function>>> = LazyLock::new(vrl::stdlib::all);
 
 /// A compiled program and its text.
 #[derive(Clone)]
@@ -201,10 +201,12 @@ pub struct Runner {
 
 impl Runner {
     pub fn new(timezone: TimeZone) -> Runner {
+        let mut machine = fast::Machine::default();
+        machine.timezone = timezone;
         Runner {
             runtime: Runtime::default(),
             timezone,
-            machine: fast::Machine::default(),
+            machine,
             scratch: Vec::new(),
             fast_runs: 0,
             bails: 0,
