@@ -319,3 +319,29 @@ fn now_is_on_the_fast_path() {
     let at = line["at"].as_str().unwrap();
     assert!(at.ends_with('Z') && at.starts_with("20"), "{line}");
 }
+
+/// A 1 MiB message through `parse_key_value` and a regex, on both paths: they finish (the
+/// parsers here are linear; VRL's own `parse_key_value` scans ahead for `=` from every
+/// standalone key, so the fast path takes such lines itself).
+#[test]
+fn a_mebibyte_message_finishes() {
+    let mut msg = String::with_capacity(1 << 20);
+    let mut i = 0;
+    while msg.len() < (1 << 20) {
+        msg.push_str(&format!("word{i} "));
+        i += 1;
+    }
+    msg.push_str("k=v");
+    let line = format!("<13>May  6 07:08:09 h app: {msg}");
+    let batch = syslog_batch(&[line]);
+    let c = config(
+        ". |= parse_key_value!(.message)\n.m = match(string!(.message), r'k=v$')",
+        true,
+        false,
+    );
+    let (out, _) = run(&c, &batch);
+    let event: serde_json::Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(event["k"], "v");
+    assert_eq!(event["m"], true);
+    assert_eq!(event["word0"], true);
+}

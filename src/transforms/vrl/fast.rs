@@ -615,12 +615,18 @@ pub enum Done {
     Aborted,
 }
 
+/// The overlay size from which its names are indexed.
+const INDEX_FROM: usize = 32;
+
 /// Per-task state: variables, the event's overlay, objects made by functions.
 #[derive(Default)]
 pub struct Machine {
     vars: Vec<V>,
     /// The event's changes: field name → value (`None`: deleted).
     pub overlay: Vec<(Key, Option<V>)>,
+    /// Where each name is in `overlay`, once it holds more than [`INDEX_FROM`] entries (a line
+    /// of many key=value pairs merged into the event): lookups stay constant-time.
+    index: std::collections::HashMap<Box<[u8]>, usize>,
     objs: Vec<Vec<(Key, V)>>,
     nobjs: usize,
     arrs: Vec<Vec<V>>,
@@ -700,6 +706,7 @@ impl Machine {
         self.vars.clear();
         self.vars.resize(cx.program.vars, V::Null);
         self.overlay.clear();
+        self.index.clear();
         self.nobjs = 0;
         self.narrs = 0;
         for e in &cx.program.body {
@@ -721,6 +728,7 @@ impl Machine {
         self.vars.clear();
         self.vars.resize(cx.program.vars, V::Null);
         self.overlay.clear();
+        self.index.clear();
         self.nobjs = 0;
         self.narrs = 0;
         let mut last = V::Null;
@@ -800,27 +808,37 @@ impl Machine {
 
     /// A top-level field of the event as the program sees it now.
     pub fn field(&self, cx: &Cx<'_, '_>, name: &[u8]) -> Option<V> {
-        if let Some((_, v)) = self
-            .overlay
-            .iter()
-            .rev()
-            .find(|(k, _)| cx.key_bytes(*k) == name)
-        {
-            return *v;
+        if let Some(i) = self.find(cx, name) {
+            return self.overlay[i].1;
         }
         original_field(cx.batch, cx.event, name)
     }
 
+    /// Where `name` is in the overlay.
+    fn find(&self, cx: &Cx<'_, '_>, name: &[u8]) -> Option<usize> {
+        if self.overlay.len() > INDEX_FROM {
+            return self.index.get(name).copied();
+        }
+        self.overlay
+            .iter()
+            .position(|(k, _)| cx.key_bytes(*k) == name)
+    }
+
     fn set(&mut self, cx: &Cx<'_, '_>, key: Key, value: Option<V>) {
         let name = cx.key_bytes(key);
-        if let Some(slot) = self
-            .overlay
-            .iter_mut()
-            .find(|(k, _)| key_bytes(&cx.arena, &cx.program.literals, *k) == name)
-        {
-            slot.1 = value;
-        } else {
-            self.overlay.push((key, value));
+        if let Some(i) = self.find(cx, name) {
+            self.overlay[i].1 = value;
+            return;
+        }
+        self.overlay.push((key, value));
+        if self.overlay.len() > INDEX_FROM {
+            if self.index.is_empty() {
+                for (i, (k, _)) in self.overlay.iter().enumerate() {
+                    self.index.insert(cx.key_bytes(*k).into(), i);
+                }
+            } else {
+                self.index.insert(name.into(), self.overlay.len() - 1);
+            }
         }
     }
 
