@@ -18,7 +18,8 @@ use loghaul_codec::{DecodeOptions, DecodeStats, Decoder, Frame};
 use loghaul_config::{ComponentKind, ConfigFormat};
 use loghaul_core::{EventBatch, Timestamp};
 
-const PROGRAM: &str = ". |= parse_key_value!(.message)\n.user_name = del(.user)\ndel(.session)\n.pipeline = \"lab\"";
+const PROGRAM: &str =
+    ". |= parse_key_value!(.message)\n.user_name = del(.user)\ndel(.session)\n.pipeline = \"lab\"";
 const EVENTS: usize = 1000;
 
 fn transform(body: &str) -> TransformConfig {
@@ -26,7 +27,9 @@ fn transform(body: &str) -> TransformConfig {
         "sources:\n  in: {{ type: syslog, mode: udp, address: \"127.0.0.1:5514\" }}\n\
          transforms:\n  x:\n    inputs: [in]\n{}\
          sinks:\n  out: {{ type: blackhole, inputs: [x, x._unmatched] }}\n",
-        body.lines().map(|l| format!("    {l}\n")).collect::<String>()
+        body.lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
     );
     let config = Config::from_str_with_vars(&text, ConfigFormat::Yaml, "bench.yaml", &|_| None)
         .unwrap_or_else(|e| panic!("{e}"));
@@ -73,7 +76,11 @@ fn batch() -> EventBatch {
         &mut batch,
         &frames,
         Timestamp::now(),
-        Some("127.0.0.1".parse().unwrap_or(std::net::Ipv4Addr::LOCALHOST.into())),
+        Some(
+            "127.0.0.1"
+                .parse()
+                .unwrap_or(std::net::Ipv4Addr::LOCALHOST.into()),
+        ),
         &mut DecodeStats::default(),
     );
     batch

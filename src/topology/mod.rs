@@ -238,7 +238,7 @@ pub async fn start(
         )
         .with_budget(budget.clone());
         let named = transform.config.outputs();
-        if !named.is_empty() {
+        if !named.is_empty() && transform.config.has_default_output() {
             fanout = fanout.for_output("_default");
         }
         let outputs = named

@@ -193,6 +193,10 @@ impl ComponentConfig for RouteConfig {
         })
     }
 
+    fn has_default_output(&self) -> bool {
+        false
+    }
+
     fn outputs(&self) -> Vec<String> {
         let mut outputs: Vec<String> = self.rules.iter().map(|r| r.name.clone()).collect();
         if self.reroute_unmatched {
@@ -333,6 +337,11 @@ mod tests {
         let routes = "      errors: '.severity == \"err\"'\n      b: { tag: 'app.**' }\n";
         ok(&routed(routes, "r.errors, r.b, r._unmatched"));
         error_at(&routed(routes, "r.c"), "r.c", "`r` has no output `c`");
+        error_at(
+            &routed(routes, "r"),
+            "inputs: [r]",
+            "`r` has only named outputs",
+        );
         let t = routed(routes, "r.erors");
         error_at(&t, "r.erors", "`r` has no output `erors`");
         assert!(

@@ -143,6 +143,11 @@ pub trait ComponentConfig: Sized {
     fn outputs(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// Whether the component's id itself is an output (a `route` has only named ones).
+    fn has_default_output(&self) -> bool {
+        true
+    }
 }
 
 /// A closed set of component types of one kind: the enum [`component_set!`] generates.
@@ -167,6 +172,8 @@ pub trait ComponentSet: Sized + Clone + std::fmt::Debug + PartialEq {
     fn tls_role(&self) -> Result<loghaul_tls::Role, String>;
     /// See [`ComponentConfig::outputs`].
     fn outputs(&self) -> Vec<String>;
+    /// See [`ComponentConfig::has_default_output`].
+    fn has_default_output(&self) -> bool;
 }
 
 /// The component sets a server has.
@@ -288,6 +295,12 @@ macro_rules! component_set {
             fn outputs(&self) -> Vec<String> {
                 match self {
                     $( $name::$variant(c) => $crate::ComponentConfig::outputs(c) ),+
+                }
+            }
+
+            fn has_default_output(&self) -> bool {
+                match self {
+                    $( $name::$variant(c) => $crate::ComponentConfig::has_default_output(c) ),+
                 }
             }
         }

@@ -359,11 +359,13 @@ fn read_components<R: Registry, S: ComponentSet>(
             inputs: Vec::new(),
             resources: Vec::new(),
             outputs: None,
+            default_output: true,
         };
         let component = read_component::<R, S>(entry, cx, &types, &mut decl);
         if let Some(component) = component {
             decl.resources = component.config.resources();
             decl.outputs = Some(component.config.outputs());
+            decl.default_output = component.config.has_default_output();
             out.push(component);
         }
         declared.push(decl);

@@ -441,6 +441,8 @@ pub(crate) struct Declared {
     /// Its named outputs; `None` when its config did not load (any output name is then
     /// accepted, to report nothing spurious).
     pub outputs: Option<Vec<String>>,
+    /// Whether its id is an output too (see `ComponentConfig::has_default_output`).
+    pub default_output: bool,
 }
 
 /// Validates the loaded document into a [`Config`], pushing diagnostics.
@@ -694,6 +696,25 @@ pub(crate) fn validate<R: Registry>(
                     format!("input `{input}` is a sink; sinks cannot be inputs"),
                     Some("inputs name sources or transforms".to_owned()),
                 ),
+                Resolved::Component(_)
+                    if !declared
+                        .iter()
+                        .find(|d| d.id == *input)
+                        .is_none_or(|d| d.default_output) =>
+                {
+                    let outputs = outputs_of
+                        .get(input.as_str())
+                        .copied()
+                        .flatten()
+                        .unwrap_or_default();
+                    let list: Vec<String> =
+                        outputs.iter().map(|o| format!("`{input}.{o}`")).collect();
+                    cx.error(
+                        pos,
+                        format!("`{input}` has only named outputs"),
+                        Some(format!("read one of {}", list.join(", "))),
+                    );
+                }
                 Resolved::Component(_) | Resolved::Output => {}
                 Resolved::NoSuchOutput { owner, outputs } => {
                     let output = &input[owner.len() + 1..];
