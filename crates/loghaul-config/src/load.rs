@@ -96,7 +96,7 @@ fn read_text(path: &Path, origin: &str) -> Result<String, ConfigErrors> {
             _ => "check that the path names a readable file",
         };
         ConfigErrors(vec![
-            Diagnostic::error(&origin, None, format!("cannot read config file: {e}"))
+            Diagnostic::error(origin, None, format!("cannot read config file: {e}"))
                 .with_hint(Some(hint)),
         ])
     })?;
@@ -104,7 +104,7 @@ fn read_text(path: &Path, origin: &str) -> Result<String, ConfigErrors> {
         let pos = crate::toml_doc::LineIndex::new(&String::from_utf8_lossy(e.as_bytes()))
             .pos(e.utf8_error().valid_up_to());
         ConfigErrors(vec![
-            Diagnostic::error(&origin, Some(pos), "config file is not valid UTF-8")
+            Diagnostic::error(origin, Some(pos), "config file is not valid UTF-8")
                 .with_hint(Some("save the file as UTF-8")),
         ])
     })?;
