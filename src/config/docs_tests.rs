@@ -141,8 +141,16 @@ fn configuration_md_documents_exactly_the_declared_keys() {
     same(&doc, ("TLS", ""), keys_of::<RawTls>());
     same(&doc, ("Unit tests", ""), keys_of::<RawTest>());
     same(&doc, ("Unit tests", "`inputs`"), keys_of::<RawTestInput>());
-    same(&doc, ("Unit tests", "`outputs`"), keys_of::<RawTestOutput>());
-    same(&doc, ("Unit tests", "`conditions`"), keys_of::<RawCondition>());
+    same(
+        &doc,
+        ("Unit tests", "`outputs`"),
+        keys_of::<RawTestOutput>(),
+    );
+    same(
+        &doc,
+        ("Unit tests", "`conditions`"),
+        keys_of::<RawCondition>(),
+    );
     components::<<Components as Registry>::Source>(&doc, "Sources");
     components::<<Components as Registry>::Transform>(&doc, "Transforms");
     components::<<Components as Registry>::Sink>(&doc, "Sinks");
