@@ -33,10 +33,11 @@ it_modules_for() {
     src/sources/http_server/*) echo http_server ;;
     src/sinks/http/*) echo http_sink ;;
     src/sources/kafka/* | src/sinks/kafka/* | src/kafka.rs) echo kafka ;;
-    src/transforms/*) echo transforms ;;
+    src/transforms/*) echo transforms unit_tests ;;
+    src/unit_test/*) echo unit_tests ;;
     src/net/*) echo listener tls ;;
     src/api*) echo api ;;
-    src/config/* | crates/loghaul-config/*) echo config validate ;;
+    src/config/* | crates/loghaul-config/*) echo config validate unit_tests ;;
     src/pipeline/* | src/topology/* | src/server.rs | crates/loghaul-buffer/* | crates/loghaul-core/*)
         echo durability shutdown memory crash ;;
     src/sinks/* | src/sources/*) echo formats console ;;

@@ -1,4 +1,4 @@
-//! Command-line interface: `run`, `validate`, `config default`, `dlq`, `buffer`, `bench`.
+//! Command-line interface: `run`, `validate`, `test`, `config default`, `dlq`, `buffer`, `bench`.
 
 use std::path::PathBuf;
 
@@ -9,12 +9,49 @@ Examples:
   loghaul run                          # syslog on 127.0.0.1:5514 (TCP+UDP) -> ./loghaul-data/
   loghaul config default > loghaul.yaml
   loghaul validate -c loghaul.yaml
+  loghaul test -c loghaul.yaml tests/*.yaml
   loghaul run -c loghaul.yaml -v
   loghaul dlq stats -c loghaul.yaml
   loghaul dlq replay --sink out -c loghaul.yaml
   loghaul buffer inspect ./loghaul-data/buffers/out
   logger --server 127.0.0.1 --port 5514 --tcp \"hello\"
   loghaul bench run syslog --subjects loghaul,rsyslog --runs 3";
+
+const TEST_HELP: &str = "\
+Tests run the configuration's transforms (not its sources' sockets, nor its sinks) on the
+events they insert, and check what comes out: exit 0 when every test passed, 1 when one
+failed, 2 when the configuration or a tests file is invalid (or holds no test).
+
+Example (in the configuration, or in a file given after it that holds `tests:` only):
+
+  tests:
+    - name: parses the status
+      inputs:
+        - insert_at: parse                  # a transform: the event by its fields
+          type: log
+          log_fields: { message: \"status=404\", hostname: web1 }
+      outputs:
+        - extract_from: parse
+          conditions:
+            - type: vrl
+              source: |
+                assert!(exists(.status))
+                assert_eq!(.status, 404)
+    - name: a 503 over syslog is an error
+      inputs:
+        - insert_at: syslog_in              # a source: bytes its decoder reads
+          type: raw
+          value: \"<11>Oct 11 22:14:15 host app: status=503\"
+      outputs:
+        - extract_from: by_level.errors     # a named output (a route's route)
+          conditions:
+            - type: vrl
+              source: 'assert_eq!(.appname, \"app\")'
+      no_outputs_from: [by_level._unmatched]
+
+Output: `test NAME ... passed` or `... failed`, then for each failure the assertion that
+failed (for assert_eq!, both sides' values) and the event that came out, as JSON.
+See docs/configuration.md, \"Unit tests\".";
 
 /// A log ingestion and forwarding server: syslog in, JSON lines out, without losing an event.
 #[derive(Parser, Debug)]
@@ -43,6 +80,17 @@ pub enum Command {
         /// Configuration file (.yaml/.yml, .toml or .json).
         #[arg(short, long)]
         config: PathBuf,
+    },
+    /// Run the configuration's unit tests: insert events at sources or transforms, run the
+    /// transforms, check what comes out with VRL assertions.
+    #[command(after_help = TEST_HELP)]
+    Test {
+        /// Configuration file (.yaml/.yml, .toml or .json); its `tests:` run too.
+        #[arg(short, long, env = "LOGHAUL_CONFIG")]
+        config: PathBuf,
+        /// Files holding more tests (a `tests:` list and nothing else), checked against the
+        /// configuration's components.
+        files: Vec<PathBuf>,
     },
     /// Print configuration helpers.
     Config {

@@ -16,3 +16,4 @@ pub mod sinks;
 pub mod sources;
 pub mod topology;
 pub mod transforms;
+pub mod unit_test;

@@ -46,6 +46,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run { config } => server::run(config),
         Command::Validate { config } => return server::validate(&config),
+        Command::Test { config, files } => return loghaul::unit_test::command(&config, &files),
         Command::Config {
             command: ConfigCommand::Default,
         } => {

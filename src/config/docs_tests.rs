@@ -15,6 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use loghaul_config::delivery::{RawBuffer, RawRetry};
 use loghaul_config::raw::RawApi;
 use loghaul_config::tls::RawTls;
+use loghaul_config::unit_tests::{RawCondition, RawTest, RawTestInput, RawTestOutput};
 use loghaul_config::{ComponentKind, ComponentSet, Registry, TOP_LEVEL_KEYS, keys_of};
 
 use super::Components;
@@ -138,6 +139,18 @@ fn configuration_md_documents_exactly_the_declared_keys() {
     same(&doc, ("Buffers", ""), keys_of::<RawBuffer>());
     same(&doc, ("Retries", ""), keys_of::<RawRetry>());
     same(&doc, ("TLS", ""), keys_of::<RawTls>());
+    same(&doc, ("Unit tests", ""), keys_of::<RawTest>());
+    same(&doc, ("Unit tests", "`inputs`"), keys_of::<RawTestInput>());
+    same(
+        &doc,
+        ("Unit tests", "`outputs`"),
+        keys_of::<RawTestOutput>(),
+    );
+    same(
+        &doc,
+        ("Unit tests", "`conditions`"),
+        keys_of::<RawCondition>(),
+    );
     components::<<Components as Registry>::Source>(&doc, "Sources");
     components::<<Components as Registry>::Transform>(&doc, "Transforms");
     components::<<Components as Registry>::Sink>(&doc, "Sinks");

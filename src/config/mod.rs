@@ -2,7 +2,7 @@
 //! over the source, transform and sink enums) and the embedded default configuration. Loading
 //! and validation are `loghaul-config`'s; each component's schema lives beside its code.
 
-use loghaul_config::{ConfigErrors, ConfigFormat, Registry};
+use loghaul_config::{ConfigErrors, ConfigFormat, Registry, Validator};
 
 use crate::sinks::SinkConfig;
 use crate::sources::SourceConfig;
@@ -16,6 +16,13 @@ impl Registry for Components {
     type Source = SourceConfig;
     type Transform = TransformConfig;
     type Sink = SinkConfig;
+    type Condition = crate::transforms::vrl::Program;
+
+    /// A unit test's condition is VRL that returns a boolean: assertions (`assert_eq!`), which
+    /// abort with their message, or a boolean expression.
+    fn condition(source: &str, v: &mut Validator<'_, '_>, key: &[&str]) -> Option<Self::Condition> {
+        crate::transforms::vrl::compile(source, crate::transforms::vrl::Expect::Boolean, v, key)
+    }
 }
 
 /// A validated configuration of this server.

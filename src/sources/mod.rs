@@ -93,4 +93,11 @@ pub trait BuildSource: Send + Sync {
     ///
     /// A socket cannot be bound, with the address in the message.
     fn build(&self, cx: SourceContext) -> BoxFuture<'_, anyhow::Result<RunningSource>>;
+
+    /// The batch this source would send for `bytes` read from a client (framed and decoded as
+    /// configured), for the raw inputs of `loghaul test`; `None` when the type takes none.
+    fn decode_raw(&self, id: Arc<str>, bytes: &[u8]) -> Option<loghaul_core::EventBatch> {
+        let _ = (id, bytes);
+        None
+    }
 }

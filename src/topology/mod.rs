@@ -21,14 +21,16 @@
 //! (`limits.memory`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use loghaul_config::{BufferKind, ComponentKind, ComponentSet as _};
+use loghaul_config::{BufferKind, Component, ComponentKind, ComponentSet as _};
 use loghaul_core::MemoryBudget;
 use tokio::task::JoinHandle;
 
 use crate::config::Config;
+use crate::metrics::ComponentMetrics;
 use crate::metrics::Registry;
 use crate::pipeline::spill::SpillPlan;
 use crate::pipeline::{
@@ -37,7 +39,7 @@ use crate::pipeline::{
 };
 use crate::sinks::{BuiltSink, ReopenGeneration, SinkContext, SinkThread};
 use crate::sources::{RunningSource, SourceContext};
-use crate::transforms::TransformContext;
+use crate::transforms::{TransformConfig, TransformContext};
 
 /// The most batches a memory buffer's queue holds, whatever its `max_events`.
 const MAX_QUEUE_BATCHES: usize = 1 << 16;
@@ -182,23 +184,7 @@ pub async fn start(
         senders.insert(&transform.id, tx);
         transform_inputs.push((transform, metrics, rx));
     }
-    // Who reads from whom.
-    let mut downstream: HashMap<&str, Vec<InputSender>> = HashMap::new();
-    let consumers = config
-        .transforms
-        .iter()
-        .map(|t| (t.id.as_str(), &t.inputs))
-        .chain(config.sinks.iter().map(|s| (s.id.as_str(), &s.inputs)));
-    for (id, inputs) in consumers {
-        for input in inputs {
-            if let Some(tx) = senders.get(id) {
-                downstream
-                    .entry(input.as_str())
-                    .or_default()
-                    .push(tx.clone());
-            }
-        }
-    }
+    let mut downstream = readers(config, &senders);
     // Only fan-outs may hold senders from here on, or queues would never close at shutdown.
     drop(senders);
 
@@ -232,37 +218,7 @@ pub async fn start(
 
     let mut transforms_built: Vec<BoxFuture<'static, ()>> = Vec::new();
     for (transform, metrics, input) in transform_inputs {
-        let mut fanout = Fanout::new(
-            downstream.remove(transform.id.as_str()).unwrap_or_default(),
-            metrics.clone(),
-        )
-        .with_budget(budget.clone());
-        let named = transform.config.outputs();
-        if !named.is_empty() && transform.config.has_default_output() {
-            fanout = fanout.for_output("_default");
-        }
-        let outputs = named
-            .into_iter()
-            .map(|name| {
-                let readers = downstream
-                    .remove(format!("{}.{name}", transform.id).as_str())
-                    .unwrap_or_default();
-                let out = Fanout::new(readers, metrics.clone())
-                    .with_budget(budget.clone())
-                    .for_output(&name);
-                (name, out)
-            })
-            .collect();
-        let task = transform
-            .config
-            .component()
-            .build(TransformContext {
-                metrics,
-                input,
-                fanout,
-                outputs,
-            })
-            .with_context(|| format!("transform '{}'", transform.id))?;
+        let task = build_transform(transform, metrics, input, &mut downstream, Some(&budget))?;
         transforms_built.push(task);
     }
     drop(downstream);
@@ -290,6 +246,79 @@ pub async fn start(
         transforms,
         sinks,
     })
+}
+
+/// Who reads from whom: for every `inputs` entry (`ID`, or `ID.NAME` for a named output), the
+/// input queues (in `senders`, by component id) of the transforms and sinks that list it.
+pub(crate) fn readers<'c>(
+    config: &'c Config,
+    senders: &HashMap<&str, InputSender>,
+) -> HashMap<&'c str, Vec<InputSender>> {
+    let mut downstream: HashMap<&str, Vec<InputSender>> = HashMap::new();
+    let consumers = config
+        .transforms
+        .iter()
+        .map(|t| (t.id.as_str(), &t.inputs))
+        .chain(config.sinks.iter().map(|s| (s.id.as_str(), &s.inputs)));
+    for (id, inputs) in consumers {
+        for input in inputs {
+            if let Some(tx) = senders.get(id) {
+                downstream
+                    .entry(input.as_str())
+                    .or_default()
+                    .push(tx.clone());
+            }
+        }
+    }
+    downstream
+}
+
+/// Builds a transform's task: reading `input`, sending its default output and each named
+/// output to their readers, taken out of `downstream` (see [`readers`]), charged to `budget`.
+/// `loghaul test` builds transforms through this too, so a test runs what `loghaul run` does.
+///
+/// # Errors
+///
+/// The transform could not be built; the message names it.
+pub(crate) fn build_transform(
+    transform: &Component<TransformConfig>,
+    metrics: Arc<ComponentMetrics>,
+    input: Input,
+    downstream: &mut HashMap<&str, Vec<InputSender>>,
+    budget: Option<&Arc<MemoryBudget>>,
+) -> anyhow::Result<BoxFuture<'static, ()>> {
+    let charged = |fanout: Fanout| match budget {
+        Some(budget) => fanout.with_budget(budget.clone()),
+        None => fanout,
+    };
+    let mut fanout = charged(Fanout::new(
+        downstream.remove(transform.id.as_str()).unwrap_or_default(),
+        metrics.clone(),
+    ));
+    let named = transform.config.outputs();
+    if !named.is_empty() && transform.config.has_default_output() {
+        fanout = fanout.for_output("_default");
+    }
+    let outputs = named
+        .into_iter()
+        .map(|name| {
+            let readers = downstream
+                .remove(format!("{}.{name}", transform.id).as_str())
+                .unwrap_or_default();
+            let out = charged(Fanout::new(readers, metrics.clone())).for_output(&name);
+            (name, out)
+        })
+        .collect();
+    transform
+        .config
+        .component()
+        .build(TransformContext {
+            metrics,
+            input,
+            fanout,
+            outputs,
+        })
+        .with_context(|| format!("transform '{}'", transform.id))
 }
 
 /// Starts a sink where it asked to run; the receiver resolves when it has finished (or was

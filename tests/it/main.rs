@@ -41,5 +41,6 @@ mod rsyslog;
 mod shutdown;
 mod tls;
 mod transforms;
+mod unit_tests;
 mod validate;
 mod vrl_docs;

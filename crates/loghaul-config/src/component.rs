@@ -176,11 +176,17 @@ pub trait ComponentSet: Sized + Clone + std::fmt::Debug + PartialEq {
     fn has_default_output(&self) -> bool;
 }
 
-/// The component sets a server has.
+/// The component sets a server has, and how it compiles the conditions of unit tests.
 pub trait Registry: Clone + std::fmt::Debug + PartialEq + 'static {
     type Source: ComponentSet;
     type Transform: ComponentSet;
     type Sink: ComponentSet;
+    /// A unit test's condition (`tests[].outputs[].conditions[]`), compiled.
+    type Condition: Clone + std::fmt::Debug + PartialEq;
+
+    /// Compiles the condition `source` (`type: vrl`), the value of `key` in `v`'s entry;
+    /// reports every problem through `v` and returns `None` only after reporting an error.
+    fn condition(source: &str, v: &mut Validator<'_, '_>, key: &[&str]) -> Option<Self::Condition>;
 }
 
 /// One component as configured: what every component has, and its type's config.

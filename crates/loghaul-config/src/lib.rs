@@ -30,6 +30,7 @@ mod runtime;
 mod template;
 pub mod tls;
 mod toml_doc;
+pub mod unit_tests;
 mod units;
 mod validate;
 mod yaml;
@@ -48,6 +49,7 @@ pub use load::{ConfigFormat, TOP_LEVEL_KEYS};
 pub use loghaul_tls::{Role as TlsRole, TlsConfig, TlsError};
 pub use runtime::{ApiConfig, Config, Limits, TimeZoneSetting};
 pub use template::{KNOWN_FIELDS, PathTemplate, TemplateError, TemplatePart, push_path_component};
+pub use unit_tests::{FieldValue, TestEvent, TestInput, TestOutput, UnitTest};
 pub use units::{DURATION_HINT, SIZE_HINT, parse_duration, parse_size};
 pub use validate::{
     DEFAULT_API_ADDRESS, DEFAULT_MEMORY_LIMIT, DEFAULT_SHUTDOWN_TIMEOUT, TZ_HINT, Validator,
@@ -145,6 +147,36 @@ impl<R: Registry> Config<R> {
         vars: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Config<R>, ConfigErrors> {
         load::load_str(text, format, origin, Environment::with_vars(vars))
+    }
+
+    /// Reads a side file of unit tests (a document holding `tests:` only) and checks its tests
+    /// against this configuration's components; `${VAR}`s come from the process environment.
+    ///
+    /// # Errors
+    ///
+    /// Every problem found, located in that file.
+    pub fn load_tests(&self, path: &Path) -> Result<Vec<UnitTest<R::Condition>>, ConfigErrors> {
+        load::load_tests_path(self, path, Environment::process())
+    }
+
+    /// [`Config::load_tests`] for text; `origin` names it in diagnostics.
+    ///
+    /// # Errors
+    ///
+    /// Every problem found.
+    pub fn tests_from_str(
+        &self,
+        text: &str,
+        format: ConfigFormat,
+        origin: &str,
+    ) -> Result<Vec<UnitTest<R::Condition>>, ConfigErrors> {
+        load::load_tests_str(
+            self,
+            text,
+            format,
+            origin,
+            Environment::with_vars(&|_| None),
+        )
     }
 
     /// [`Config::from_str`] in the environment `env`: its variables, and its way of checking

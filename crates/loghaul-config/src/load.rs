@@ -10,6 +10,7 @@
 //! that fails to deserialize is left out but its id is still known, so the components that name it
 //! as an input do not get spurious "unknown input" errors.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
@@ -19,6 +20,7 @@ use crate::diagnostic::{ConfigErrors, Diagnostic, Pos, did_you_mean};
 use crate::node::{DeError, Entry, Extra, Node, NodeDe};
 use crate::raw::{RawApi, RawDuration, RawLimits, RawTop};
 use crate::runtime::Config;
+use crate::unit_tests::{Graph, TESTS_KEY, UnitTest, read_tests};
 use crate::validate::{Ctx, Declared, Validator};
 
 /// The syntax a configuration is written in.
@@ -49,7 +51,7 @@ impl ConfigFormat {
 }
 
 /// Top-level keys.
-pub const TOP_LEVEL_KEYS: [&str; 7] = [
+pub const TOP_LEVEL_KEYS: [&str; 8] = [
     "api",
     "data_dir",
     "limits",
@@ -57,6 +59,7 @@ pub const TOP_LEVEL_KEYS: [&str; 7] = [
     "sources",
     "transforms",
     "sinks",
+    "tests",
 ];
 
 /// What reading the sections produced: the top-level values and every component that loaded.
@@ -76,6 +79,12 @@ pub(crate) fn load_path<R: Registry>(
     env: crate::Environment<'_>,
 ) -> Result<Config<R>, ConfigErrors> {
     let origin = path.display().to_string();
+    let text = read_text(path, &origin)?;
+    load_str(&text, ConfigFormat::from_path(path), &origin, env)
+}
+
+/// A configuration file's text; a diagnostic when it cannot be read or is not UTF-8.
+fn read_text(path: &Path, origin: &str) -> Result<String, ConfigErrors> {
     let bytes = std::fs::read(path).map_err(|e| {
         let hint = match e.kind() {
             std::io::ErrorKind::NotFound => {
@@ -87,7 +96,7 @@ pub(crate) fn load_path<R: Registry>(
             _ => "check that the path names a readable file",
         };
         ConfigErrors(vec![
-            Diagnostic::error(&origin, None, format!("cannot read config file: {e}"))
+            Diagnostic::error(origin, None, format!("cannot read config file: {e}"))
                 .with_hint(Some(hint)),
         ])
     })?;
@@ -95,11 +104,119 @@ pub(crate) fn load_path<R: Registry>(
         let pos = crate::toml_doc::LineIndex::new(&String::from_utf8_lossy(e.as_bytes()))
             .pos(e.utf8_error().valid_up_to());
         ConfigErrors(vec![
-            Diagnostic::error(&origin, Some(pos), "config file is not valid UTF-8")
+            Diagnostic::error(origin, Some(pos), "config file is not valid UTF-8")
                 .with_hint(Some("save the file as UTF-8")),
         ])
     })?;
-    load_str(&text, ConfigFormat::from_path(path), &origin, env)
+    Ok(text)
+}
+
+/// Reads a side file of unit tests for `config` and loads it.
+pub(crate) fn load_tests_path<R: Registry>(
+    config: &Config<R>,
+    path: &Path,
+    env: crate::Environment<'_>,
+) -> Result<Vec<UnitTest<R::Condition>>, ConfigErrors> {
+    let origin = path.display().to_string();
+    let text = read_text(path, &origin)?;
+    load_tests_str(config, &text, ConfigFormat::from_path(path), &origin, env)
+}
+
+/// Loads a side file of unit tests (a document holding `tests:` only), checked against the
+/// components of `config`.
+pub(crate) fn load_tests_str<R: Registry>(
+    config: &Config<R>,
+    text: &str,
+    format: ConfigFormat,
+    origin: &str,
+    env: crate::Environment<'_>,
+) -> Result<Vec<UnitTest<R::Condition>>, ConfigErrors> {
+    let text = crate::interpolate::interpolate(text, format != ConfigFormat::Json, env.vars)
+        .map_err(|errs| {
+            ConfigErrors(
+                errs.into_iter()
+                    .map(|(pos, msg, hint)| {
+                        Diagnostic::error(origin, Some(pos), msg).with_hint(Some(hint))
+                    })
+                    .collect(),
+            )
+        })?;
+    let root = parse_node(&text, format, origin)?;
+    let mut diags = Vec::new();
+    let mut cx = Ctx {
+        origin,
+        root: &root,
+        text: &text,
+        diags: &mut diags,
+        errors: 0,
+        tls_check: env.tls,
+    };
+    // What the tests may name: the configuration's components and their named outputs.
+    let components: Vec<(&str, ComponentKind, Vec<String>)> = config
+        .sources
+        .iter()
+        .map(|c| (c.id.as_str(), ComponentKind::Source, c.config.outputs()))
+        .chain(
+            config
+                .transforms
+                .iter()
+                .map(|c| (c.id.as_str(), ComponentKind::Transform, c.config.outputs())),
+        )
+        .chain(
+            config
+                .sinks
+                .iter()
+                .map(|c| (c.id.as_str(), ComponentKind::Sink, Vec::new())),
+        )
+        .collect();
+    let kind_of: HashMap<&str, ComponentKind> = components
+        .iter()
+        .map(|(id, kind, _)| (*id, *kind))
+        .collect();
+    let outputs_of: HashMap<&str, Option<&[String]>> = components
+        .iter()
+        .map(|(id, _, outputs)| (*id, Some(outputs.as_slice())))
+        .collect();
+    let graph = Graph {
+        kind_of: &kind_of,
+        outputs_of: &outputs_of,
+    };
+    let mut tests = Vec::new();
+    match root.entries() {
+        None if root.is_null() => {}
+        None => cx.error(
+            root.pos,
+            "a tests file must be a map with a `tests` key",
+            Some("e.g. tests: [{ name: my test, inputs: [...], outputs: [...] }]".to_owned()),
+        ),
+        Some(entries) => {
+            for entry in entries {
+                if entry.key == TESTS_KEY {
+                    tests = read_tests::<R>(entry, &mut cx, &graph);
+                } else {
+                    let hint = if TOP_LEVEL_KEYS.contains(&entry.key.as_str()) {
+                        format!(
+                            "`{}` belongs in the configuration given with -c; a tests file holds `tests` only",
+                            entry.key
+                        )
+                    } else {
+                        "a tests file holds `tests` only".to_owned()
+                    };
+                    cx.error(
+                        entry.key_pos,
+                        format!("unexpected key `{}` in a tests file", entry.key),
+                        Some(hint),
+                    );
+                }
+            }
+        }
+    }
+    let mut errors: Vec<Diagnostic> = diags.into_iter().filter(Diagnostic::is_error).collect();
+    if errors.is_empty() {
+        return Ok(tests);
+    }
+    errors.sort_by_key(|d| (d.line.unwrap_or(usize::MAX), d.column.unwrap_or(usize::MAX)));
+    Err(ConfigErrors(errors))
 }
 
 /// Loads configuration text.
@@ -166,7 +283,7 @@ pub(crate) fn parse_node(
     }
 }
 
-fn de_diag(origin: &str, e: DeError) -> Diagnostic {
+pub(crate) fn de_diag(origin: &str, e: DeError) -> Diagnostic {
     Diagnostic::error(origin, e.pos, e.message).with_hint(e.hint)
 }
 
@@ -176,7 +293,7 @@ fn de_diag(origin: &str, e: DeError) -> Diagnostic {
 ///
 /// A "missing field" error for a key we removed is an artifact of the retry and is dropped; it
 /// ends the retries, since serde stops there.
-fn collect_all<T>(
+pub(crate) fn collect_all<T>(
     node: &Node,
     key_pos: Option<Pos>,
     key: Option<&str>,
@@ -302,6 +419,8 @@ pub(crate) fn read_sections<R: Registry>(
                 loaded.transforms = read_components::<R, R::Transform>(entry, cx, declared)
             }
             "sinks" => loaded.sinks = read_components::<R, R::Sink>(entry, cx, declared),
+            // Read once every component is known (`validate`): tests name them.
+            crate::unit_tests::TESTS_KEY => {}
             other => cx.error(
                 entry.key_pos,
                 format!("unknown top-level key `{other}`"),
@@ -429,13 +548,21 @@ fn read_component<R: Registry, S: ComponentSet>(
         if let Some(e) = entry.value.entry("buffer") {
             skip.push("buffer");
             let raw = read::<crate::delivery::RawBuffer>(e, cx);
-            let mut v = Validator { cx, kind, id };
+            let mut v = Validator {
+                cx,
+                section: kind.section(),
+                id,
+            };
             buffer = raw.and_then(|raw| crate::delivery::validate_buffer(Some(raw), &mut v));
         }
         if let Some(e) = entry.value.entry("retry") {
             skip.push("retry");
             let raw = read::<crate::delivery::RawRetry>(e, cx);
-            let mut v = Validator { cx, kind, id };
+            let mut v = Validator {
+                cx,
+                section: kind.section(),
+                id,
+            };
             retry = raw
                 .and_then(|raw| crate::delivery::validate_retry(Some(raw), &mut v))
                 .map(Some);
@@ -452,7 +579,11 @@ fn read_component<R: Registry, S: ComponentSet>(
     let loader = ComponentLoader {
         entry,
         skip: &skip,
-        validator: Validator { cx, kind, id },
+        validator: Validator {
+            cx,
+            section: kind.section(),
+            id,
+        },
     };
     match S::load(&ty, loader) {
         Some(config) => {
@@ -461,7 +592,11 @@ fn read_component<R: Registry, S: ComponentSet>(
             let tls = match raw_tls {
                 None => None,
                 Some(raw) => {
-                    let mut v = Validator { cx, kind, id };
+                    let mut v = Validator {
+                        cx,
+                        section: kind.section(),
+                        id,
+                    };
                     match config.tls_role() {
                         Ok(role) => crate::tls::validate_tls(
                             raw?,

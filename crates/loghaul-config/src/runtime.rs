@@ -25,6 +25,8 @@ pub struct Config<R: Registry> {
     pub sources: Vec<Component<R::Source>>,
     pub transforms: Vec<Component<R::Transform>>,
     pub sinks: Vec<Component<R::Sink>>,
+    /// The unit tests written in the configuration (`loghaul test`; `loghaul run` ignores them).
+    pub tests: Vec<crate::unit_tests::UnitTest<R::Condition>>,
     /// Things that work but are probably mistakes (a source nobody reads...).
     pub warnings: Vec<Diagnostic>,
 }

@@ -79,7 +79,7 @@ impl<'p> At<'_, '_, 'p> {
     /// A component's `tls`.
     pub(crate) fn component<'c, 'a>(v: &'c mut Validator<'p, 'a>) -> At<'c, 'a, 'p> {
         At {
-            base: vec![v.kind.section(), v.id],
+            base: vec![v.section, v.id],
             cx: v.cx,
         }
     }

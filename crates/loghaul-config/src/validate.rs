@@ -287,10 +287,12 @@ pub fn facility_hint(name: &str) -> String {
 }
 
 /// A component's view of validation: reports at positions inside its own entry, and the
-/// helpers that parse sizes, durations and addresses with the project's hints.
+/// helpers that parse sizes, durations and addresses with the project's hints. (A unit test's
+/// conditions are checked through one too: its entry is `tests`, and its id the test's index.)
 pub struct Validator<'v, 'a> {
     pub(crate) cx: &'v mut Ctx<'a>,
-    pub(crate) kind: ComponentKind,
+    /// The section the entry is in: `sources`, `transforms`, `sinks` or `tests`.
+    pub(crate) section: &'static str,
     pub(crate) id: &'v str,
 }
 
@@ -306,7 +308,7 @@ impl<'v> Validator<'v, '_> {
     where
         'v: 'p,
     {
-        let mut path = vec![self.kind.section(), self.id];
+        let mut path = vec![self.section, self.id];
         path.extend_from_slice(key);
         path
     }
@@ -778,6 +780,18 @@ pub(crate) fn validate<R: Registry>(
         }
     }
 
+    // Unit tests name components and their outputs: read once those are all known.
+    let tests = match root.entry(crate::unit_tests::TESTS_KEY) {
+        Some(entry) => {
+            let graph = crate::unit_tests::Graph {
+                kind_of: &kind_of,
+                outputs_of: &outputs_of,
+            };
+            crate::unit_tests::read_tests::<R>(entry, &mut cx, &graph)
+        }
+        None => Vec::new(),
+    };
+
     if cx.errors > 0 {
         return None;
     }
@@ -797,6 +811,7 @@ pub(crate) fn validate<R: Registry>(
         sources: loaded.sources,
         transforms: loaded.transforms,
         sinks: loaded.sinks,
+        tests,
         warnings: Vec::new(),
     })
 }
@@ -839,7 +854,7 @@ fn inside_value(text: &str, start: Pos, line: usize, column: usize) -> Option<Po
 }
 
 /// What an entry of `inputs` names.
-enum Resolved<'a> {
+pub(crate) enum Resolved<'a> {
     /// A component's default output (or a sink, which is an error).
     Component(ComponentKind),
     /// A named output of a component.
@@ -855,7 +870,7 @@ enum Resolved<'a> {
 /// Resolves an input to the component it reads from, and what it is. An id holding a dot names
 /// that component when one has it; otherwise the part before the last dot names a component and
 /// the rest one of its outputs (`route.errors`).
-fn resolve_input<'a>(
+pub(crate) fn resolve_input<'a>(
     input: &'a str,
     kind_of: &HashMap<&'a str, ComponentKind>,
     outputs_of: &HashMap<&'a str, Option<&'a [String]>>,

@@ -13,9 +13,10 @@ pub mod udp;
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use loghaul_codec::framing::{FramingMode, FramingStats};
-use loghaul_codec::syslog::{DecodeOptions, DecodeStats, Format, TimeZone};
+use loghaul_codec::framing::{Framer, FramingMode, FramingStats};
+use loghaul_codec::syslog::{DecodeOptions, DecodeStats, Decoder, Format, TimeZone};
 use loghaul_config::TimeZoneSetting;
+use loghaul_core::{EventBatch, Timestamp};
 
 pub use config::{Framing, SyslogFormat, SyslogMode, SyslogSourceConfig};
 
@@ -54,6 +55,37 @@ impl BuildSource for SyslogSourceConfig {
             Ok(running)
         })
     }
+
+    /// A datagram's lines (UDP), or a stream framed as the source frames it (TCP), decoded in
+    /// the configured format; the events have no sender address.
+    fn decode_raw(&self, id: Arc<str>, bytes: &[u8]) -> Option<EventBatch> {
+        let mode = match self.mode {
+            SyslogMode::Udp => FramingMode::Newline,
+            SyslogMode::Tcp => framing_mode(self),
+        };
+        let mut frames = Vec::new();
+        let mut stats = FramingStats::default();
+        let mut framer = Framer::new(mode, self.max_length);
+        let consumed = framer
+            .decode(bytes, &mut frames, &mut stats)
+            .min(bytes.len());
+        let tail = frames.len();
+        framer.finish(&bytes[consumed..], &mut frames, &mut stats);
+        // `finish` saw only the unconsumed tail: its frames are relative to `consumed`.
+        for f in &mut frames[tail..] {
+            f.start += consumed as u32;
+            f.end += consumed as u32;
+        }
+        let mut batch = EventBatch::new(bytes::Bytes::copy_from_slice(bytes), id, "syslog");
+        Decoder::new(decode_options(self)).decode_batch(
+            &mut batch,
+            &frames,
+            Timestamp::now(),
+            None,
+            &mut DecodeStats::default(),
+        );
+        Some(batch)
+    }
 }
 
 /// What every connection (or the datagram loop) of one syslog source shares.
@@ -84,14 +116,7 @@ impl SyslogContext {
     }
 
     pub fn framing_mode(&self) -> FramingMode {
-        match self.config.framing {
-            // Raw text is one event per line by definition: a line starting with digits (`200
-            // OK`) must never be read as an RFC 6587 octet count.
-            Framing::Auto if self.config.format == SyslogFormat::Raw => FramingMode::Newline,
-            Framing::Auto => FramingMode::Auto,
-            Framing::Newline => FramingMode::Newline,
-            Framing::OctetCounting => FramingMode::OctetCounting,
-        }
+        framing_mode(&self.config)
     }
 
     /// Moves framing and decoding counts into the metrics, and warns (rate-limited) about them.
@@ -120,6 +145,18 @@ impl SyslogContext {
         if d.invalid_utf8 > 0 {
             crate::warn_limited!(m, %peer, count = d.invalid_utf8, "Received messages that are not valid UTF-8.");
         }
+    }
+}
+
+/// How a TCP stream of this source is framed.
+fn framing_mode(config: &SyslogSourceConfig) -> FramingMode {
+    match config.framing {
+        // Raw text is one event per line by definition: a line starting with digits (`200
+        // OK`) must never be read as an RFC 6587 octet count.
+        Framing::Auto if config.format == SyslogFormat::Raw => FramingMode::Newline,
+        Framing::Auto => FramingMode::Auto,
+        Framing::Newline => FramingMode::Newline,
+        Framing::OctetCounting => FramingMode::OctetCounting,
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, LazyLock};
 use loghaul_config::Validator;
 use loghaul_core::{Event, EventBatch};
 use vrl::compiler::runtime::{Runtime, Terminate};
-use vrl::compiler::{Function, TargetValue, TimeZone};
+use vrl::compiler::{ExpressionError, Function, TargetValue, TimeZone};
 use vrl::diagnostic::{Diagnostic, DiagnosticList, Formatter, Label};
 use vrl::value::{Secrets, Value as Vrl};
 
@@ -277,6 +277,91 @@ impl Runner {
             Err(e) => Err(e.to_string()),
         }
     }
+}
+
+/// Why a unit test's condition did not hold on an event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failed {
+    /// What failed: the assertion's message (`assertion failed: 404 == 200`), or the error.
+    pub message: String,
+    /// The byte range, in the program, of the expression that failed (the assertion), when
+    /// VRL says it.
+    pub span: Option<(usize, usize)>,
+}
+
+impl Runner {
+    /// Runs a unit test's condition on `target` (see [`target`]): `Ok(true)` when it holds;
+    /// `Ok(false)` when it returns anything but `true`; the failure, with the place of the
+    /// failing assertion, when it ends with an error (a failed `assert!`/`assert_eq!`).
+    ///
+    /// # Errors
+    ///
+    /// The condition failed with an error (an assertion that did not hold).
+    pub fn check(&mut self, program: &Program, target: &mut TargetValue) -> Result<bool, Failed> {
+        let result = self
+            .runtime
+            .resolve(target, &program.program, &self.timezone);
+        self.runtime.clear();
+        let error = match result {
+            Ok(result) => return Ok(matches!(result, Vrl::Boolean(true))),
+            Err(Terminate::Abort(e) | Terminate::Error(e)) => e,
+            Err(Terminate::Interrupted) => {
+                return Err(Failed {
+                    message: "execution interrupted".to_owned(),
+                    span: None,
+                });
+            }
+        };
+        Err(match &error {
+            // A function's error: its own message is the primary label's, at the call.
+            ExpressionError::Error { labels, .. } => {
+                match labels.iter().find(|l| l.primary).or(labels.first()) {
+                    Some(label) => Failed {
+                        message: if label.message.is_empty() {
+                            error.to_string()
+                        } else {
+                            label.message.clone()
+                        },
+                        span: Some((label.span.start(), label.span.end())),
+                    },
+                    None => Failed {
+                        message: error.to_string(),
+                        span: None,
+                    },
+                }
+            }
+            ExpressionError::Abort { span, .. } => Failed {
+                message: error.to_string(),
+                span: Some((span.start(), span.end())),
+            },
+            _ => Failed {
+                message: error.to_string(),
+                span: None,
+            },
+        })
+    }
+}
+
+/// Compiles a read-only expression for display (a failed `assert_eq!`'s sides); `None` when it
+/// does not compile on its own (it names a variable of the program).
+pub fn compile_expression(source: &str) -> Option<Program> {
+    let result = vrl::compiler::compile(source, &FUNCTIONS).ok()?;
+    Some(Program {
+        source: source.into(),
+        program: Arc::new(result.program),
+        fast: Err(fast::Unsupported {
+            span: (0, 0),
+            what: "shown, not run on events".to_owned(),
+        }),
+    })
+}
+
+/// Runs a read-only expression on `target`; `None` when it fails.
+pub fn evaluate(program: &Program, target: &mut TargetValue) -> Option<Vrl> {
+    let mut runtime = Runtime::default();
+    runtime
+        .resolve(target, &program.program, &TimeZone::Local)
+        .ok()
 }
 
 /// What a program runs on for `event`: its value and its metadata.
