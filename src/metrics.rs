@@ -120,10 +120,16 @@ pub enum DiscardReason {
     /// A transform's program failed or aborted on them and its options say drop them
     /// (`drop_on_error`, `drop_on_abort`).
     ProgramDropped,
+    /// Over a `throttle` transform's `threshold` (and not rerouted).
+    Throttled,
+    /// A `dedupe` transform saw the same fields in its cache.
+    Duplicate,
+    /// Not among the events a `sample` transform keeps.
+    Sampled,
 }
 
 impl DiscardReason {
-    const ALL: [DiscardReason; 10] = [
+    const ALL: [DiscardReason; 13] = [
         DiscardReason::QueueFull,
         DiscardReason::Filtered,
         DiscardReason::DownstreamClosed,
@@ -134,6 +140,9 @@ impl DiscardReason {
         DiscardReason::MemoryLimit,
         DiscardReason::Unrouted,
         DiscardReason::ProgramDropped,
+        DiscardReason::Throttled,
+        DiscardReason::Duplicate,
+        DiscardReason::Sampled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -148,6 +157,9 @@ impl DiscardReason {
             DiscardReason::MemoryLimit => "memory_limit",
             DiscardReason::Unrouted => "unrouted",
             DiscardReason::ProgramDropped => "program_dropped",
+            DiscardReason::Throttled => "throttled",
+            DiscardReason::Duplicate => "duplicate",
+            DiscardReason::Sampled => "sampled",
         }
     }
 }

@@ -7,7 +7,12 @@
 pub mod filter;
 pub mod remap;
 pub mod route;
+pub mod sample;
+pub mod state;
 pub mod tag_glob;
+pub mod throttle;
+#[cfg(test)]
+pub mod testing;
 pub mod vrl;
 
 use std::sync::Arc;
@@ -21,6 +26,8 @@ loghaul_config::component_set! {
         Filter(filter::FilterConfig),
         Remap(remap::RemapConfig),
         Route(route::RouteConfig),
+        Sample(sample::SampleConfig),
+        Throttle(throttle::ThrottleConfig),
     }
 }
 
