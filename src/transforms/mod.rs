@@ -4,15 +4,16 @@
 //! [`loghaul_config::ComponentConfig`] and [`BuildTransform`], registered by one line in
 //! [`TransformConfig`].
 
+pub mod dedupe;
 pub mod filter;
 pub mod remap;
 pub mod route;
 pub mod sample;
 pub mod state;
 pub mod tag_glob;
-pub mod throttle;
 #[cfg(test)]
 pub mod testing;
+pub mod throttle;
 pub mod vrl;
 
 use std::sync::Arc;
@@ -23,6 +24,7 @@ use crate::pipeline::{BoxFuture, Fanout, Input};
 loghaul_config::component_set! {
     /// Every transform type.
     pub enum TransformConfig: Transform as dyn BuildTransform {
+        Dedupe(dedupe::DedupeConfig),
         Filter(filter::FilterConfig),
         Remap(remap::RemapConfig),
         Route(route::RouteConfig),

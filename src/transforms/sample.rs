@@ -308,12 +308,20 @@ mod tests {
 
     #[test]
     fn rate_or_ratio_and_a_valid_condition() {
-        error_at(&transform("type: sample"), "  x:", "needs `rate` or `ratio`");
+        error_at(
+            &transform("type: sample"),
+            "  x:",
+            "needs `rate` or `ratio`",
+        );
         let t = transform("type: sample\nrate: 10\nratio: 0.5");
         error_at(&t, "ratio:", "exclude each other");
         error_at(&transform("type: sample\nrate: 0"), "rate:", "at least 1");
         error_at(&transform("type: sample\nrate: -3"), "rate:", "");
-        error_at(&transform("type: sample\nratio: 1.5"), "ratio:", "at most 1");
+        error_at(
+            &transform("type: sample\nratio: 1.5"),
+            "ratio:",
+            "at most 1",
+        );
         error_at(&transform("type: sample\nratio: 0"), "ratio:", "above 0");
         let t = transform("type: sample\nrate: 2\nexclude: '.message'");
         error_at(&t, "exclude:", "a condition must return a boolean");
@@ -321,8 +329,16 @@ mod tests {
         error_at(&t, "exclude:", "VRL error[E105]");
         let t = transform("type: sample\nrate: 2\nexclude:\n  type: datadog_search\n  source: '*'");
         error_at(&t, "type: datadog_search", "unsupported condition type");
-        error_at(&transform("type: sample\nrate: 2\nkey_field: ''"), "key_field", "empty");
-        error_at(&transform("type: sample\nrate: 2\nrates: 3"), "rates", "unknown key");
+        error_at(
+            &transform("type: sample\nrate: 2\nkey_field: ''"),
+            "key_field",
+            "empty",
+        );
+        error_at(
+            &transform("type: sample\nrate: 2\nrates: 3"),
+            "rates",
+            "unknown key",
+        );
         ok(&transform(
             "type: sample\nrate: 2\nkey_field: trace_id\nexclude: '.severity == \"err\"'\nsample_rate_key: ''",
         ));

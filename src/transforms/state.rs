@@ -123,7 +123,9 @@ impl Key {
                 for part in &t.parts {
                     match part {
                         TemplatePart::Literal(s) => out.extend_from_slice(s.as_bytes()),
-                        TemplatePart::Field(name) => out.extend_from_slice(&text(get(value, name)?)),
+                        TemplatePart::Field(name) => {
+                            out.extend_from_slice(&text(get(value, name)?))
+                        }
                         // Field-only templates hold no strftime part.
                         TemplatePart::Strftime(_) => {}
                     }
@@ -275,7 +277,12 @@ mod tests {
         let key = Key::parse("{{ host }}-{{ n }}/{{ k.items.1 }}").unwrap();
         assert!(key.render(&value, &mut out).is_some());
         assert_eq!(out, b"h1-42/b");
-        assert!(Key::parse("{{ nope }}").unwrap().render(&value, &mut out).is_none());
+        assert!(
+            Key::parse("{{ nope }}")
+                .unwrap()
+                .render(&value, &mut out)
+                .is_none()
+        );
         assert!(Key::parse("{{ host").is_err());
     }
 }

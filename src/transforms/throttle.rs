@@ -164,7 +164,9 @@ impl BuildTransform for ThrottleConfig {
         let mut outputs = cx.outputs;
         let dropped = outputs.remove("dropped");
         let throttle = Throttle::new(self.clone(), Instant::now(), cx.fanout.budget());
-        Ok(Box::pin(run(throttle, cx.metrics, cx.input, cx.fanout, dropped)))
+        Ok(Box::pin(run(
+            throttle, cx.metrics, cx.input, cx.fanout, dropped,
+        )))
     }
 }
 
@@ -307,8 +309,7 @@ async fn run(
     metrics.set_health(Health::Running, None);
     while let Some(delivery) = input.recv().await {
         let now = Instant::now();
-        let pass =
-            crate::pipeline::cpu_heavy(|| throttle.decide(&delivery.batch, now, &metrics));
+        let pass = crate::pipeline::cpu_heavy(|| throttle.decide(&delivery.batch, now, &metrics));
         send_on(&fanout, view(&delivery.batch, &pass), &metrics).await;
         let over: Vec<bool> = pass.iter().map(|p| !p).collect();
         match &dropped {
@@ -374,7 +375,9 @@ mod tests {
         let config = ok(&transform(body));
         let t = config.transforms.into_iter().next().expect("one transform");
         match t.config {
-            crate::transforms::TransformConfig::Throttle(c) => Throttle::new(c, Instant::now(), None),
+            crate::transforms::TransformConfig::Throttle(c) => {
+                Throttle::new(c, Instant::now(), None)
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -399,13 +402,22 @@ mod tests {
         let mut t = throttle("type: throttle\nthreshold: 2\nwindow_secs: 5");
         let at = |s: f64| Instant::now() + Duration::from_secs_f64(s);
         let start = at(0.0);
-        assert_eq!(t.decide(&events(&["a", "a", "a"]), start, &metrics), [true, true, false]);
+        assert_eq!(
+            t.decide(&events(&["a", "a", "a"]), start, &metrics),
+            [true, true, false]
+        );
         tokio::time::advance(Duration::from_secs(2)).await;
         assert_eq!(t.decide(&events(&["a"]), Instant::now(), &metrics), [false]);
         tokio::time::advance(Duration::from_millis(500)).await;
-        assert_eq!(t.decide(&events(&["a", "a"]), Instant::now(), &metrics), [true, false]);
+        assert_eq!(
+            t.decide(&events(&["a", "a"]), Instant::now(), &metrics),
+            [true, false]
+        );
         tokio::time::advance(Duration::from_millis(7500)).await;
-        assert_eq!(passed(&t.decide(&events(&["a"; 5]), Instant::now(), &metrics)), 2);
+        assert_eq!(
+            passed(&t.decide(&events(&["a"; 5]), Instant::now(), &metrics)),
+            2
+        );
     }
 
     /// Keys are limited apart (a field or a template); events without the field share a key;
@@ -413,7 +425,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn keys_are_limited_apart_and_exclusions_pass() {
         let metrics = test_metrics();
-        let mut by_field = throttle("type: throttle\nthreshold: 3\nwindow_secs: 60\nkey_field: host");
+        let mut by_field =
+            throttle("type: throttle\nthreshold: 3\nwindow_secs: 60\nkey_field: host");
         let mut by_template = throttle(
             "type: throttle\nthreshold: 3\nwindow_secs: 60\nkey_field: '{{ host }}!'\nexclude: '.host == \"vip\"'",
         );
@@ -438,7 +451,10 @@ mod tests {
         assert_eq!(by_field.keys(), 6);
         // "vip" is excluded: all of its events pass.
         let vip = counts[&Some("vip")];
-        assert_eq!(passed(&by_template.decide(&batch, now, &metrics)), 5 * 3 + vip);
+        assert_eq!(
+            passed(&by_template.decide(&batch, now, &metrics)),
+            5 * 3 + vip
+        );
     }
 
     /// The table never holds more than `max_keys`; keys whose time has passed go first.
@@ -450,11 +466,17 @@ mod tests {
         );
         let hosts: Vec<String> = (0..100).map(|i| format!("h{i}")).collect();
         let names: Vec<&str> = hosts.iter().map(String::as_str).collect();
-        assert_eq!(passed(&t.decide(&events(&names), Instant::now(), &metrics)), 100);
+        assert_eq!(
+            passed(&t.decide(&events(&names), Instant::now(), &metrics)),
+            100
+        );
         assert!(t.keys() <= 16, "{}", t.keys());
         // After the window every key is as good as new: forgotten at the next batch.
         tokio::time::advance(Duration::from_secs(11)).await;
-        assert_eq!(t.decide(&events(&["h99", "h99"]), Instant::now(), &metrics), [true, false]);
+        assert_eq!(
+            t.decide(&events(&["h99", "h99"]), Instant::now(), &metrics),
+            [true, false]
+        );
         assert_eq!(t.keys(), 1);
     }
 }
