@@ -53,10 +53,13 @@ pub enum ErrorKind {
     /// A transform's program failed on an event (a fallible call that failed at run time, an
     /// `abort`); the event went where the transform's options say.
     Program,
+    /// A value a `reduce` merge strategy cannot take (`concat` of a number): the value is left
+    /// out of the merged event, the rest of the event merged.
+    Merge,
 }
 
 impl ErrorKind {
-    const ALL: [ErrorKind; 15] = [
+    const ALL: [ErrorKind; 16] = [
         ErrorKind::Parse,
         ErrorKind::InvalidUtf8,
         ErrorKind::Oversized,
@@ -72,6 +75,7 @@ impl ErrorKind {
         ErrorKind::MemoryLimit,
         ErrorKind::Timeout,
         ErrorKind::Program,
+        ErrorKind::Merge,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -91,6 +95,7 @@ impl ErrorKind {
             ErrorKind::MemoryLimit => "memory_limit",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Program => "program",
+            ErrorKind::Merge => "merge",
         }
     }
 }

@@ -238,7 +238,7 @@ impl Dedupe {
 }
 
 /// Feeds `v` with its type: the same digest only for the same type and value.
-fn feed(h: &mut Xxh3, v: &Vrl) {
+pub(crate) fn feed(h: &mut Xxh3, v: &Vrl) {
     let bytes = |h: &mut Xxh3, tag: u8, b: &[u8]| {
         h.update(&[tag]);
         h.update(&(b.len() as u64).to_le_bytes());

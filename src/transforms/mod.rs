@@ -6,6 +6,7 @@
 
 pub mod dedupe;
 pub mod filter;
+pub mod reduce;
 pub mod remap;
 pub mod route;
 pub mod sample;
@@ -26,6 +27,7 @@ loghaul_config::component_set! {
     pub enum TransformConfig: Transform as dyn BuildTransform {
         Dedupe(dedupe::DedupeConfig),
         Filter(filter::FilterConfig),
+        Reduce(reduce::ReduceConfig),
         Remap(remap::RemapConfig),
         Route(route::RouteConfig),
         Sample(sample::SampleConfig),

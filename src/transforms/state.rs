@@ -160,10 +160,12 @@ impl StateCharge {
         }
     }
 
-    /// Whether the budget is spent (used beyond its limit): a state that can shed (reduce's
-    /// groups) does so rather than grow.
-    pub fn budget_spent(&self) -> bool {
-        self.budget.as_ref().is_some_and(|b| b.used() > b.limit())
+    /// Whether a state that can shed (reduce's groups) should: the budget is spent (used
+    /// beyond its limit) and the state, at `held` bytes, holds more than a quarter of it.
+    pub fn should_shed(&self, held: usize) -> bool {
+        self.budget
+            .as_ref()
+            .is_some_and(|b| b.used() > b.limit() && held > b.limit() / 4)
     }
 }
 
@@ -218,6 +220,11 @@ impl<K: Hash + Eq + Clone> Lru<K> {
         let (_, key) = self.by_use.pop_first()?;
         self.last_use.remove(&key);
         Some(key)
+    }
+
+    /// The keys, least recently used first.
+    pub fn iter_oldest(&self) -> impl Iterator<Item = &K> {
+        self.by_use.values()
     }
 
     /// The least recently used key.
