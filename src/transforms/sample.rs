@@ -71,7 +71,7 @@ impl Mode {
     /// are kept).
     fn keeps_hash(self, hash: u64) -> bool {
         match self {
-            Mode::Rate(r) => hash % r == 0,
+            Mode::Rate(r) => hash.is_multiple_of(r),
             Mode::Ratio(r) => hash <= (r * (u64::MAX as u128) as f64) as u64,
         }
     }
@@ -204,7 +204,7 @@ impl Sampler {
             Mode::Rate(r) => {
                 let n = self.counter;
                 self.counter += 1;
-                n % r == 0
+                n.is_multiple_of(r)
             }
             Mode::Ratio(r) => {
                 let next = self.accumulated + r;
@@ -414,7 +414,7 @@ mod tests {
         }
         for k in 0..40 {
             let key = format!("key{k}");
-            let want = seahash::hash(key.as_bytes()) % 4 == 0;
+            let want = seahash::hash(key.as_bytes()).is_multiple_of(4);
             assert_eq!(kept_keys.contains(&key), want, "{key}: Vector's choice");
         }
         for round in 0..3 {

@@ -431,14 +431,12 @@ impl Reduce {
         let starts = test(&mut self.runner, &self.config.starts_when, "starts_when");
         let ends = test(&mut self.runner, &self.config.ends_when, "ends_when");
         let key = self.group_key(&target.value);
-        let mut ends_here = ends;
-        if let Some(max) = self.config.max_events {
-            let count = self.groups.get(&key).map_or(0, |g| g.events);
-            ends_here |= count + 1 >= max;
-        }
         if starts {
             self.flush(key, out);
         }
+        // After a start, the count is the new group's.
+        let count = self.groups.get(&key).map_or(0, |g| g.events);
+        let ends_here = ends || self.config.max_events.is_some_and(|max| count + 1 >= max);
         let value = target.value;
         if !self.groups.contains_key(&key) {
             self.open(key, batch, event, now, out, metrics);
