@@ -310,14 +310,14 @@ async fn run(
     while let Some(delivery) = input.recv().await {
         let now = Instant::now();
         let pass = crate::pipeline::cpu_heavy(|| throttle.decide(&delivery.batch, now, &metrics));
-        send_on(&fanout, view(&delivery.batch, &pass), &metrics).await;
         let over: Vec<bool> = pass.iter().map(|p| !p).collect();
-        match &dropped {
-            Some(output) => send_on(output, view(&delivery.batch, &over), &metrics).await,
-            None => {
-                let n = over.iter().filter(|o| **o).count();
-                metrics.discarded(DiscardReason::Throttled, n as u64);
-            }
+        if dropped.is_none() {
+            let n = over.iter().filter(|o| **o).count();
+            metrics.discarded(DiscardReason::Throttled, n as u64);
+        }
+        send_on(&fanout, view(&delivery.batch, &pass), &metrics).await;
+        if let Some(output) = &dropped {
+            send_on(output, view(&delivery.batch, &over), &metrics).await;
         }
         delivery.ack.commit(BatchStatus::Delivered);
     }

@@ -58,12 +58,12 @@ transforms:
     reroute_dropped: true
   once: { type: dedupe, inputs: [tcp_in], fields: { match: [message] } }
 sinks:
-  sampled: { type: file, inputs: [sampled], path: "{DIR}/sampled.jsonl", flush_interval: 50ms }
-  by_app: { type: file, inputs: [by_app], path: "{DIR}/by_app.jsonl", flush_interval: 50ms }
-  per_app: { type: file, inputs: [per_app], path: "{DIR}/per_app.jsonl", flush_interval: 50ms }
+  sampled_out: { type: file, inputs: [sampled], path: "{DIR}/sampled.jsonl", flush_interval: 50ms }
+  by_app_out: { type: file, inputs: [by_app], path: "{DIR}/by_app.jsonl", flush_interval: 50ms }
+  per_app_out: { type: file, inputs: [per_app], path: "{DIR}/per_app.jsonl", flush_interval: 50ms }
   kept: { type: file, inputs: [rerouted], path: "{DIR}/kept.jsonl", flush_interval: 50ms }
   over: { type: file, inputs: [rerouted.dropped], path: "{DIR}/over.jsonl", flush_interval: 50ms }
-  once: { type: file, inputs: [once], path: "{DIR}/once.jsonl", flush_interval: 50ms }
+  once_out: { type: file, inputs: [once], path: "{DIR}/once.jsonl", flush_interval: 50ms }
 "#,
     );
     let events = seeded(N);
@@ -117,21 +117,20 @@ sinks:
         (total - rerouted_kept) as u64,
     );
     server.wait_metric_eq(SENT, "once", None, once as u64);
-    let discarded = |id: &str, reason: &str| {
-        server.metric(DISCARDED, id, Some(&format!("reason=\"{reason}\"")))
+    // Counted as they are dropped: waited for, like the sent counts.
+    let discarded = |id: &str, reason: &str, want: usize| {
+        let reason = format!("reason=\"{reason}\"");
+        server.wait_metric_eq(DISCARDED, id, Some(&reason), want as u64);
     };
-    assert_eq!(discarded("sampled", "sampled"), (total - sampled) as u64);
-    assert_eq!(discarded("by_app", "sampled"), (total - by_app) as u64);
+    discarded("sampled", "sampled", total - sampled);
+    discarded("by_app", "sampled", total - by_app);
+    discarded("per_app", "throttled", total - throttled_kept);
+    discarded("once", "duplicate", total - once);
     assert_eq!(
-        discarded("per_app", "throttled"),
-        (total - throttled_kept) as u64
-    );
-    assert_eq!(
-        discarded("rerouted", "throttled"),
+        server.metric(DISCARDED, "rerouted", Some("reason=\"throttled\"")),
         0,
         "rerouted, not discarded"
     );
-    assert_eq!(discarded("once", "duplicate"), (total - once) as u64);
 
     let sampled_lines = wait_lines(&server.path("sampled.jsonl"), sampled, ARRIVE_TIMEOUT);
     assert_eq!(sampled_lines.len(), sampled);
@@ -241,11 +240,18 @@ fn reduce_joins_a_java_stack_trace_sent_line_by_line_by_logger() {
     let server = Server::start(&reduce_config(500));
     let port = server.ports.tcp;
     let trace = stack_trace();
-    logger_lines(port, "user.info", &["service started".to_owned()]);
-    logger_lines(port, "user.info", &["handling request 1".to_owned()]);
-    logger_lines(port, "user.err", &trace);
-    logger_lines(
-        port,
+    // Each `logger` is a connection of its own, and connections are read side by side: each
+    // waits until the one before it has reached the transform, so that the order is known.
+    let mut sent = 0;
+    let mut send = |priority: &str, lines: &[String]| {
+        logger_lines(port, priority, lines);
+        sent += lines.len() as u64;
+        server.wait_metric_eq(RECEIVED, "traces", None, sent);
+    };
+    send("user.info", &["service started".to_owned()]);
+    send("user.info", &["handling request 1".to_owned()]);
+    send("user.err", &trace);
+    send(
         "user.info",
         &[
             "handling request 2".to_owned(),
