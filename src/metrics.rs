@@ -53,10 +53,13 @@ pub enum ErrorKind {
     /// A transform's program failed on an event (a fallible call that failed at run time, an
     /// `abort`); the event went where the transform's options say.
     Program,
+    /// A value a `reduce` merge strategy cannot take (`concat` of a number): the value is left
+    /// out of the merged event, the rest of the event merged.
+    Merge,
 }
 
 impl ErrorKind {
-    const ALL: [ErrorKind; 15] = [
+    const ALL: [ErrorKind; 16] = [
         ErrorKind::Parse,
         ErrorKind::InvalidUtf8,
         ErrorKind::Oversized,
@@ -72,6 +75,7 @@ impl ErrorKind {
         ErrorKind::MemoryLimit,
         ErrorKind::Timeout,
         ErrorKind::Program,
+        ErrorKind::Merge,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -91,6 +95,7 @@ impl ErrorKind {
             ErrorKind::MemoryLimit => "memory_limit",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Program => "program",
+            ErrorKind::Merge => "merge",
         }
     }
 }
@@ -120,10 +125,16 @@ pub enum DiscardReason {
     /// A transform's program failed or aborted on them and its options say drop them
     /// (`drop_on_error`, `drop_on_abort`).
     ProgramDropped,
+    /// Over a `throttle` transform's `threshold` (and not rerouted).
+    Throttled,
+    /// A `dedupe` transform saw the same fields in its cache.
+    Duplicate,
+    /// Not among the events a `sample` transform keeps.
+    Sampled,
 }
 
 impl DiscardReason {
-    const ALL: [DiscardReason; 10] = [
+    const ALL: [DiscardReason; 13] = [
         DiscardReason::QueueFull,
         DiscardReason::Filtered,
         DiscardReason::DownstreamClosed,
@@ -134,6 +145,9 @@ impl DiscardReason {
         DiscardReason::MemoryLimit,
         DiscardReason::Unrouted,
         DiscardReason::ProgramDropped,
+        DiscardReason::Throttled,
+        DiscardReason::Duplicate,
+        DiscardReason::Sampled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -148,6 +162,9 @@ impl DiscardReason {
             DiscardReason::MemoryLimit => "memory_limit",
             DiscardReason::Unrouted => "unrouted",
             DiscardReason::ProgramDropped => "program_dropped",
+            DiscardReason::Throttled => "throttled",
+            DiscardReason::Duplicate => "duplicate",
+            DiscardReason::Sampled => "sampled",
         }
     }
 }

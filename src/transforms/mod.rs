@@ -4,10 +4,17 @@
 //! [`loghaul_config::ComponentConfig`] and [`BuildTransform`], registered by one line in
 //! [`TransformConfig`].
 
+pub mod dedupe;
 pub mod filter;
+pub mod reduce;
 pub mod remap;
 pub mod route;
+pub mod sample;
+pub mod state;
 pub mod tag_glob;
+#[cfg(test)]
+pub mod testing;
+pub mod throttle;
 pub mod vrl;
 
 use std::sync::Arc;
@@ -18,9 +25,13 @@ use crate::pipeline::{BoxFuture, Fanout, Input};
 loghaul_config::component_set! {
     /// Every transform type.
     pub enum TransformConfig: Transform as dyn BuildTransform {
+        Dedupe(dedupe::DedupeConfig),
         Filter(filter::FilterConfig),
+        Reduce(reduce::ReduceConfig),
         Remap(remap::RemapConfig),
         Route(route::RouteConfig),
+        Sample(sample::SampleConfig),
+        Throttle(throttle::ThrottleConfig),
     }
 }
 

@@ -39,6 +39,7 @@ mod memory;
 mod routing;
 mod rsyslog;
 mod shutdown;
+mod stateful;
 mod tls;
 mod transforms;
 mod unit_tests;

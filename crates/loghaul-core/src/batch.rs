@@ -255,6 +255,19 @@ impl EventBatch {
     /// already have a record, a copy of its top-level entries: it is for batches of connections
     /// that have such a thing to say, not for the common path.
     pub fn add_field(&mut self, name: &str, value: &str) {
+        self.set_field_where(name, value, false, |_| true);
+    }
+
+    /// Gives the events `pick` selects (by index) the string field `name: value`, as
+    /// [`EventBatch::add_field`] does; with `replace`, a record that already has `name` gets the
+    /// new value in that entry's place (Vector's overwrite) instead of keeping its own.
+    pub fn set_field_where(
+        &mut self,
+        name: &str,
+        value: &str,
+        replace: bool,
+        mut pick: impl FnMut(usize) -> bool,
+    ) {
         let mut arena = Vec::with_capacity(self.arena.len() + name.len() + value.len());
         arena.extend_from_slice(&self.arena);
         let span = |arena: &mut Vec<u8>, s: &str| {
@@ -262,17 +275,20 @@ impl EventBatch {
             arena.extend_from_slice(s.as_bytes());
             Span::new(start, arena.len())
         };
-        let name = span(&mut arena, name);
+        let name_span = span(&mut arena, name);
         let value = span(&mut arena, value);
         self.arena = Bytes::from(arena);
         let added = Field {
-            name,
+            name: name_span,
             value: Value::Str(value),
         };
         // Events without a record all share one entry.
         let shared = self.fields.len() as u32;
         self.fields.push(added);
         for i in 0..self.events.len() {
+            if !pick(i) {
+                continue;
+            }
             let (start, end) = self.events[i].fields;
             if start == end {
                 self.events[i].fields = (shared, shared + 1);
@@ -280,10 +296,21 @@ impl EventBatch {
             }
             // A record's top-level entries are contiguous: copy them, then the new one, to the
             // end of the table (nested maps and arrays keep pointing where they were).
-            let at = self.fields.len() as u32;
+            let at = self.fields.len();
             self.fields.extend_from_within(start as usize..end as usize);
-            self.fields.push(added);
-            self.events[i].fields = (at, self.fields.len() as u32);
+            let mut replaced = false;
+            if replace {
+                for j in at..self.fields.len() {
+                    if self.str(self.fields[j].name) == name.as_bytes() {
+                        self.fields[j].value = added.value;
+                        replaced = true;
+                    }
+                }
+            }
+            if !replaced {
+                self.fields.push(added);
+            }
+            self.events[i].fields = (at as u32, self.fields.len() as u32);
         }
     }
 
@@ -309,6 +336,156 @@ impl EventBatch {
             finalizer: self.finalizer.clone(),
             charge: self.charge.clone(),
         }
+    }
+}
+
+/// Deeper than any decoder builds; a guard on the recursion of [`BatchCopy`], not a limit users
+/// meet.
+const MAX_COPY_DEPTH: usize = 128;
+
+/// Builds a batch of copies of events taken from any batches: each event's bytes and table
+/// entries are copied into the new batch's own arena and tables, so the result pins nothing of
+/// the batches it was taken from (a transform that keeps an event for long keeps only that), and
+/// events of several batches can leave in one.
+///
+/// An event that had no timestamp of its own takes its batch's receive time, which is what
+/// output wrote for it there.
+#[derive(Debug, Default)]
+pub struct BatchCopy {
+    arena: Vec<u8>,
+    events: Vec<Event>,
+    sd_elements: Vec<SdElement>,
+    sd_params: Vec<SdParam>,
+    fields: Vec<Field>,
+    peers: Vec<IpAddr>,
+}
+
+impl BatchCopy {
+    pub fn new() -> BatchCopy {
+        BatchCopy::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// What the copies hold so far, in bytes (as [`crate::budget::batch_bytes`] counts).
+    pub fn bytes(&self) -> usize {
+        use std::mem::size_of;
+        self.arena.capacity()
+            + self.events.capacity() * size_of::<Event>()
+            + self.fields.capacity() * size_of::<Field>()
+            + self.sd_elements.capacity() * size_of::<SdElement>()
+            + self.sd_params.capacity() * size_of::<SdParam>()
+            + size_of::<EventBatch>()
+    }
+
+    /// Appends a copy of `event` of `from`.
+    pub fn push(&mut self, from: &EventBatch, event: &Event) {
+        let mut copy = *event;
+        copy.timestamp = Some(from.time_of(event));
+        copy.hostname = self.opt(from, event.hostname);
+        copy.appname = self.opt(from, event.appname);
+        copy.procid = self.opt(from, event.procid);
+        copy.msgid = self.opt(from, event.msgid);
+        copy.message = self.opt(from, event.message);
+        copy.tag = self.opt(from, event.tag);
+        copy.peer = match from.source_ip(event) {
+            None => Event::NO_PEER,
+            Some(ip) => match self.peers.iter().position(|p| *p == ip) {
+                Some(i) => i as u16,
+                None if self.peers.len() < usize::from(Event::NO_PEER) => {
+                    self.peers.push(ip);
+                    (self.peers.len() - 1) as u16
+                }
+                None => Event::NO_PEER,
+            },
+        };
+        copy.structured_data = event.structured_data.map(|_| {
+            let first = self.sd_elements.len() as u32;
+            for el in from.sd_elements_of(event) {
+                let id = self.span(from, el.id);
+                let p0 = self.sd_params.len() as u32;
+                for p in from.params_of(el) {
+                    let param = SdParam {
+                        name: self.span(from, p.name),
+                        value: self.span(from, p.value),
+                        escaped: p.escaped,
+                    };
+                    self.sd_params.push(param);
+                }
+                self.sd_elements.push(SdElement {
+                    id,
+                    params: (p0, self.sd_params.len() as u32),
+                });
+            }
+            (first, self.sd_elements.len() as u32)
+        });
+        copy.fields = self.entries(from, from.fields_of(event), 0);
+        self.events.push(copy);
+    }
+
+    /// The batch of the copies, from `source` (its `source_type`), read at `received`.
+    pub fn finish(
+        self,
+        source: Arc<str>,
+        source_type: &'static str,
+        received: Timestamp,
+        finalizer: Finalizer,
+    ) -> EventBatch {
+        let mut batch = EventBatch::new(Bytes::from(self.arena), source, source_type);
+        batch.events = self.events;
+        batch.sd_elements = self.sd_elements;
+        batch.sd_params = self.sd_params;
+        batch.fields = self.fields;
+        batch.peers = self.peers;
+        batch.received = received;
+        batch.finalizer = finalizer;
+        batch
+    }
+
+    fn span(&mut self, from: &EventBatch, span: Span) -> Span {
+        let start = self.arena.len();
+        self.arena.extend_from_slice(from.str(span));
+        Span::new(start, self.arena.len())
+    }
+
+    fn opt(&mut self, from: &EventBatch, span: crate::OptSpan) -> crate::OptSpan {
+        span.get().map(|s| self.span(from, s)).into()
+    }
+
+    /// Copies `entries` (a record's top level, a map's entries or an array's items) next to each
+    /// other, their children after them, as decoders lay records out; returns their range.
+    fn entries(&mut self, from: &EventBatch, entries: &[Field], depth: usize) -> (u32, u32) {
+        let start = self.fields.len();
+        self.fields.extend(entries.iter().map(|_| Field {
+            name: Span::EMPTY,
+            value: Value::Null,
+        }));
+        for (i, f) in entries.iter().enumerate() {
+            let name = self.span(from, f.name);
+            let value = match f.value {
+                Value::Str(s) => Value::Str(self.span(from, s)),
+                Value::Bytes(s) => Value::Bytes(self.span(from, s)),
+                Value::Ext(t, s) => Value::Ext(t, self.span(from, s)),
+                Value::Map(..) | Value::Array(..) if depth >= MAX_COPY_DEPTH => Value::Null,
+                Value::Map(..) => {
+                    let (a, b) = self.entries(from, from.children(f.value), depth + 1);
+                    Value::Map(a, b)
+                }
+                Value::Array(..) => {
+                    let (a, b) = self.entries(from, from.children(f.value), depth + 1);
+                    Value::Array(a, b)
+                }
+                other => other,
+            };
+            self.fields[start + i] = Field { name, value };
+        }
+        (start as u32, (start + entries.len()) as u32)
     }
 }
 
@@ -374,6 +551,114 @@ mod tests {
         }
         assert_eq!(b.fields_of(&b.events[1]).len(), 2);
         assert_eq!(b.events[0].fields, b.events[2].fields, "shared");
+    }
+
+    #[test]
+    fn a_set_field_replaces_or_keeps_and_skips_events_not_picked() {
+        let mut b = EventBatch::new(Bytes::from_static(b"msgkv"), "src".into(), "test");
+        b.fields = vec![Field {
+            name: Span::new(3, 4),
+            value: Value::Str(Span::new(4, 5)),
+        }];
+        let plain = Event {
+            message: Span::new(0, 3).into(),
+            ..Event::default()
+        };
+        let record = Event {
+            fields: (0, 1),
+            ..plain
+        };
+        b.events = vec![record, plain, record];
+        b.set_field_where("k", "new", true, |i| i != 1);
+        let k = |b: &EventBatch, i: usize| match b.lookup(&b.events[i], "k") {
+            Some(Value::Str(s)) => Some(String::from_utf8_lossy(b.str(s)).into_owned()),
+            _ => None,
+        };
+        assert_eq!(k(&b, 0).as_deref(), Some("new"));
+        assert_eq!(b.fields_of(&b.events[0]).len(), 1, "replaced in place");
+        assert_eq!(k(&b, 1), None, "not picked");
+        let mut kept = b.clone();
+        kept.set_field_where("k", "other", false, |_| true);
+        assert_eq!(k(&kept, 0).as_deref(), Some("new"), "the record's own wins");
+    }
+
+    /// Events of two batches copied into one: every field, record, SD element, sender and time
+    /// reads the same, and the copy's arena holds only what they use.
+    #[test]
+    fn copies_of_events_of_several_batches_read_as_the_originals() {
+        let mut a = EventBatch::new(
+            Bytes::from_static(b"ignored bytes host msg id p v k1 x"),
+            "a".into(),
+            "test",
+        );
+        a.received = Timestamp::from_nanos(5_000_000_000, 3);
+        a.peers = vec![[192, 0, 2, 1].into()];
+        a.sd_elements = vec![SdElement {
+            id: Span::new(23, 25),
+            params: (0, 1),
+        }];
+        a.sd_params = vec![SdParam {
+            name: Span::new(26, 27),
+            value: Span::new(28, 29),
+            escaped: true,
+        }];
+        a.fields = vec![
+            Field {
+                name: Span::new(30, 32),
+                value: Value::Map(1, 2),
+            },
+            Field {
+                name: Span::new(33, 34),
+                value: Value::Array(2, 3),
+            },
+            Field {
+                name: Span::EMPTY,
+                value: Value::Int(7),
+            },
+        ];
+        a.events.push(Event {
+            hostname: Span::new(14, 18).into(),
+            message: Span::new(19, 22).into(),
+            structured_data: Some((0, 1)),
+            fields: (0, 1),
+            peer: 0,
+            ..Event::default()
+        });
+        let mut b = EventBatch::new(Bytes::from_static(b"second"), "b".into(), "test");
+        b.events.push(Event {
+            message: Span::new(0, 6).into(),
+            timestamp: Some(Timestamp::from_nanos(9, 9)),
+            ..Event::default()
+        });
+        let mut copy = BatchCopy::new();
+        copy.push(&a, &a.events[0]);
+        copy.push(&b, &b.events[0]);
+        copy.push(&a, &a.events[0]);
+        let out = copy.finish("r".into(), "test", Timestamp::default(), Finalizer::none());
+        assert_eq!(out.len(), 3);
+        assert!(
+            out.arena.len() < a.arena.len() + b.arena.len(),
+            "only what is used"
+        );
+        let e = out.events[0];
+        assert_eq!(out.str(e.hostname.or_empty()), b"host");
+        assert_eq!(out.str(e.message.or_empty()), b"msg");
+        assert_eq!(out.time_of(&e), a.received, "the receive time is kept");
+        assert_eq!(out.source_ip(&e), a.source_ip(&a.events[0]));
+        let el = out.sd_elements_of(&e)[0];
+        assert_eq!(out.str(el.id), b"id");
+        let p = out.params_of(&el)[0];
+        assert_eq!(
+            (out.str(p.name), out.str(p.value), p.escaped),
+            (&b"p"[..], &b"v"[..], true)
+        );
+        assert_eq!(out.lookup(&e, "k1.x.0"), Some(Value::Int(7)));
+        let e = out.events[1];
+        assert_eq!(out.str(e.message.or_empty()), b"second");
+        assert_eq!(out.time_of(&e), Timestamp::from_nanos(9, 9));
+        assert_eq!(out.source_ip(&e), None);
+        assert_eq!(out.peers.len(), 1, "one sender, one entry");
+        assert_eq!(out.lookup(&out.events[2], "k1.x.0"), Some(Value::Int(7)));
     }
 
     #[test]

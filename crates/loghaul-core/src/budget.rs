@@ -73,6 +73,15 @@ impl MemoryBudget {
         }
     }
 
+    /// A charge of nothing, granted at once, to be grown or resized later: what a component
+    /// charges for state it keeps between batches (a cache, open groups).
+    pub fn hold(self: &Arc<Self>) -> Charge {
+        Charge {
+            budget: self.clone(),
+            bytes: AtomicUsize::new(0),
+        }
+    }
+
     /// Takes `bytes`, waiting until they fit.
     pub async fn charge(self: &Arc<Self>, bytes: usize) -> Charge {
         loop {

@@ -7,6 +7,17 @@
 //! then calls [`Ack::commit`]. When the last clone anywhere is dropped, the receiver resolves with
 //! the worst status any holder reported. An `Ack` dropped without `commit` (a sink that died)
 //! counts as `Errored`, so a crash can never be mistaken for delivery.
+//!
+//! A transform that merges events of several batches into one (`reduce`) puts on its output a
+//! [`Finalizer::merge`] of their finalizers: a finalizer of its own that holds the others and,
+//! when its last holder lets go, reports its worst status to each of them. Every source then
+//! learns its fate only once the merged batch is settled downstream.
+//!
+//! ```text
+//!  batch A ─Finalizer A─┐
+//!                       ├─► merged Finalizer M (holds A and B) ─► output batch ─► sinks' Acks
+//!  batch B ─Finalizer B─┘      M's last holder gone: A.update(worst), B.update(worst), drop A, B
+//! ```
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -39,6 +50,9 @@ struct Inner {
     status: AtomicU8,
     // A std Mutex is fine: it is touched once, on the last drop.
     tx: Mutex<Option<oneshot::Sender<BatchStatus>>>,
+    /// The finalizers a merged finalizer stands for (see [`Finalizer::merge`]): each is told
+    /// this one's status, and let go, when this one's last holder is gone.
+    parents: Vec<Finalizer>,
 }
 
 impl Inner {
@@ -50,6 +64,9 @@ impl Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         let status = BatchStatus::from_u8(self.status.load(Ordering::Acquire));
+        for parent in self.parents.drain(..) {
+            parent.update(status);
+        }
         if let Ok(mut guard) = self.tx.lock()
             && let Some(tx) = guard.take()
         {
@@ -69,6 +86,7 @@ impl BatchNotifier {
         let inner = Arc::new(Inner {
             status: AtomicU8::new(BatchStatus::Delivered as u8),
             tx: Mutex::new(Some(tx)),
+            parents: Vec::new(),
         });
         (Finalizer { inner: Some(inner) }, BatchStatusReceiver { rx })
     }
@@ -111,6 +129,38 @@ impl Finalizer {
     pub fn update(&self, status: BatchStatus) {
         if let Some(inner) = &self.inner {
             inner.update(status);
+        }
+    }
+
+    /// Whether both are the same batch's finalizer (clones of one another); untracked
+    /// finalizers are never the same.
+    pub fn same(&self, other: &Finalizer) -> bool {
+        match (&self.inner, &other.inner) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// One finalizer standing for all of `finalizers`, for a batch whose events were made of
+    /// theirs (a merged event): it keeps each of them alive until its own last holder is gone,
+    /// then reports its worst status to each. Untracked ones are left out and repeated ones
+    /// count once; none left gives an untracked finalizer, one left is that one itself.
+    pub fn merge(finalizers: impl IntoIterator<Item = Finalizer>) -> Finalizer {
+        let mut parents: Vec<Finalizer> = Vec::new();
+        for f in finalizers {
+            if f.is_tracked() && !parents.iter().any(|p| p.same(&f)) {
+                parents.push(f);
+            }
+        }
+        if parents.len() <= 1 {
+            return parents.pop().unwrap_or_default();
+        }
+        Finalizer {
+            inner: Some(Arc::new(Inner {
+                status: AtomicU8::new(BatchStatus::Delivered as u8),
+                tx: Mutex::new(None),
+                parents,
+            })),
         }
     }
 }
@@ -291,6 +341,50 @@ mod tests {
             }
             assert_eq!(rx.await, want, "saved {saved}, ended {end:?}");
         }
+    }
+
+    /// A merged finalizer holds every source's batch until the merged batch is settled, and
+    /// gives each the worst status; an ack dropped uncommitted is an error for all of them.
+    #[tokio::test]
+    async fn a_merged_finalizer_settles_every_batch_it_stands_for() {
+        for (end, want) in [
+            (Some(BatchStatus::Delivered), BatchStatus::Delivered),
+            (Some(BatchStatus::Rejected), BatchStatus::Rejected),
+            (None, BatchStatus::Errored),
+        ] {
+            let (a, mut rx_a) = BatchNotifier::new_with_receiver();
+            let (b, rx_b) = BatchNotifier::new_with_receiver();
+            let merged = Finalizer::merge([a.clone(), Finalizer::none(), b.clone(), a.clone()]);
+            drop((a, b));
+            assert!(futures_poll_once(&mut rx_a).is_none(), "held by the merge");
+            let ack = merged.ack();
+            drop(merged);
+            assert!(futures_poll_once(&mut rx_a).is_none(), "held by the sink");
+            match end {
+                Some(status) => ack.commit(status),
+                None => drop(ack),
+            }
+            assert_eq!((rx_a.await, rx_b.await), (want, want), "{end:?}");
+        }
+        // A source's status stays its worst: an error on its own batch is not hidden.
+        let (a, rx_a) = BatchNotifier::new_with_receiver();
+        let (b, rx_b) = BatchNotifier::new_with_receiver();
+        a.update(BatchStatus::Errored);
+        let merged = Finalizer::merge([a, b]);
+        merged.ack().commit(BatchStatus::Delivered);
+        drop(merged);
+        assert_eq!(
+            (rx_a.await, rx_b.await),
+            (BatchStatus::Errored, BatchStatus::Delivered)
+        );
+    }
+
+    #[test]
+    fn merging_one_or_none_adds_nothing() {
+        assert!(!Finalizer::merge([Finalizer::none(), Finalizer::none()]).is_tracked());
+        let (a, _rx) = BatchNotifier::new_with_receiver();
+        assert!(Finalizer::merge([a.clone(), a.clone()]).same(&a));
+        assert!(!Finalizer::none().same(&Finalizer::none()));
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub mod finalizer;
 pub mod names;
 pub mod persist;
 
-pub use batch::{EventBatch, Field, SdElement, SdParam, Value};
+pub use batch::{BatchCopy, EventBatch, Field, SdElement, SdParam, Value};
 pub use budget::{Charge, MemoryBudget};
 pub use event::{Event, Flags, OptSpan, Span, Timestamp};
 pub use finalizer::{BatchNotifier, BatchStatus, BatchStatusReceiver, Finalizer};
