@@ -22,11 +22,11 @@ const PROGRAM: &str =
     ". |= parse_key_value!(.message)\n.user_name = del(.user)\ndel(.session)\n.pipeline = \"lab\"";
 const EVENTS: usize = 1000;
 
-fn transform(body: &str) -> TransformConfig {
+fn transform(body: &str, read: &str) -> TransformConfig {
     let text = format!(
         "sources:\n  in: {{ type: syslog, mode: udp, address: \"127.0.0.1:5514\" }}\n\
          transforms:\n  x:\n    inputs: [in]\n{}\
-         sinks:\n  out: {{ type: blackhole, inputs: [x, x._unmatched] }}\n",
+         sinks:\n  out: {{ type: blackhole, inputs: [{read}] }}\n",
         body.lines()
             .map(|l| format!("    {l}\n"))
             .collect::<String>()
@@ -44,7 +44,7 @@ fn remap(fast_path: bool) -> RemapConfig {
         "type: remap\nfast_path: {fast_path}\nsource: {}",
         serde_json::to_string(PROGRAM).unwrap_or_default()
     );
-    match transform(&body) {
+    match transform(&body, "x") {
         TransformConfig::Remap(r) => r,
         _ => panic!("a remap"),
     }
@@ -101,6 +101,7 @@ fn bench(c: &mut Criterion) {
     group.finish();
     let route = match transform(
         "type: route\nroute:\n  errors: '.severity == \"err\" || .severity == \"crit\"'\n  rest: '.severity != \"err\" && .severity != \"crit\"'",
+        "x.errors, x.rest",
     ) {
         TransformConfig::Route(r) => r,
         _ => panic!("a route"),

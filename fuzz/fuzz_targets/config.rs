@@ -117,6 +117,28 @@ fn check_transform(c: &TransformConfig) {
             assert!(f.min_severity.is_none_or(|s| s < 8));
             assert!(f.facilities.iter().flatten().all(|f| *f < 24));
         }
+        // A program that loaded compiled; its text is what was given.
+        TransformConfig::Remap(r) => assert!(!r.program.source.is_empty()),
+        TransformConfig::Route(r) => {
+            assert!(!r.rules.is_empty());
+            for rule in &r.rules {
+                assert!(!rule.name.is_empty() && !rule.name.contains('.'));
+                assert!(rule.name != "_unmatched");
+                assert!(rule.condition.is_some() || !rule.tags.is_empty());
+            }
+        }
+        TransformConfig::Sample(s) => match s.mode {
+            loghaul::transforms::sample::Mode::Rate(n) => assert!(n > 0),
+            loghaul::transforms::sample::Mode::Ratio(r) => assert!(r > 0.0 && r <= 1.0),
+        },
+        TransformConfig::Throttle(t) => {
+            assert!(t.threshold > 0 && !t.window.is_zero() && t.max_keys > 0);
+        }
+        TransformConfig::Dedupe(d) => assert!(d.num_events > 0),
+        TransformConfig::Reduce(r) => {
+            assert!(r.max_groups > 0 && !r.flush_period.is_zero());
+            assert!(r.max_events.is_none_or(|n| n > 0));
+        }
     }
 }
 
