@@ -229,6 +229,10 @@ pub struct Builder<'a> {
     peers: Vec<IpAddr>,
     /// Spans of the fast path's literals already appended, by literal index.
     lits: Vec<Option<Span>>,
+    /// Reused per event by the fast path's output.
+    scratch_own: Vec<Option<usize>>,
+    scratch_entries: Vec<(Option<Field>, Key, V)>,
+    scratch_new: Vec<(Key, V)>,
 }
 
 /// A read-only view of the output arena.
@@ -270,6 +274,9 @@ impl<'a> Builder<'a> {
             sd_params: Vec::new(),
             peers: input.peers.clone(),
             lits: Vec::new(),
+            scratch_own: Vec::new(),
+            scratch_entries: Vec::new(),
+            scratch_new: Vec::new(),
         }
     }
 
@@ -314,101 +321,107 @@ impl<'a> Builder<'a> {
         let input = self.input;
         let orig_fields = input.fields_of(orig);
         let shadowed = |name: &[u8]| orig_fields.iter().any(|f| input.str(f.name) == name);
-        // The event's top-level value of `name` now.
-        let current = |b: &Builder<'_>, name: &[u8]| -> Option<V> {
+        // One pass over the overlay: which entries name loghaul's own fields (by index into
+        // OWN), so that the fields below are found without comparing names again.
+        let mut own_over: [Option<Option<V>>; OWN.len()] = [None; OWN.len()];
+        let mut overlay_own: Vec<Option<usize>> = std::mem::take(&mut self.scratch_own);
+        overlay_own.clear();
+        {
             let view = ArenaView {
                 input: &input.arena,
-                extra: &b.extra,
+                extra: &self.extra,
             };
-            for (k, v) in m.overlay.iter().rev() {
-                if view.key(literals, *k) == name {
-                    return *v;
+            for (k, v) in &m.overlay {
+                let name = view.key(literals, *k);
+                let i = own_index(name);
+                if let Some(i) = i {
+                    own_over[i] = Some(*v);
                 }
+                overlay_own.push(i);
             }
-            original_field(input, orig, name)
-        };
+        }
         let mut event = Event {
             fields: (0, 0),
             ..Event::default()
         };
         let mut taken = [false; OWN.len()];
+        let mut shadow = [false; OWN.len()];
         for (i, name) in OWN.iter().enumerate() {
-            if shadowed(name.as_bytes()) {
+            shadow[i] = !orig_fields.is_empty() && shadowed(name.as_bytes());
+            if shadow[i] {
                 continue;
             }
-            let Some(v) = current(self, name.as_bytes()) else {
-                continue;
+            let v = match own_over[i] {
+                Some(v) => v,
+                None => original_field(input, orig, name.as_bytes()),
             };
+            let Some(v) = v else { continue };
             taken[i] = self.own_field_fast(&mut event, orig, name, v, literals);
         }
         if !taken[0] {
             event.timestamp = None;
         }
         // The record: the input record's keys in its order, then new keys in VRL's order.
-        let mut entries: Vec<(Option<Field>, Key, V)> = Vec::new();
-        let mut seen: Vec<&[u8]> = Vec::new();
-        for f in orig_fields {
-            let name = input.str(f.name);
-            if seen.contains(&name) {
-                continue;
-            }
-            seen.push(name);
-            if let Some(v) = current(self, name) {
-                entries.push((Some(*f), Key::Span(f.name), v));
-            }
-        }
-        let mut new: Vec<(Key, V)> = Vec::new();
-        for (k, v) in &m.overlay {
-            let Some(v) = v else { continue };
-            let view = ArenaView {
-                input: &input.arena,
-                extra: &self.extra,
-            };
-            let name = view.key(literals, *k);
-            if orig_fields.iter().any(|f| input.str(f.name) == name) {
-                continue;
-            }
-            if let Some(i) = OWN.iter().position(|o| o.as_bytes() == name)
-                && taken[i]
-            {
-                continue;
-            }
-            new.push((*k, *v));
-        }
-        // loghaul's own fields the program left of another kind stay as record keys.
-        for (i, name) in OWN.iter().enumerate() {
-            if taken[i] || shadowed(name.as_bytes()) {
-                continue;
-            }
-            let view = ArenaView {
-                input: &input.arena,
-                extra: &self.extra,
-            };
-            if m.overlay
-                .iter()
-                .any(|(k, _)| view.key(literals, *k) == name.as_bytes())
-            {
-                continue;
-            }
-            if let Some(v) = original_field(input, orig, name.as_bytes()) {
-                new.push((Key::Static(name.as_bytes()), v));
-            }
-        }
+        let mut entries: Vec<(Option<Field>, Key, V)> = std::mem::take(&mut self.scratch_entries);
+        entries.clear();
+        let mut new: Vec<(Key, V)> = std::mem::take(&mut self.scratch_new);
+        new.clear();
         {
             let view = ArenaView {
                 input: &input.arena,
                 extra: &self.extra,
             };
-            new.sort_by(|a, b| view.key(literals, a.0).cmp(view.key(literals, b.0)));
+            let current = |name: &[u8]| -> Option<V> {
+                for (k, v) in m.overlay.iter().rev() {
+                    if view.key(literals, *k) == name {
+                        return *v;
+                    }
+                }
+                original_field(input, orig, name)
+            };
+            for (j, f) in orig_fields.iter().enumerate() {
+                let name = input.str(f.name);
+                if orig_fields[..j].iter().any(|g| input.str(g.name) == name) {
+                    continue;
+                }
+                if let Some(v) = current(name) {
+                    entries.push((Some(*f), Key::Span(f.name), v));
+                }
+            }
+            for ((k, v), own) in m.overlay.iter().zip(&overlay_own) {
+                let Some(v) = v else { continue };
+                if own.is_some_and(|i| taken[i] || shadow[i]) {
+                    continue;
+                }
+                if !orig_fields.is_empty() {
+                    let name = view.key(literals, *k);
+                    if orig_fields.iter().any(|f| input.str(f.name) == name) {
+                        continue;
+                    }
+                }
+                new.push((*k, *v));
+            }
+            // loghaul's own fields the program left of another kind stay as record keys.
+            for (i, name) in OWN.iter().enumerate() {
+                if taken[i] || shadow[i] || own_over[i].is_some() {
+                    continue;
+                }
+                if let Some(v) = original_field(input, orig, name.as_bytes()) {
+                    new.push((Key::Static(name.as_bytes()), v));
+                }
+            }
+            if new.len() > 1 {
+                new.sort_by(|a, b| view.key(literals, a.0).cmp(view.key(literals, b.0)));
+            }
         }
-        entries.extend(new.into_iter().map(|(k, v)| (None, k, v)));
+        entries.extend(new.drain(..).map(|(k, v)| (None, k, v)));
         let start = self.fields.len();
         let n = entries.len();
         self.fields.extend(entries.iter().map(|_| Field {
             name: Span::EMPTY,
             value: Value::Null,
         }));
-        for (i, (of, k, v)) in entries.into_iter().enumerate() {
+        for (i, (of, k, v)) in entries.drain(..).enumerate() {
             let name = match (of, k) {
                 (Some(f), _) => f.name,
                 (None, k) => self.key_span(k, literals),
@@ -418,6 +431,9 @@ impl<'a> Builder<'a> {
         }
         event.fields = (start as u32, (start + n) as u32);
         self.events.push(event);
+        self.scratch_own = overlay_own;
+        self.scratch_entries = entries;
+        self.scratch_new = new;
     }
 
     fn key_span(&mut self, k: Key, literals: &[Box<[u8]>]) -> Span {
@@ -1046,6 +1062,15 @@ impl<'a> Builder<'a> {
         out.finalizer = input.finalizer.clone();
         out
     }
+}
+
+/// The index in OWN of a name, if it is one of loghaul's own fields.
+fn own_index(name: &[u8]) -> Option<usize> {
+    // Own names are 3 to 15 bytes of lower case: most keys are ruled out by length or first byte.
+    if !(3..=15).contains(&name.len()) || !name[0].is_ascii_lowercase() {
+        return None;
+    }
+    OWN.iter().position(|o| o.as_bytes() == name)
 }
 
 /// The bytes of a string value.
