@@ -45,6 +45,7 @@ use crate::progress::human;
 use crate::report::{self, RunRecord, Status};
 use crate::scenarios::Scenario;
 use crate::scenarios::forward_deliver::run::TreeOptions;
+use crate::subjects::loghaul::REMAP_ID;
 use crate::subjects::{self, Companion, Input, Launch, Output, Peers, Ready, SubjectKind};
 use crate::target::{TargetOptions, TargetUrl};
 use crate::watch::{WatchState, Watcher};
@@ -739,6 +740,10 @@ pub(crate) fn run_one(
         }
         _ => None,
     };
+    // Read while the subject still serves its API (the counter is published as it counts).
+    let fallbacks = launch
+        .remap_api
+        .and_then(|api| subjects::component_metric(api, REMAP_FALLBACKS, REMAP_ID));
     // Front to back: a relay drains what it still holds into its receiver before that stops.
     guard.terminate(Duration::from_secs(20))?;
     for (g, ..) in &mut companions {
@@ -790,6 +795,9 @@ pub(crate) fn run_one(
     rec.tls = gen_stats.tls.clone();
     rec.failed_connections = gen_stats.failed_connections;
     rec.first_failure = gen_stats.first_failure.clone();
+    if let Some(n) = fallbacks {
+        rec.extra.insert(REMAP_FALLBACKS_KEY.into(), n.into());
+    }
     match &launch.output {
         Output::File(_) | Output::Files(_) => {
             let rep = books
@@ -849,6 +857,12 @@ fn target_for(plan: &Plan, launch: &Launch, input: String) -> (TargetUrl, Target
 
 /// loghaul's counter of a disk buffer's fsyncs (segments and their folder), on the sink it serves.
 const FSYNCS: &str = "loghaul_disk_buffer_fsyncs_total";
+
+/// loghaul's counter of the events a `remap` on the fast path ran on the VRL runtime instead.
+const REMAP_FALLBACKS: &str = "loghaul_remap_runtime_fallbacks_total";
+
+/// The record's field for [`REMAP_FALLBACKS`] over the run (only where the subject has a remap).
+pub const REMAP_FALLBACKS_KEY: &str = "remap_runtime_fallbacks";
 
 fn failed(plan: &Plan, kind: SubjectKind, status: Status) -> RunRecord {
     let mut r = RunRecord::empty(plan.scenario.name(), kind.name(), "", 0, status);

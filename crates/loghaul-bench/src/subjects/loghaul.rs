@@ -33,6 +33,9 @@ pub struct Variant<'a> {
     pub vrl_runtime: bool,
 }
 
+/// The id of the `remap` of key=value input.
+pub const REMAP_ID: &str = "kv";
+
 /// The `remap` program of key=value input (`transform`): parse the pairs into fields, rename
 /// one, delete one, add one. The peers' configs do the same (bench/peers/*/transform*).
 pub const KV_PROGRAM: &str = "\
@@ -148,14 +151,14 @@ fn key_value_config(
          sources:\n  \
            in: {{ type: syslog, mode: tcp, address: \"127.0.0.1:{port}\", format: rfc3164, framing: newline{tls} }}\n\
          transforms:\n  \
-           kv:\n    \
+           {REMAP_ID}:\n    \
              type: remap\n    \
              inputs: [in]{fast_path}\n    \
              source: |\n\
          {program}  \
            by_severity:\n    \
              type: route\n    \
-             inputs: [kv]\n    \
+             inputs: [{REMAP_ID}]\n    \
              route:\n      \
                errors: '{ERRORS_CONDITION}'\n\
          sinks:\n  \

@@ -383,6 +383,9 @@ pub struct Launch {
     /// loghaul's API port when its sink `out` has a disk buffer: the run reads the buffer's
     /// `loghaul_disk_buffer_fsyncs_total` there before and after the load.
     pub disk_buffer_api: Option<u16>,
+    /// loghaul's API port when it runs a `remap` ([`loghaul::REMAP_ID`]): the run reads how many
+    /// events its fast path left to the VRL runtime after the load.
+    pub remap_api: Option<u16>,
     /// How the generator speaks TLS to a TLS subject (`None`: plain TCP).
     pub tls: Option<TlsClientOptions>,
 }
@@ -648,6 +651,7 @@ pub fn prepare(
         output,
         companions: vec![],
         disk_buffer_api: None,
+        remap_api: None,
         tls: None,
     };
     match kind {
@@ -710,6 +714,7 @@ pub fn prepare(
             };
             Ok(Launch {
                 disk_buffer_api: disk.map(|_| api),
+                remap_api: (setup.input == Input::KeyValue).then_some(api),
                 tls: pki.map(|p| p.client()),
                 ..launch(
                     program,

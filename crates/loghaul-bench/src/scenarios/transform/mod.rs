@@ -233,6 +233,27 @@ fn notes(records: &[RunRecord], names: &[String]) -> String {
             }
         );
     }
+    // Whether loghaul's program stayed on the fast path (its events that fell back to the VRL
+    // runtime, as loghaul counts them).
+    let fallbacks: Vec<u64> = records
+        .iter()
+        .filter(|r| r.subject == SubjectKind::Loghaul.name() && !r.warmup)
+        .filter_map(|r| r.extra.get(runner::REMAP_FALLBACKS_KEY)?.as_u64())
+        .collect();
+    if !fallbacks.is_empty() {
+        let n: u64 = fallbacks.iter().sum();
+        let _ = writeln!(
+            s,
+            "\nloghaul's remap left {} events of its measured runs to the VRL runtime \
+             (`loghaul_remap_runtime_fallbacks_total`){}.",
+            report::count(n as f64),
+            if n == 0 {
+                ": every event ran on the fast path"
+            } else {
+                ": those ran as in loghaul-vrl"
+            }
+        );
+    }
     let summaries = report::summarize(records, names);
     let median = |name: &str| {
         summaries
@@ -294,6 +315,10 @@ mod tests {
             r.extra
                 .insert("outputs".into(), serde_json::to_value(o).unwrap());
         }
+        if subject == "loghaul" {
+            r.extra
+                .insert(runner::REMAP_FALLBACKS_KEY.into(), 0.into());
+        }
         r
     }
 
@@ -316,6 +341,7 @@ mod tests {
         for want in [
             "| loghaul | 1 | 1,000 (33.3%) | 2,000 | 3,000 | passed |",
             "Every run of every subject split the events alike",
+            "loghaul's remap left 0 events of its measured runs to the VRL runtime",
             "loghaul ÷ loghaul-vrl: rate **2.00**, CPU-s per 1M events **0.50**",
             "loghaul ÷ max(syslog-ng, rsyslog) = loghaul ÷ syslog-ng: rate **5.00×**, CPU-s \
              per 1M events **0.12**",
