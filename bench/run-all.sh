@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every scenario of the lab at full size, with the `bare` loop as the yardstick in each, and
+# Runs every scenario of the lab at full size, with the `bare` loop as the yardstick where it has one, and
 # leaves the tables, raw runs and charts in bench/results/YYYY-MM-DD/.
 # Usage: [OUT=DIR] bench/run-all.sh [path/to/loghaul] [extra `bench run` options]
 # OUT picks the results folder (default bench/results/YYYY-MM-DD); `--out` among the extra
@@ -40,6 +40,9 @@ tree_subjects=loghaul
 # One file of 5M lines, written before any subject starts, read from its beginning into JSON
 # lines. Fluent Bit and Vector would be its peers, but neither is in Debian's repositories.
 "$LOGHAUL" bench run tail    --subjects loghaul,bare                              --runs 3 --out "$OUT" "$@"
+# Key=value messages parsed, reshaped and routed by severity into two files: loghaul on its VRL
+# fast path and on the VRL runtime, beside syslog-ng and rsyslog (no bare loop: it has no transforms).
+"$LOGHAUL" bench run transform --subjects loghaul,loghaul-vrl,rsyslog,syslog-ng   --runs 3 --out "$OUT" "$@"
 # loghaul on both sides of a Kafka broker (scripts/install-kafka.sh), beside Kafka's own producer
 # and consumer perf tools on the same broker and topic.
 "$LOGHAUL" bench run kafka_pipeline                                              --runs 3 --out "$OUT" "$@"

@@ -83,6 +83,8 @@ fn wire(scenario: &dyn Scenario) -> Result<Wire> {
         Some(Input::Rfc3164) => Wire::Syslog(Format::Rfc3164, FramingMode::Newline),
         Some(Input::Rfc5424) => Wire::Syslog(Format::Rfc5424, FramingMode::OctetCounting),
         Some(Input::Forward) => Wire::Forward,
+        // The bare loop has no transforms (no scenario reading key=value lists it).
+        Some(Input::KeyValue) => bail!("the bare loop has no transforms"),
         None => bail!("`{}` reads no connections", scenario.name()),
     })
 }

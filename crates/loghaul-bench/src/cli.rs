@@ -15,7 +15,7 @@ use crate::connect::TlsClientOptions;
 use crate::fluent::{self, FluentMode, FluentOptions};
 use crate::generator::{self, GenConfig};
 use crate::meter::{self, MeterSource, StopRule};
-use crate::payload::{Format, Framing, PayloadSpec};
+use crate::payload::{Content, Format, Framing, PayloadSpec};
 use crate::progress::{Progress, human};
 use crate::runner::{self, Plan};
 use crate::scenarios::forward_deliver::TreeShape;
@@ -101,6 +101,11 @@ pub struct GenArgs {
     /// Stream framing (TCP and file targets).
     #[arg(long, value_enum, default_value = "newline")]
     pub framing: Framing,
+    /// What follows each message's marker: filler words, or key=value pairs whose status sets
+    /// the severity (`user=u4821 action=login status=503 ... note="cache miss"`, as in the
+    /// `transform` scenario).
+    #[arg(long, value_enum, default_value = "words")]
+    pub content: Content,
     /// Messages to send in total (over all connections).
     #[arg(long, short = 'n')]
     pub count: Option<u64>,
@@ -528,6 +533,7 @@ fn gen_cmd(a: GenArgs) -> Result<()> {
             framing: a.framing,
             message_size: a.message_size,
             seed: a.seed,
+            content: a.content,
             ..PayloadSpec::default()
         },
         count: a.count,

@@ -13,9 +13,19 @@
 //! before each send the generator patches the slots in place ([`Block::stamp`]) and writes the block's
 //! bytes with one system call. No message is formatted on the hot path.
 //!
+//! After the marker comes the message's [`Content`]: filler words (every scenario but one), or
+//! key=value pairs whose status sets the message's severity (`transform`):
+//!
+//! ```text
+//! <PRI>Nov 27 06:09:00 web01 nginx[1234]: gen=3 seq=0000000042 t=1732240000123456 user=u4821
+//!   action=login status=503 latency_ms=87 session=9f2c4e1a7b3d5c60 note="cache miss retry"
+//!   PRI = facility × 8 + the status's severity (503: alert); the note's words pad to the size
+//! ```
+//!
 //! Invariants: a block holds whole frames only; `frame_ends`, `bodies` and `slots` have one entry per
-//! message; the text `gen=` occurs exactly once per message (the filler never contains `=`), which is
-//! what lets the meter find markers without parsing the surrounding format.
+//! message; the text `gen=` occurs exactly once per message (filler words never contain `=`, and no
+//! key ends in `gen`), which is what lets the meter find markers without parsing the surrounding
+//! format.
 
 use anyhow::{Result, bail};
 use clap::ValueEnum;
@@ -42,6 +52,20 @@ pub enum Format {
     Json,
 }
 
+/// What a message's text holds after its marker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Content {
+    /// Filler words up to the message size: no `=`, no quotes, nothing to parse.
+    #[default]
+    Words,
+    /// key=value pairs, `user=u4821 action=login status=503 latency_ms=87
+    /// session=9f2c4e1a7b3d5c60 note="cache miss retry"`, the note's words padding to the
+    /// message size; the severity in PRI is the status's (503: alert), so a load mixes all
+    /// eight severities, a third of them `err` or more severe.
+    KeyValue,
+}
+
 /// How messages are delimited on a stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -63,6 +87,8 @@ pub struct PayloadSpec {
     pub message_size: usize,
     /// Seed of the pseudo-random content: the same seed gives the same bytes.
     pub seed: u64,
+    /// What follows the marker.
+    pub content: Content,
     /// Approximate bytes per block.
     pub block_bytes: usize,
     /// Number of distinct blocks to cycle through.
@@ -76,6 +102,7 @@ impl Default for PayloadSpec {
             framing: Framing::Newline,
             message_size: 100,
             seed: 1,
+            content: Content::Words,
             block_bytes: 128 * 1024,
             blocks: 8,
         }
@@ -257,6 +284,63 @@ const WORDS: &[&str] = &[
     "rotated",
     "disk",
 ];
+/// The actions of key=value messages.
+const ACTIONS: &[&str] = &[
+    "login", "logout", "view", "search", "upload", "download", "purchase", "delete",
+];
+/// The statuses of key=value messages, each with the severity it is logged at: every severity
+/// once at least, `err` or more severe for 4 draws in 12.
+const STATUSES: &[(u16, usize)] = &[
+    (200, 6),
+    (200, 6),
+    (200, 6),
+    (201, 5),
+    (204, 7),
+    (304, 7),
+    (404, 4),
+    (429, 4),
+    (500, 3),
+    (502, 2),
+    (503, 1),
+    (507, 0),
+];
+
+/// The severity (0 `emerg` … 7 `debug`) of a key=value message with `status` (`None`: not a
+/// status the generator sends).
+pub fn kv_severity(status: u16) -> Option<usize> {
+    STATUSES
+        .iter()
+        .find(|(s, _)| *s == status)
+        .map(|&(_, severity)| severity)
+}
+
+/// The pairs of a generated key=value text, in order: space-separated `key=value` or
+/// `key="quoted value"` tokens (the generator's own shape, not every key=value dialect); `None`
+/// when a token is not one.
+pub fn key_values(text: &str) -> Option<Vec<(&str, &str)>> {
+    let mut pairs = Vec::new();
+    let mut rest = text.trim_start_matches(' ');
+    while !rest.is_empty() {
+        let (key, after) = rest.split_once('=')?;
+        if key.is_empty() || key.contains([' ', '"']) {
+            return None;
+        }
+        let (value, after) = match after.strip_prefix('"') {
+            Some(quoted) => {
+                let (value, after) = quoted.split_once('"')?;
+                if !(after.is_empty() || after.starts_with(' ')) {
+                    return None;
+                }
+                (value, after)
+            }
+            None => after.split_at(after.find(' ').unwrap_or(after.len())),
+        };
+        pairs.push((key, value));
+        rest = after.trim_start_matches(' ');
+    }
+    Some(pairs)
+}
+
 const MONTHS: &[&str] = &[
     "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
 ];
@@ -301,6 +385,19 @@ pub fn build_blocks_with(
     spec: &PayloadSpec,
     gen_id: u32,
     multiple: usize,
+    frame: impl FnMut(&mut Block, &[u8], usize),
+) -> Result<Vec<Block>> {
+    // Header timestamps are fixed at generation time: they only have to parse, while the marker
+    // carries the real send time.
+    build_blocks_at(spec, gen_id, multiple, &chrono::Utc::now(), frame)
+}
+
+/// [`build_blocks_with`] with the headers' time `now` (the tests fix it).
+fn build_blocks_at(
+    spec: &PayloadSpec,
+    gen_id: u32,
+    multiple: usize,
+    now: &chrono::DateTime<chrono::Utc>,
     mut frame: impl FnMut(&mut Block, &[u8], usize),
 ) -> Result<Vec<Block>> {
     if spec.block_bytes == 0 || spec.blocks == 0 {
@@ -308,9 +405,6 @@ pub fn build_blocks_with(
     }
     let multiple = multiple.max(1);
     let mut rng = Rng::new(spec.seed);
-    // Header timestamps are fixed at generation time: they only have to parse, while the marker
-    // carries the real send time.
-    let now = chrono::Utc::now();
     let mut blocks = Vec::with_capacity(spec.blocks);
     for _ in 0..spec.blocks {
         let mut block = Block {
@@ -322,7 +416,7 @@ pub fn build_blocks_with(
         let mut body = Vec::with_capacity(spec.message_size + 256);
         while block.bytes.len() < spec.block_bytes || !block.len().is_multiple_of(multiple) {
             body.clear();
-            let slot = write_body(&mut body, spec, gen_id, &mut rng, &now);
+            let slot = write_body(&mut body, spec, gen_id, &mut rng, now);
             let before = block.len();
             frame(&mut block, &body, slot);
             if block.len() != before + 1 {
@@ -342,13 +436,105 @@ fn write_body(
     rng: &mut Rng,
     now: &chrono::DateTime<chrono::Utc>,
 ) -> usize {
-    use chrono::{Datelike, Timelike};
+    if spec.content == Content::KeyValue {
+        return write_kv_body(out, spec, gen_id, rng, now);
+    }
     let host = HOSTS[rng.below(HOSTS.len())];
     let app = APPS[rng.below(APPS.len())];
     let pid = 100 + rng.below(30_000);
     // Facilities 0..=23, severities 0..=7.
     let pri = rng.below(24) * 8 + rng.below(8);
-    let json_close = match spec.format {
+    let json_close = write_header(out, spec.format, pri, (host, app, pid), rng, now);
+    let slot = write_marker(out, gen_id);
+    let tail = if json_close { 2 } else { 0 };
+    // Filler: words until the body reaches the requested size. Words contain no '=' so the marker is
+    // the only `gen=` in the message, and no quote or backslash so JSON output needs no escaping.
+    while out.len() + tail < spec.message_size {
+        out.push(b' ');
+        let word = WORDS[rng.below(WORDS.len())].as_bytes();
+        let room = spec.message_size - tail - out.len();
+        out.extend_from_slice(&word[..word.len().min(room.max(1))]);
+    }
+    if json_close {
+        out.extend_from_slice(b"\"}");
+    }
+    slot
+}
+
+/// A key=value message body (see [`Content::KeyValue`]); returns the offset of its sequence
+/// slot. The note holds two words at least, then words (the last one cut) up to the size.
+fn write_kv_body(
+    out: &mut Vec<u8>,
+    spec: &PayloadSpec,
+    gen_id: u32,
+    rng: &mut Rng,
+    now: &chrono::DateTime<chrono::Utc>,
+) -> usize {
+    use std::io::Write as _;
+    let host = HOSTS[rng.below(HOSTS.len())];
+    let app = APPS[rng.below(APPS.len())];
+    let pid = 100 + rng.below(30_000);
+    let facility = rng.below(24);
+    let (status, severity) = STATUSES[rng.below(STATUSES.len())];
+    let json_close = write_header(
+        out,
+        spec.format,
+        facility * 8 + severity,
+        (host, app, pid),
+        rng,
+        now,
+    );
+    let slot = write_marker(out, gen_id);
+    // Inside a JSON string the note's quotes are escaped.
+    let quote: &[u8] = if json_close { b"\\\"" } else { b"\"" };
+    let _ = write!(
+        out,
+        " user=u{} action={} status={status} latency_ms={} session={:016x} note=",
+        rng.below(100_000),
+        ACTIONS[rng.below(ACTIONS.len())],
+        1 + rng.below(2000),
+        rng.next_u64(),
+    );
+    out.extend_from_slice(quote);
+    let tail = quote.len() + if json_close { 2 } else { 0 };
+    let mut words = 0;
+    loop {
+        // Room for a space and one character at least, once the note has its two words.
+        let room = spec.message_size.saturating_sub(out.len() + tail);
+        if words >= 2 && room < 2 {
+            break;
+        }
+        let word = WORDS[rng.below(WORDS.len())].as_bytes();
+        if words > 0 {
+            out.push(b' ');
+        }
+        let take = if words >= 2 {
+            word.len().min(room - 1)
+        } else {
+            word.len()
+        };
+        out.extend_from_slice(&word[..take]);
+        words += 1;
+    }
+    out.extend_from_slice(quote);
+    if json_close {
+        out.extend_from_slice(b"\"}");
+    }
+    slot
+}
+
+/// Writes the message's header in `format` and returns whether the body is inside a JSON string
+/// (to be closed with `"}`). RFC5424 draws its ids from `rng`.
+fn write_header(
+    out: &mut Vec<u8>,
+    format: Format,
+    pri: usize,
+    (host, app, pid): (&str, &str, usize),
+    rng: &mut Rng,
+    now: &chrono::DateTime<chrono::Utc>,
+) -> bool {
+    use chrono::{Datelike, Timelike};
+    match format {
         Format::Raw => false,
         Format::Rfc3164 => {
             let month = MONTHS[(now.month0() as usize) % 12];
@@ -386,24 +572,16 @@ fn write_body(
             );
             true
         }
-    };
+    }
+}
+
+/// Writes the marker with empty slots and returns the offset of its sequence slot.
+fn write_marker(out: &mut Vec<u8>, gen_id: u32) -> usize {
     out.extend_from_slice(format!("gen={gen_id} seq=").as_bytes());
     let slot = out.len();
     out.extend_from_slice(&[b'0'; SEQ_DIGITS]);
     out.extend_from_slice(b" t=");
     out.extend_from_slice(&[b'0'; TIME_DIGITS]);
-    let tail = if json_close { 2 } else { 0 };
-    // Filler: words until the body reaches the requested size. Words contain no '=' so the marker is
-    // the only `gen=` in the message, and no quote or backslash so JSON output needs no escaping.
-    while out.len() + tail < spec.message_size {
-        out.push(b' ');
-        let word = WORDS[rng.below(WORDS.len())].as_bytes();
-        let room = spec.message_size - tail - out.len();
-        out.extend_from_slice(&word[..word.len().min(room.max(1))]);
-    }
-    if json_close {
-        out.extend_from_slice(b"\"}");
-    }
     slot
 }
 
@@ -467,6 +645,168 @@ mod tests {
                     start = end;
                 }
             }
+        }
+    }
+
+    /// FNV-1a, 64 bits: a stable digest of the bytes (std's hasher may change between releases).
+    fn fnv(bytes: &[u8]) -> u64 {
+        bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
+    /// The digest of every format's blocks, framings and sizes, with the headers' time fixed.
+    fn digests(content: Content) -> Vec<(String, u64)> {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-27T06:09:00.123456Z")
+            .unwrap()
+            .with_timezone(&chrono::Utc);
+        let mut out = Vec::new();
+        for format in [Format::Raw, Format::Rfc3164, Format::Rfc5424, Format::Json] {
+            {
+                for message_size in [64, 128, 256] {
+                    let spec = PayloadSpec {
+                        format,
+                        message_size,
+                        content,
+                        block_bytes: 4096,
+                        blocks: 2,
+                        ..PayloadSpec::default()
+                    };
+                    let blocks = build_blocks_at(&spec, 3, 1, &now, |block, b, slot| {
+                        let start = block.bytes.len();
+                        block.bytes.extend_from_slice(b);
+                        let end = block.bytes.len();
+                        block.bytes.push(b'\n');
+                        block.end_frame((start, end), start + slot);
+                    })
+                    .unwrap();
+                    let bytes: Vec<u8> = blocks.iter().flat_map(|b| b.bytes.clone()).collect();
+                    out.push((format!("{format:?} {message_size}"), fnv(&bytes)));
+                }
+            }
+        }
+        out
+    }
+
+    /// The word-filled payloads every scenario but `transform` sends are byte for byte those
+    /// the lab sent before key=value bodies were added (digests taken then).
+    #[test]
+    fn word_payloads_are_unchanged() {
+        let got = digests(Content::Words);
+        let want: &[u64] = &[
+            3582533105009629662,
+            8766046214540090562,
+            14714249606668401292,
+            17052515262192560201,
+            3478210996790830097,
+            12439940908247810220,
+            2873704947594035058,
+            2873704947594035058,
+            8163686402431386201,
+            18058263426957019357,
+            3158312917642414678,
+            7571677913432610850,
+        ];
+        assert_eq!(got.iter().map(|g| g.1).collect::<Vec<_>>(), want, "{got:?}");
+    }
+
+    /// Key=value messages: the marker once, the pairs in their order, the severity in PRI the
+    /// status's, a quoted note of two words at least padding to the size; every severity in a
+    /// block, a third or so of them `err` or more severe; the same bytes for the same seed.
+    #[test]
+    fn key_value_messages_carry_their_pairs_and_the_statuss_severity() {
+        for (format, size) in [
+            (Format::Rfc3164, 256),
+            (Format::Rfc3164, 64),
+            (Format::Rfc5424, 400),
+            (Format::Raw, 200),
+            (Format::Json, 256),
+        ] {
+            let spec = PayloadSpec {
+                format,
+                message_size: size,
+                content: Content::KeyValue,
+                block_bytes: 16 * 1024,
+                blocks: 2,
+                ..PayloadSpec::default()
+            };
+            let blocks = build_blocks(&spec, 2).unwrap();
+            // The same bytes for the same seed (at the same time: the headers carry it).
+            let now = chrono::Utc::now();
+            let again = || {
+                build_blocks_at(&spec, 2, 1, &now, |block, b, slot| {
+                    block.bytes.extend_from_slice(b);
+                    block.end_frame((0, 0), slot);
+                })
+                .unwrap()
+            };
+            assert!(again()[1].bytes == again()[1].bytes, "{format:?}");
+            let mut severities = [0usize; 8];
+            for b in &blocks {
+                for &(start, end) in &b.bodies {
+                    let body = std::str::from_utf8(&b.bytes[start..end]).unwrap();
+                    let text = if format == Format::Json {
+                        let v: serde_json::Value = serde_json::from_str(body).unwrap();
+                        v["message"].as_str().unwrap().to_string()
+                    } else {
+                        body.to_string()
+                    };
+                    assert_eq!(text.matches("gen=").count(), 1, "{text}");
+                    let kv = &text[text.find("gen=").unwrap()..];
+                    let pairs = key_values(kv).unwrap_or_else(|| panic!("{kv}"));
+                    let keys: Vec<&str> = pairs.iter().map(|p| p.0).collect();
+                    assert_eq!(
+                        keys,
+                        [
+                            "gen",
+                            "seq",
+                            "t",
+                            "user",
+                            "action",
+                            "status",
+                            "latency_ms",
+                            "session",
+                            "note"
+                        ],
+                        "{text}"
+                    );
+                    let value = |k: &str| pairs.iter().find(|p| p.0 == k).unwrap().1;
+                    assert_eq!(value("gen"), "2");
+                    assert!(value("user").starts_with('u'), "{text}");
+                    assert!(ACTIONS.contains(&value("action")), "{text}");
+                    assert_eq!(value("session").len(), 16, "{text}");
+                    assert!(value("note").split(' ').count() >= 2, "{text}");
+                    assert!(!value("note").ends_with(' '), "{text}");
+                    let severity = kv_severity(value("status").parse().unwrap()).unwrap();
+                    severities[severity] += 1;
+                    match format {
+                        Format::Rfc3164 | Format::Rfc5424 => {
+                            let pri: usize = body[1..body.find('>').unwrap()].parse().unwrap();
+                            assert_eq!(pri % 8, severity, "{body}");
+                        }
+                        Format::Raw | Format::Json => {}
+                    }
+                    // The note pads the body to the size, when the pairs leave room.
+                    if size >= 256 {
+                        assert!((end - start).abs_diff(size) <= 1, "{body}");
+                    }
+                }
+            }
+            assert!(severities.iter().all(|&n| n > 0), "{severities:?}");
+            let errors: usize = severities[..4].iter().sum();
+            let all: usize = severities.iter().sum();
+            assert!(errors * 4 > all && errors * 2 < all, "{severities:?}");
+        }
+    }
+
+    #[test]
+    fn key_values_reads_the_generators_shape_only() {
+        assert_eq!(
+            key_values(r#" a=1 b="two words" c="" d=x"#).unwrap(),
+            [("a", "1"), ("b", "two words"), ("c", ""), ("d", "x")]
+        );
+        for bad in ["a", "a=1 b", r#"a="open"#, r#"a="x"y"#, "=1"] {
+            assert_eq!(key_values(bad), None, "{bad}");
         }
     }
 

@@ -45,9 +45,10 @@ use crate::progress::human;
 use crate::report::{self, RunRecord, Status};
 use crate::scenarios::Scenario;
 use crate::scenarios::forward_deliver::run::TreeOptions;
+use crate::subjects::loghaul::REMAP_ID;
 use crate::subjects::{self, Companion, Input, Launch, Output, Peers, Ready, SubjectKind};
 use crate::target::{TargetOptions, TargetUrl};
-use crate::watch::Watcher;
+use crate::watch::{WatchState, Watcher};
 
 /// Everything `bench run` was asked to do.
 #[derive(Clone, Debug)]
@@ -543,7 +544,7 @@ pub(crate) fn start_companion(c: &Companion, dir: &Path) -> Result<(ChildGuard, 
 }
 
 /// One run of one subject.
-fn run_one(
+pub(crate) fn run_one(
     plan: &Plan,
     kind: SubjectKind,
     peers: &Peers,
@@ -591,12 +592,15 @@ fn run_one(
         Driver::Loggen => meter::Tracker::for_loggen(now_micros()),
     };
     let books = SharedTracker::from_tracker(fresh());
-    let mut follower = None;
-    let mut watcher = None;
-    if let Output::File(path) = &launch.output {
-        follower = Some(FileFollower::new(path));
-        watcher = Some(Watcher::start(path, fresh(), now_micros()));
-    }
+    // A subject that routes its events writes several files: one set of books over them all
+    // (an event in two files is a duplicate), a watcher on each.
+    let files = launch.output.files();
+    let mut followers: Vec<FileFollower> = files.iter().map(|p| FileFollower::new(p)).collect();
+    let watch_start = now_micros();
+    let watchers: Vec<Watcher> = files
+        .iter()
+        .map(|p| Watcher::start(p, fresh(), watch_start))
+        .collect();
     let sampler = procstat::RssSampler::start(pids.clone());
     let cpu0 = cpu_of(&pids);
     // A disk buffer's fsyncs are counted from here: what it did at start is not the load's.
@@ -641,8 +645,11 @@ fn run_one(
         std::thread::sleep(Duration::from_millis(2));
         polls += 1;
         // A mark that changes whenever the subject makes progress, and the time of that progress.
-        let (mark, seen_estimate) = match (&launch.output, &watcher) {
-            (Output::File(_), Some(w)) => (w.last_growth_us(), w.frontier()),
+        let (mark, seen_estimate) = match (&launch.output, watchers.is_empty()) {
+            (Output::File(_) | Output::Files(_), false) => (
+                watchers.iter().filter_map(Watcher::last_growth_us).max(),
+                watchers.iter().map(Watcher::frontier).max().unwrap_or(0),
+            ),
             // An HTTP scrape costs the subject a little CPU: every 5th poll (10ms) is enough.
             (Output::Metrics(_), _) if !polls.is_multiple_of(5) => (last_mark, counted),
             (counter @ (Output::CountFile(_) | Output::Metrics(_)), _) => {
@@ -655,23 +662,24 @@ fn run_one(
             last_mark = mark;
             last_change = Instant::now();
             last_arrival_us = match &launch.output {
-                Output::File(_) => mark,
+                Output::File(_) | Output::Files(_) => mark,
                 Output::CountFile(_) | Output::Metrics(_) => Some(now_micros()),
             };
         }
-        let complete = match (&launch.output, follower.as_mut()) {
-            (Output::CountFile(_) | Output::Metrics(_), _) => seen_estimate >= events,
-            (Output::File(_), Some(f)) => {
-                // Check the books only once the file has gone quiet, so that reading it never
-                // competes with the subject writing it.
+        let complete = match &launch.output {
+            Output::CountFile(_) | Output::Metrics(_) => seen_estimate >= events,
+            Output::File(_) | Output::Files(_) => {
+                // Check the books only once the files have gone quiet, so that reading them
+                // never competes with the subject writing them.
                 let quiet = last_change.elapsed() >= Duration::from_millis(100);
                 if quiet && mark.is_some() && verified_mark != mark && driver.is_finished() {
                     verified_mark = mark;
-                    f.read_available(&books)?;
+                    for f in &mut followers {
+                        f.read_available(&books)?;
+                    }
                 }
                 books.unique.load(Ordering::Relaxed) >= events
             }
-            _ => false,
         };
         if complete {
             status = Status::Complete;
@@ -732,6 +740,10 @@ fn run_one(
         }
         _ => None,
     };
+    // Read while the subject still serves its API (the counter is published as it counts).
+    let fallbacks = launch
+        .remap_api
+        .and_then(|api| subjects::component_metric(api, REMAP_FALLBACKS, REMAP_ID));
     // Front to back: a relay drains what it still holds into its receiver before that stops.
     guard.terminate(Duration::from_secs(20))?;
     for (g, ..) in &mut companions {
@@ -739,8 +751,8 @@ fn run_one(
     }
     stop_gen.store(true, Ordering::Relaxed);
     let gen_result = driver.finish();
-    let watched = watcher.map(Watcher::finish);
-    if let Some(f) = follower.as_mut() {
+    let watched: Vec<WatchState> = watchers.into_iter().map(Watcher::finish).collect();
+    for f in &mut followers {
         // Everything the subject wrote, up to its exit: late duplicates and, after a timeout, the
         // exact loss.
         f.read_available(&books)?;
@@ -783,21 +795,28 @@ fn run_one(
     rec.tls = gen_stats.tls.clone();
     rec.failed_connections = gen_stats.failed_connections;
     rec.first_failure = gen_stats.first_failure.clone();
+    if let Some(n) = fallbacks {
+        rec.extra.insert(REMAP_FALLBACKS_KEY.into(), n.into());
+    }
     match &launch.output {
-        Output::File(_) => {
+        Output::File(_) | Output::Files(_) => {
             let rep = books
                 .snapshot()
                 .report(Some(events), Some(plan.connections));
             rec.events_seen = rep.unique;
             rec.loss = rep.missing;
             rec.duplicates = Some(rep.duplicates);
-            if let Some(w) = &watched {
-                let lat = w.samples.latency();
+            if let Some((first, rest)) = watched.split_first() {
+                let mut samples = first.samples.clone();
+                for w in rest {
+                    samples.merge(&w.samples);
+                }
+                let lat = samples.latency();
                 let ms = |q| lat.quantile(q).map(|v| v as f64 / 1000.0);
                 rec.latency_p50_ms = ms(0.5);
                 rec.latency_p99_ms = ms(0.99);
                 rec.latency_p999_ms = ms(0.999);
-                rec.flow_per_sec = w.flow_per_sec(rep.unique);
+                rec.flow_per_sec = crate::watch::flow_per_sec(&watched, rep.unique);
             }
         }
         counter @ (Output::CountFile(_) | Output::Metrics(_)) => {
@@ -838,6 +857,12 @@ fn target_for(plan: &Plan, launch: &Launch, input: String) -> (TargetUrl, Target
 
 /// loghaul's counter of a disk buffer's fsyncs (segments and their folder), on the sink it serves.
 const FSYNCS: &str = "loghaul_disk_buffer_fsyncs_total";
+
+/// loghaul's counter of the events a `remap` on the fast path ran on the VRL runtime instead.
+const REMAP_FALLBACKS: &str = "loghaul_remap_runtime_fallbacks_total";
+
+/// The record's field for [`REMAP_FALLBACKS`] over the run (only where the subject has a remap).
+pub const REMAP_FALLBACKS_KEY: &str = "remap_runtime_fallbacks";
 
 fn failed(plan: &Plan, kind: SubjectKind, status: Status) -> RunRecord {
     let mut r = RunRecord::empty(plan.scenario.name(), kind.name(), "", 0, status);

@@ -48,18 +48,14 @@ pub struct WatchState {
 impl WatchState {
     /// Events per second of the run: bytes written each second × `events` / bytes written in all.
     pub fn flow_per_sec(&self, events: u64) -> Vec<u64> {
-        let total = self
-            .progress
+        flow_per_sec(std::slice::from_ref(self), events)
+    }
+
+    /// Bytes written since watching started.
+    fn written(&self) -> u64 {
+        self.progress
             .last()
-            .map_or(0, |p| p.1.saturating_sub(self.base));
-        if total == 0 {
-            return Vec::new();
-        }
-        let per_byte = events as f64 / total as f64;
-        self.byte_flow()
-            .into_iter()
-            .map(|b| (b as f64 * per_byte).round() as u64)
-            .collect()
+            .map_or(0, |p| p.1.saturating_sub(self.base))
     }
 
     fn byte_flow(&self) -> Vec<u64> {
@@ -80,6 +76,30 @@ impl WatchState {
         }
         flow
     }
+}
+
+/// Events per second of a run that wrote `events` into the files `states` watched (a subject
+/// that routes its events into several): their bytes written each second, summed, × `events` /
+/// their bytes written in all. Their seconds count from the same start.
+pub fn flow_per_sec(states: &[WatchState], events: u64) -> Vec<u64> {
+    let total: u64 = states.iter().map(WatchState::written).sum();
+    if total == 0 {
+        return Vec::new();
+    }
+    let mut bytes: Vec<u64> = Vec::new();
+    for state in states {
+        for (sec, b) in state.byte_flow().into_iter().enumerate() {
+            if bytes.len() <= sec {
+                bytes.resize(sec + 1, 0);
+            }
+            bytes[sec] += b;
+        }
+    }
+    let per_byte = events as f64 / total as f64;
+    bytes
+        .into_iter()
+        .map(|b| (b as f64 * per_byte).round() as u64)
+        .collect()
 }
 
 /// A background watcher of one output file.

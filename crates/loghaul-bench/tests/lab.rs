@@ -687,6 +687,47 @@ fn scenario_rfc5424_small() {
     scenario_smoke("rfc5424");
 }
 
+/// `transform` with every subject: each run complete, without loss or duplicates over its two
+/// files, and its outputs check passed, with the same split of the events into the two files
+/// for every subject and run (the same load); the ratios under the table.
+#[test]
+fn scenario_transform_small() {
+    let (table, json) = scenario_smoke_with(
+        "transform",
+        &["loghaul", "loghaul-vrl", "rsyslog", "syslog-ng"],
+        &[
+            "loghaul.yaml",
+            "loghaul-vrl.yaml",
+            "rsyslog.conf",
+            "syslog-ng.conf",
+        ],
+        &[],
+    );
+    let mut splits = Vec::new();
+    for r in json["records"].as_array().unwrap() {
+        let checked = &r["outputs"];
+        assert_eq!(checked["problems"], 0, "{r}");
+        assert!(checked["decoded"].as_u64().unwrap() > 0, "{r}");
+        let errors = checked["errors_lines"].as_u64().unwrap();
+        let other = checked["other_lines"].as_u64().unwrap();
+        assert!(errors > 0 && other > 0 && errors + other == 20_000, "{r}");
+        splits.push((errors, other));
+        // loghaul's program stays on the fast path with these messages; loghaul-vrl has it off.
+        if r["subject"] == "loghaul" {
+            assert_eq!(r["remap_runtime_fallbacks"], 0, "{r}");
+        }
+    }
+    splits.dedup();
+    assert_eq!(splits.len(), 1, "{splits:?}");
+    for want in [
+        "| passed |",
+        "loghaul ÷ loghaul-vrl",
+        "loghaul ÷ max(syslog-ng, rsyslog)",
+    ] {
+        assert!(table.contains(want), "{want:?} in {table}");
+    }
+}
+
 /// Starts `cmd` (a subject listening on `port`), sends `input` on one connection, waits until `out`
 /// holds `lines` lines, stops the subject and returns what it wrote.
 fn feed(mut cmd: Command, port: u16, input: &[u8], out: &Path, lines: usize) -> String {

@@ -12,6 +12,7 @@ use crate::subjects::{
     ActionQueue, DiskBuffer, Input, RsyslogTls, Setup, TlsDriver, eventmachine, fluentd, loghaul,
     rsyslog, syslog_ng,
 };
+use loghaul::Variant;
 
 /// Every config the lab writes for a subject, rendered for fixed ports and paths.
 fn rendered_configs() -> Vec<(String, String)> {
@@ -49,7 +50,14 @@ fn rendered_configs() -> Vec<(String, String)> {
         "tls_handshake",
     ] {
         let st = setup(n);
-        let c = |d, t| loghaul::subject_config(&st, 5514, 8686, "/run/out.log", d, t);
+        let c = |disk, tls| {
+            let variant = Variant {
+                disk,
+                tls,
+                ..Variant::default()
+            };
+            loghaul::subject_config(&st, 5514, 8686, "/run/out.log", &variant)
+        };
         out.push((format!("loghaul-{n}.yaml"), c(None, None)));
         out.push((format!("loghaul-{n}-disk.yaml"), c(Some(&disk), None)));
         out.push((format!("loghaul-{n}-tls.yaml"), c(None, Some(&pki))));
@@ -76,6 +84,26 @@ fn rendered_configs() -> Vec<(String, String)> {
             syslog_ng::config(&st, 5514, "/run/out.log"),
         ));
     }
+    // transform: loghaul on its fast path and on the VRL runtime, rsyslog, syslog-ng.
+    let st = setup("transform");
+    for (name, vrl_runtime) in [("loghaul", false), ("loghaul-vrl", true)] {
+        let variant = Variant {
+            vrl_runtime,
+            ..Variant::default()
+        };
+        out.push((
+            format!("{name}-transform.yaml"),
+            loghaul::subject_config(&st, 5514, 8686, "/run/out.log", &variant),
+        ));
+    }
+    out.push((
+        "rsyslog-transform.conf".into(),
+        rsyslog::config(&st, 5514, "/run/work", "/run/out.log", ActionQueue::Direct),
+    ));
+    out.push((
+        "syslog-ng-transform.conf".into(),
+        syslog_ng::config(&st, 5514, "/run/out.log"),
+    ));
     out.push((
         "loghaul-relay-a.yaml".into(),
         forward_relay::relay_config(5514, 8686, 5515),

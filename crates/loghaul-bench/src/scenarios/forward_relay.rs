@@ -100,6 +100,7 @@ impl Scenario for ForwardRelay {
                 ready: Ready::Health(api_b),
             }],
             disk_buffer_api: None,
+            remap_api: None,
             tls: None,
         })
     }

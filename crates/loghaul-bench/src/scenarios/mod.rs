@@ -23,7 +23,7 @@ use std::path::Path;
 
 use anyhow::{Result, bail};
 
-use crate::payload::{Format, Framing, PayloadSpec};
+use crate::payload::{Content, Format, Framing, PayloadSpec};
 use crate::report::RunRecord;
 use crate::runner::Plan;
 use crate::subjects::{self, Input, Launch, Peers, Setup, SubjectKind};
@@ -52,6 +52,7 @@ scenarios! {
     http_client::HttpClient,
     tls_handshake::TlsHandshake,
     kafka_pipeline::KafkaPipeline,
+    transform::Transform,
 }
 
 /// The subjects run when `--subjects` is not given, unless a scenario says otherwise.
@@ -85,6 +86,12 @@ pub trait Scenario: Sync {
     /// The generator's format and framing (for the forward protocol, those of each record's
     /// message text: the protocol frames the records, see [`crate::fluent`]).
     fn payload(&self) -> (Format, Framing);
+
+    /// What the generator's messages hold after their marker: filler words unless a scenario
+    /// parses them.
+    fn content(&self) -> Content {
+        Content::Words
+    }
 
     /// What a one-process subject reads on its port and writes (`None`: the scenario starts its
     /// subjects itself, with no input port the runner's rounds could send to).
@@ -200,6 +207,7 @@ impl<'a> dyn Scenario + 'a {
             framing,
             message_size,
             seed,
+            content: self.content(),
             ..PayloadSpec::default()
         }
     }
@@ -266,6 +274,9 @@ pub fn variant_reason(kind: SubjectKind) -> Option<&'static str> {
             "n/a: the TLS variant runs the one-process scenarios (basic, syslog, raw, rfc5424, \
              forward) and tls_handshake",
         ),
+        SubjectKind::LoghaulVrl => {
+            Some("n/a: the VRL-runtime variant runs transform, the scenario with a remap")
+        }
         SubjectKind::Loghaul
         | SubjectKind::Rsyslog
         | SubjectKind::RsyslogTls
@@ -317,6 +328,7 @@ pub fn one_process_reason(kind: SubjectKind, forward: bool) -> &'static str {
         | SubjectKind::LoghaulDisk50ms
         | SubjectKind::LoghaulDiskBatch
         | SubjectKind::LoghaulTls
+        | SubjectKind::LoghaulVrl
         | SubjectKind::Bare => "n/a: not configured for this scenario",
     }
 }
@@ -367,8 +379,9 @@ mod tests {
         for n in ["forward_relay", "tail", "http_echo", "tls_handshake"] {
             assert!(!runs(n, SubjectKind::LoghaulDisk50ms), "{n}");
         }
-        // rsyslog-da goes wherever rsyslog goes.
-        for s in REGISTRY {
+        // rsyslog-da goes wherever rsyslog goes, but to `transform`, where no disk variant of
+        // loghaul goes either.
+        for s in REGISTRY.iter().filter(|s| s.name() != "transform") {
             assert_eq!(
                 s.why_not(SubjectKind::RsyslogDa).is_none(),
                 s.why_not(SubjectKind::Rsyslog).is_none(),

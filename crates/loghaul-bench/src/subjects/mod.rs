@@ -18,7 +18,7 @@
 //! A subject may be a variant of another one's server, differing only in its config
 //! ([`SubjectKind::base`]): `loghaul-disk-50ms` and `loghaul-disk-batch` put loghaul's sink behind
 //! a disk buffer, `rsyslog-da` gives rsyslog's action a disk-assisted queue, `loghaul-tls` and
-//! `rsyslog-tls` listen with TLS. Each keeps its config under its own name beside the figures.
+//! `rsyslog-tls` listen with TLS, `loghaul-vrl` runs its `remap` on the VRL runtime. Each keeps its config under its own name beside the figures.
 //!
 //! A TLS subject gets a throwaway PKI in its run's folder ([`crate::pki`]), and its [`Launch`]
 //! tells the generator to speak TLS and trust that CA. rsyslog has TLS only in `imtcp` (`imptcp`
@@ -68,6 +68,12 @@ pub enum SubjectKind {
     #[value(name = "loghaul-tls")]
     #[serde(rename = "loghaul-tls")]
     LoghaulTls,
+    /// loghaul with its `remap` program on the VRL runtime (`fast_path: false`) instead of the
+    /// fast path (`transform` only): what the fast path saves. Its `route` conditions keep the
+    /// fast path: the route has no such switch.
+    #[value(name = "loghaul-vrl")]
+    #[serde(rename = "loghaul-vrl")]
+    LoghaulVrl,
     /// rsyslog (imptcp → omfile).
     Rsyslog,
     /// rsyslog with TLS: imtcp with a stream driver (gtls or ossl, `--rsyslog-tls-driver`) in
@@ -123,6 +129,7 @@ impl SubjectKind {
             Self::LoghaulDisk50ms => "loghaul-disk-50ms",
             Self::LoghaulDiskBatch => "loghaul-disk-batch",
             Self::LoghaulTls => "loghaul-tls",
+            Self::LoghaulVrl => "loghaul-vrl",
             Self::Rsyslog => "rsyslog",
             Self::RsyslogTls => "rsyslog-tls",
             Self::RsyslogDa => "rsyslog-da",
@@ -143,12 +150,15 @@ impl SubjectKind {
         }
     }
 
-    /// The server a subject runs: loghaul for its disk-buffered and TLS variants, rsyslog for
+    /// The server a subject runs: loghaul for its disk-buffered, TLS and VRL-runtime variants, rsyslog for
     /// `rsyslog-da` and `rsyslog-tls`, the subject itself otherwise. Variants differ from their
     /// server only in their config.
     pub fn base(self) -> SubjectKind {
         match self {
-            Self::LoghaulDisk50ms | Self::LoghaulDiskBatch | Self::LoghaulTls => Self::Loghaul,
+            Self::LoghaulDisk50ms
+            | Self::LoghaulDiskBatch
+            | Self::LoghaulTls
+            | Self::LoghaulVrl => Self::Loghaul,
             Self::RsyslogDa | Self::RsyslogTls => Self::Rsyslog,
             k @ (Self::Loghaul
             | Self::Rsyslog
@@ -174,6 +184,11 @@ impl SubjectKind {
         matches!(self, Self::LoghaulTls | Self::RsyslogTls)
     }
 
+    /// Whether the subject is loghaul with its `remap` forced onto the VRL runtime.
+    pub fn vrl_runtime(self) -> bool {
+        self == Self::LoghaulVrl
+    }
+
     /// The `sync` of a loghaul variant's disk buffer (`None`: no disk buffer).
     pub fn disk_sync(self) -> Option<&'static str> {
         match self {
@@ -181,6 +196,7 @@ impl SubjectKind {
             Self::LoghaulDiskBatch => Some("every_batch"),
             Self::Loghaul
             | Self::LoghaulTls
+            | Self::LoghaulVrl
             | Self::Rsyslog
             | Self::RsyslogTls
             | Self::RsyslogDa
@@ -233,6 +249,18 @@ pub enum Input {
     Rfc5424,
     /// The Fluentd forward protocol into JSON lines.
     Forward,
+    /// RFC3164 over TCP whose messages are key=value pairs (`transform`): the pairs parsed into
+    /// fields, `user` renamed `user_name`, `session` deleted, `pipeline: "lab"` added, and each
+    /// event written as a JSON line into one of two files by its severity ([`routed_outputs`]).
+    KeyValue,
+}
+
+/// The two files a [`Input::KeyValue`] subject writes instead of `out` (`DIR/out.log`): events
+/// of severity `err` or more severe into `DIR/out-errors.log`, the rest into
+/// `DIR/out-other.log`.
+pub fn routed_outputs(out: &str) -> [String; 2] {
+    let stem = out.strip_suffix(".log").unwrap_or(out);
+    [format!("{stem}-errors.log"), format!("{stem}-other.log")]
 }
 
 /// A scenario as a subject's config sees it.
@@ -272,6 +300,9 @@ pub enum Ready {
 pub enum Output {
     /// The subject writes lines carrying the markers into this file; the meter tails it.
     File(PathBuf),
+    /// The subject writes each event into one of these files (routed); the meter tails them
+    /// all into one set of books, where an event in two files is a duplicate.
+    Files(Vec<PathBuf>),
     /// The subject only counts lines and writes the count (ASCII) into this file now and then.
     CountFile(PathBuf),
     /// loghaul with a `blackhole` sink named `out`: the count is that sink's
@@ -281,10 +312,19 @@ pub enum Output {
 }
 
 impl Output {
+    /// The files the meter reads (none for a count).
+    pub fn files(&self) -> Vec<PathBuf> {
+        match self {
+            Output::File(path) => vec![path.clone()],
+            Output::Files(paths) => paths.clone(),
+            Output::CountFile(_) | Output::Metrics(_) => Vec::new(),
+        }
+    }
+
     /// The count a counting subject has published so far (`None` for file outputs).
     pub fn count(&self) -> Option<u64> {
         match self {
-            Output::File(_) => None,
+            Output::File(_) | Output::Files(_) => None,
             Output::CountFile(path) => Some(
                 std::fs::read_to_string(path)
                     .ok()
@@ -343,6 +383,9 @@ pub struct Launch {
     /// loghaul's API port when its sink `out` has a disk buffer: the run reads the buffer's
     /// `loghaul_disk_buffer_fsyncs_total` there before and after the load.
     pub disk_buffer_api: Option<u16>,
+    /// loghaul's API port when it runs a `remap` ([`loghaul::REMAP_ID`]): the run reads how many
+    /// events its fast path left to the VRL runtime after the load.
+    pub remap_api: Option<u16>,
     /// How the generator speaks TLS to a TLS subject (`None`: plain TCP).
     pub tls: Option<TlsClientOptions>,
 }
@@ -440,6 +483,7 @@ impl Peers {
             k @ (SubjectKind::LoghaulDisk50ms
             | SubjectKind::LoghaulDiskBatch
             | SubjectKind::LoghaulTls
+            | SubjectKind::LoghaulVrl
             | SubjectKind::RsyslogDa
             | SubjectKind::RsyslogTls) => bail!("{} is a variant, not a server", k.name()),
         };
@@ -477,6 +521,10 @@ impl Peers {
         if kind == SubjectKind::LoghaulTls {
             let base = self.platform(kind.base(), loghaul);
             return format!("{base}, TLS (rustls)");
+        }
+        if kind.vrl_runtime() {
+            let base = self.platform(kind.base(), loghaul);
+            return format!("{base}, remap on the VRL runtime");
         }
         match kind {
             SubjectKind::Loghaul => {
@@ -549,6 +597,7 @@ impl Peers {
             k @ (SubjectKind::LoghaulDisk50ms
             | SubjectKind::LoghaulDiskBatch
             | SubjectKind::LoghaulTls
+            | SubjectKind::LoghaulVrl
             | SubjectKind::RsyslogDa
             | SubjectKind::RsyslogTls) => self.platform(k.base(), loghaul),
         }
@@ -584,6 +633,15 @@ pub fn prepare(
     let s = |p: &Path| p.display().to_string();
     let write = |name: &str, text: &str| write_config(dir, name, text);
     let counted = setup.input == Input::CountedLines;
+    // What the meter reads: the one output, or the two a routing subject writes instead.
+    let written = match setup.input {
+        Input::KeyValue => Output::Files(routed_outputs(&s(&out)).map(PathBuf::from).to_vec()),
+        Input::CountedLines
+        | Input::RawLines
+        | Input::Rfc3164
+        | Input::Rfc5424
+        | Input::Forward => Output::File(out.clone()),
+    };
     let launch = |program, args, ready, output| Launch {
         program,
         args,
@@ -593,6 +651,7 @@ pub fn prepare(
         output,
         companions: vec![],
         disk_buffer_api: None,
+        remap_api: None,
         tls: None,
     };
     match kind {
@@ -620,7 +679,8 @@ pub fn prepare(
         SubjectKind::Loghaul
         | SubjectKind::LoghaulDisk50ms
         | SubjectKind::LoghaulDiskBatch
-        | SubjectKind::LoghaulTls => {
+        | SubjectKind::LoghaulTls
+        | SubjectKind::LoghaulVrl => {
             let api = free_port()?;
             let data_dir = dir.join("data");
             let disk = kind.disk_sync().map(|sync| DiskBuffer {
@@ -635,15 +695,26 @@ pub fn prepare(
             // Named after the subject: the variants' configs are kept side by side.
             let conf = write(
                 &format!("{}.yaml", kind.name()),
-                &loghaul::subject_config(setup, port, api, &s(&out), disk.as_ref(), pki.as_ref()),
+                &loghaul::subject_config(
+                    setup,
+                    port,
+                    api,
+                    &s(&out),
+                    &loghaul::Variant {
+                        disk: disk.as_ref(),
+                        tls: pki.as_ref(),
+                        vrl_runtime: kind.vrl_runtime(),
+                    },
+                ),
             )?;
             let output = if counted {
                 Output::Metrics(api)
             } else {
-                Output::File(out)
+                written
             };
             Ok(Launch {
                 disk_buffer_api: disk.map(|_| api),
+                remap_api: (setup.input == Input::KeyValue).then_some(api),
                 tls: pki.map(|p| p.client()),
                 ..launch(
                     program,
@@ -684,7 +755,7 @@ pub fn prepare(
             ];
             Ok(Launch {
                 tls: pki.as_ref().map(ServerPki::client),
-                ..launch(program, args, Ready::Connect, Output::File(out))
+                ..launch(program, args, Ready::Connect, written)
             })
         }
         SubjectKind::SyslogNg => {
@@ -704,7 +775,7 @@ pub fn prepare(
             if let Some(m) = &peers.syslog_ng_modules {
                 args.push(format!("--module-path={}", m.display()));
             }
-            Ok(launch(program, args, Ready::Connect, Output::File(out)))
+            Ok(launch(program, args, Ready::Connect, written))
         }
         SubjectKind::Eventmachine => {
             let count = dir.join("count");

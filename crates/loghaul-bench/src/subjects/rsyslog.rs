@@ -1,6 +1,8 @@
 //! rsyslog's config: imptcp (or imtcp with a TLS stream driver) → omfile with a JSON string
 //! template carrying loghaul's field names. The template is `bench/peers/rsyslog/rsyslog.conf`;
-//! the fragments beside it are what differs between the rsyslog subjects and inputs.
+//! the fragments beside it are what differs between the rsyslog subjects and inputs. Key=value
+//! input (`transform`) has a config of its own, `bench/peers/rsyslog/transform.conf`: mmnormalize
+//! with a liblognorm rule, RainerScript for the fields, an omfile action per severity class.
 //!
 //! Tuning, measured on a 2-core machine: one imptcp thread (two input threads only contend with
 //! the main queue worker), a string template with `:::json` escaping (cheaper than a `list`
@@ -9,11 +11,12 @@
 use clap::ValueEnum;
 use serde::Serialize;
 
-use super::{Input, Setup};
+use super::{Input, Setup, routed_outputs};
 use crate::pki::ServerPki;
 use crate::template::{fragment, render};
 
 const CONFIG: &str = include_str!("../../../../bench/peers/rsyslog/rsyslog.conf");
+const TRANSFORM: &str = include_str!("../../../../bench/peers/rsyslog/transform.conf");
 const TLS_FILES: &str = include_str!("../../../../bench/peers/rsyslog/tls-files.conf");
 const MODULE_IMPTCP: &str = include_str!("../../../../bench/peers/rsyslog/module-imptcp.conf");
 const MODULE_IMTCP_TLS: &str =
@@ -26,6 +29,8 @@ const TEMPLATE_RFC3164: &str =
     include_str!("../../../../bench/peers/rsyslog/template-rfc3164.conf");
 const TEMPLATE_RFC5424: &str =
     include_str!("../../../../bench/peers/rsyslog/template-rfc5424.conf");
+const TEMPLATE_TRANSFORM: &str =
+    include_str!("../../../../bench/peers/rsyslog/template-transform.conf");
 
 /// The queue of rsyslog's omfile action.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,10 +110,15 @@ pub fn config_with(
         Input::RawLines | Input::Forward => TEMPLATE_RAW,
         Input::Rfc3164 => TEMPLATE_RFC3164,
         Input::Rfc5424 => TEMPLATE_RFC5424,
+        Input::KeyValue => TEMPLATE_TRANSFORM,
     };
-    let queue = match queue {
+    // A disk-assisted queue's files are named after its action.
+    let queue = |file: &str| match queue {
         ActionQueue::Direct => String::new(),
-        ActionQueue::DiskAssisted => format!("\n{}", fragment(QUEUE_DISK_ASSISTED)),
+        ActionQueue::DiskAssisted => format!(
+            "\n{}",
+            render(fragment(QUEUE_DISK_ASSISTED), &[("queue_file", file)])
+        ),
     };
     let (files, module, input) = match tls {
         None => (String::new(), fragment(MODULE_IMPTCP).to_string(), "imptcp"),
@@ -129,6 +139,25 @@ pub fn config_with(
             )
         }
     };
+    if setup.input == Input::KeyValue {
+        let [errors, other] = routed_outputs(out);
+        return render(
+            TRANSFORM,
+            &[
+                ("scenario", setup.name),
+                ("work", work),
+                ("tls_files", &files),
+                ("module", &module),
+                ("template", fragment(template)),
+                ("errors", &errors),
+                ("errors_queue", &queue("errors")),
+                ("other", &other),
+                ("other_queue", &queue("other")),
+                ("input", input),
+                ("port", &port.to_string()),
+            ],
+        );
+    }
     render(
         CONFIG,
         &[
@@ -138,7 +167,7 @@ pub fn config_with(
             ("module", &module),
             ("template", fragment(template)),
             ("out", out),
-            ("queue", &queue),
+            ("queue", &queue("out")),
             ("input", input),
             ("port", &port.to_string()),
         ],
