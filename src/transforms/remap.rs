@@ -282,36 +282,82 @@ pub async fn send_on(output: &Fanout, batch: EventBatch, metrics: &ComponentMetr
     }
 }
 
+/// How many batches one remap works on at once: one per core (up to 4). Results go on in the
+/// order the batches came, so a connection's events keep their order.
+fn workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
+
 async fn run(
     config: RemapConfig,
-    mut runner: Runner,
+    runner: Runner,
     metrics: Arc<ComponentMetrics>,
     mut input: crate::pipeline::Input,
     fanout: Fanout,
     dropped: Option<Fanout>,
 ) {
     metrics.set_health(Health::Running, None);
-    let id = metrics.id.clone();
+    let id: Arc<str> = metrics.id.as_str().into();
     let bails = metrics.counter(
         "loghaul_remap_runtime_fallbacks_total",
         "Events a remap on the fast path ran on the VRL runtime instead (a value or an error the fast path leaves to it).",
         &[],
     );
-    while let Some(delivery) = input.recv().await {
-        let before = runner.bails;
-        let done = crate::pipeline::cpu_heavy(|| {
-            remap_batch(&config, &id, &mut runner, &delivery.batch, &metrics)
-        });
-        bails.fetch_add(
-            (runner.bails - before) as i64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
-        metrics.discarded(DiscardReason::ProgramDropped, done.discarded as u64);
-        send_on(&fanout, done.out, &metrics).await;
-        if let (Some(batch), Some(output)) = (done.dropped, &dropped) {
-            send_on(output, batch, &metrics).await;
+    let config = Arc::new(config);
+    let workers = workers();
+    // Runners (their VRL runtime and fast-path state) are reused, one per batch in work.
+    let mut idle: Vec<Runner> = vec![runner];
+    let timezone = config.timezone.clone();
+    let mut pending: std::collections::VecDeque<
+        tokio::task::JoinHandle<(crate::pipeline::Delivery, Remapped, Runner)>,
+    > = std::collections::VecDeque::new();
+    let mut closed = false;
+    loop {
+        // Take more work while a worker is free; otherwise (or once the input ended) hand on
+        // the oldest batch's result.
+        let take = !closed && pending.len() < workers;
+        tokio::select! {
+            biased;
+            next = input.recv(), if take => match next {
+                Some(delivery) => {
+                    let mut runner = idle.pop().unwrap_or_else(|| {
+                        Runner::new(
+                            super::vrl::timezone(timezone.as_deref())
+                                .unwrap_or(vrl::compiler::TimeZone::Local),
+                        )
+                    });
+                    let (config, metrics, id) = (config.clone(), metrics.clone(), id.clone());
+                    pending.push_back(tokio::task::spawn_blocking(move || {
+                        let done = remap_batch(&config, &id, &mut runner, &delivery.batch, &metrics);
+                        (delivery, done, runner)
+                    }));
+                }
+                None => closed = true,
+            },
+            result = async {
+                match pending.front_mut() {
+                    Some(work) => work.await,
+                    None => std::future::pending().await,
+                }
+            }, if !pending.is_empty() => {
+                pending.pop_front();
+                let Ok((delivery, done, mut runner)) = result else {
+                    // The work panicked: its batch's ack is dropped, reporting it failed.
+                    metrics.error(ErrorKind::Program, 1);
+                    continue;
+                };
+                bails.fetch_add(runner.bails as i64, std::sync::atomic::Ordering::Relaxed);
+                runner.bails = 0;
+                idle.push(runner);
+                metrics.discarded(DiscardReason::ProgramDropped, done.discarded as u64);
+                send_on(&fanout, done.out, &metrics).await;
+                if let (Some(batch), Some(output)) = (done.dropped, &dropped) {
+                    send_on(output, batch, &metrics).await;
+                }
+                delivery.ack.commit(BatchStatus::Delivered);
+            }
+            else => break,
         }
-        delivery.ack.commit(BatchStatus::Delivered);
     }
     metrics.set_health(Health::Stopped, None);
 }
