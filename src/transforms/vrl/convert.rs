@@ -494,73 +494,20 @@ impl<'a> Builder<'a> {
         match name {
             "timestamp" => {
                 let V::Ts(nanos) = v else { return false };
-                event.timestamp = if nanos == input.time_of(orig).nanos {
-                    orig.timestamp
-                } else {
-                    Some(Timestamp::from_nanos(nanos, auto_digits(nanos)))
-                };
+                set_time(event, input, orig, nanos);
                 true
             }
-            "hostname" | "appname" | "procid" | "msgid" | "message" | "tag" => {
-                let Some(span) = self.text_fast(v, literals) else {
-                    return false;
-                };
-                let slot = match name {
-                    "hostname" => &mut event.hostname,
-                    "appname" => &mut event.appname,
-                    "procid" => &mut event.procid,
-                    "msgid" => &mut event.msgid,
-                    "message" => &mut event.message,
-                    _ => &mut event.tag,
-                };
-                *slot = span.into();
-                true
-            }
-            "facility" | "severity" => {
-                let Some(b) = self.fast_bytes(v, literals) else {
-                    return false;
-                };
-                let text = std::str::from_utf8(b).ok();
-                if name == "facility" {
-                    match text.and_then(names::facility_code) {
-                        Some(c) if names::facility_name(c).is_some_and(|n| n.as_bytes() == b) => {
-                            event.facility = Some(c);
-                            true
-                        }
-                        _ => false,
-                    }
-                } else {
-                    match text.and_then(names::severity_code) {
-                        Some(c) if names::severity_name(c).is_some_and(|n| n.as_bytes() == b) => {
-                            event.severity = Some(c);
-                            true
-                        }
-                        _ => false,
-                    }
-                }
-            }
+            "facility" | "severity" => match self.fast_bytes(v, literals) {
+                Some(b) => set_pri(event, name, b),
+                None => false,
+            },
             "version" => match v {
-                V::Int(i) | V::Rec(Value::Int(i)) => match u8::try_from(i) {
-                    Ok(x) => {
-                        event.version = Some(x);
-                        true
-                    }
-                    Err(_) => false,
-                },
+                V::Int(i) | V::Rec(Value::Int(i)) => set_version(event, i),
                 _ => false,
             },
             "structured_data" => match v {
                 V::Sd => {
-                    let first = self.sd_elements.len() as u32;
-                    for el in input.sd_elements_of(orig) {
-                        let p0 = self.sd_params.len() as u32;
-                        self.sd_params.extend_from_slice(input.params_of(el));
-                        self.sd_elements.push(SdElement {
-                            id: el.id,
-                            params: (p0, self.sd_params.len() as u32),
-                        });
-                    }
-                    event.structured_data = Some((first, self.sd_elements.len() as u32));
+                    self.copy_sd(event, orig);
                     true
                 }
                 V::Rec(c @ Value::Map(..)) => match value_to_vrl(input, c, 0) {
@@ -589,7 +536,16 @@ impl<'a> Builder<'a> {
                 }
                 _ => false,
             },
-            _ => false,
+            name => match self.text_fast(v, literals) {
+                Some(span) => match text_slot(event, name) {
+                    Some(slot) => {
+                        *slot = span.into();
+                        true
+                    }
+                    None => false,
+                },
+                None => false,
+            },
         }
     }
 
@@ -778,65 +734,22 @@ impl<'a> Builder<'a> {
         let input = self.input;
         let text = text_of(value);
         match (name, value) {
-            ("timestamp", Vrl::Timestamp(t)) => {
-                let nanos = t.timestamp_nanos_opt();
-                let Some(nanos) = nanos else { return false };
-                event.timestamp = if nanos == input.time_of(orig).nanos {
-                    orig.timestamp
-                } else {
-                    Some(Timestamp::from_nanos(nanos, auto_digits(nanos)))
-                };
-                true
-            }
-            ("hostname", _) if let Some(b) = text => {
-                event.hostname = self.bytes(b).into();
-                true
-            }
-            ("appname", _) if let Some(b) = text => {
-                event.appname = self.bytes(b).into();
-                true
-            }
-            ("procid", _) if let Some(b) = text => {
-                event.procid = self.bytes(b).into();
-                true
-            }
-            ("msgid", _) if let Some(b) = text => {
-                event.msgid = self.bytes(b).into();
-                true
-            }
-            ("message", _) if let Some(b) = text => {
-                event.message = self.bytes(b).into();
-                true
-            }
-            ("tag", _) if let Some(b) = text => {
-                event.tag = self.bytes(b).into();
-                true
-            }
-            ("facility", _) if let Some(b) = text => {
-                match std::str::from_utf8(b).ok().and_then(names::facility_code) {
-                    Some(code) if names::facility_name(code).is_some_and(|n| n.as_bytes() == b) => {
-                        event.facility = Some(code);
-                        true
-                    }
-                    _ => false,
-                }
-            }
-            ("severity", _) if let Some(b) = text => {
-                match std::str::from_utf8(b).ok().and_then(names::severity_code) {
-                    Some(code) if names::severity_name(code).is_some_and(|n| n.as_bytes() == b) => {
-                        event.severity = Some(code);
-                        true
-                    }
-                    _ => false,
-                }
-            }
-            ("version", Vrl::Integer(v)) => match u8::try_from(*v) {
-                Ok(v) => {
-                    event.version = Some(v);
+            ("timestamp", Vrl::Timestamp(t)) => match t.timestamp_nanos_opt() {
+                Some(nanos) => {
+                    set_time(event, input, orig, nanos);
                     true
                 }
-                Err(_) => false,
+                None => false,
             },
+            ("facility" | "severity", _) if let Some(b) = text => set_pri(event, name, b),
+            ("version", Vrl::Integer(v)) => set_version(event, *v),
+            (name, _) if let (Some(b), Some(_)) = (text, text_slot(event, name)) => {
+                let span = self.bytes(b);
+                if let Some(slot) = text_slot(event, name) {
+                    *slot = span.into();
+                }
+                true
+            }
             ("structured_data", Vrl::Object(obj)) => self.structured_data(event, orig, obj),
             ("source_ip", _) if let Some(b) = text => {
                 match std::str::from_utf8(b)
@@ -877,6 +790,20 @@ impl<'a> Builder<'a> {
         }
     }
 
+    /// Gives `event` the structured data of `orig` as it was (its order, escapes, repeated ids).
+    fn copy_sd(&mut self, event: &mut Event, orig: &Event) {
+        let first = self.sd_elements.len() as u32;
+        for el in self.input.sd_elements_of(orig) {
+            let p0 = self.sd_params.len() as u32;
+            self.sd_params.extend_from_slice(self.input.params_of(el));
+            self.sd_elements.push(SdElement {
+                id: el.id,
+                params: (p0, self.sd_params.len() as u32),
+            });
+        }
+        event.structured_data = Some((first, self.sd_elements.len() as u32));
+    }
+
     /// `structured_data` back into the batch's tables; false when its shape is not SD's (an
     /// object of objects of strings or arrays of strings).
     fn structured_data(&mut self, event: &mut Event, orig: &Event, obj: &ObjectMap) -> bool {
@@ -895,16 +822,7 @@ impl<'a> Builder<'a> {
             && structured_data(self.input, self.input.sd_elements_of(orig))
                 == Vrl::Object(obj.clone())
         {
-            let first = self.sd_elements.len() as u32;
-            for el in self.input.sd_elements_of(orig) {
-                let p0 = self.sd_params.len() as u32;
-                self.sd_params.extend_from_slice(self.input.params_of(el));
-                self.sd_elements.push(SdElement {
-                    id: el.id,
-                    params: (p0, self.sd_params.len() as u32),
-                });
-            }
-            event.structured_data = Some((first, self.sd_elements.len() as u32));
+            self.copy_sd(event, orig);
             return true;
         }
         let first = self.sd_elements.len() as u32;
@@ -1061,6 +979,63 @@ impl<'a> Builder<'a> {
         out.received = input.received;
         out.finalizer = input.finalizer.clone();
         out
+    }
+}
+
+/// The event's time from a program's timestamp: the original one (its digits) when unchanged.
+fn set_time(event: &mut Event, input: &EventBatch, orig: &Event, nanos: i64) {
+    event.timestamp = if nanos == input.time_of(orig).nanos {
+        orig.timestamp
+    } else {
+        Some(Timestamp::from_nanos(nanos, auto_digits(nanos)))
+    };
+}
+
+/// The event's text field named `name` (`hostname`, `appname`, `procid`, `msgid`, `message`,
+/// `tag`).
+fn text_slot<'e>(event: &'e mut Event, name: &str) -> Option<&'e mut loghaul_core::OptSpan> {
+    Some(match name {
+        "hostname" => &mut event.hostname,
+        "appname" => &mut event.appname,
+        "procid" => &mut event.procid,
+        "msgid" => &mut event.msgid,
+        "message" => &mut event.message,
+        "tag" => &mut event.tag,
+        _ => return None,
+    })
+}
+
+/// Sets `facility` or `severity` from its canonical name; false for any other text.
+fn set_pri(event: &mut Event, name: &str, b: &[u8]) -> bool {
+    let text = std::str::from_utf8(b).ok();
+    let (code, canonical) = if name == "facility" {
+        let code = text.and_then(names::facility_code);
+        (code, code.and_then(names::facility_name))
+    } else {
+        let code = text.and_then(names::severity_code);
+        (code, code.and_then(names::severity_name))
+    };
+    match code {
+        Some(c) if canonical.is_some_and(|n| n.as_bytes() == b) => {
+            if name == "facility" {
+                event.facility = Some(c);
+            } else {
+                event.severity = Some(c);
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Sets the RFC 5424 version from an integer that fits; false otherwise.
+fn set_version(event: &mut Event, v: i64) -> bool {
+    match u8::try_from(v) {
+        Ok(v) => {
+            event.version = Some(v);
+            true
+        }
+        Err(_) => false,
     }
 }
 

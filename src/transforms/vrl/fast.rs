@@ -311,13 +311,7 @@ impl Lower<'_> {
     fn query(&mut self, q: &ast::Query) -> Option<Target> {
         match q.target.inner() {
             ast::QueryTarget::External(vrl::path::PathPrefix::Event) => {
-                let mut path = Vec::new();
-                for seg in &q.path.inner().segments {
-                    match seg {
-                        OwnedSegment::Field(f) => path.push(f.as_str().into()),
-                        OwnedSegment::Index(_) => return None,
-                    }
-                }
+                let path = field_path(&q.path.inner().segments)?;
                 Some(if path.is_empty() {
                     Target::Root
                 } else {
@@ -328,13 +322,7 @@ impl Lower<'_> {
                 Some(Target::Var(self.var(v)))
             }
             ast::QueryTarget::Internal(v) => {
-                let mut path = Vec::new();
-                for seg in &q.path.inner().segments {
-                    match seg {
-                        OwnedSegment::Field(f) => path.push(f.as_str().into()),
-                        OwnedSegment::Index(_) => return None,
-                    }
-                }
+                let path = field_path(&q.path.inner().segments)?;
                 Some(Target::VarPath(self.var(v), path))
             }
             _ => None,
@@ -349,13 +337,7 @@ impl Lower<'_> {
             ast::AssignmentTarget::External(Some(p))
                 if p.prefix == vrl::path::PathPrefix::Event =>
             {
-                let mut path = Vec::new();
-                for seg in &p.path.segments {
-                    match seg {
-                        OwnedSegment::Field(f) => path.push(f.as_str().into()),
-                        OwnedSegment::Index(_) => return None,
-                    }
-                }
+                let path = field_path(&p.path.segments)?;
                 Some(if path.is_empty() {
                     Target::Root
                 } else {
@@ -593,6 +575,17 @@ impl Lower<'_> {
         };
         Ok(Expr::Call(func, value(self)?))
     }
+}
+
+/// A path of field names; `None` when it indexes an array (outside the subset).
+fn field_path(segments: &[OwnedSegment]) -> Option<Vec<Box<str>>> {
+    segments
+        .iter()
+        .map(|seg| match seg {
+            OwnedSegment::Field(f) => Some(f.as_str().into()),
+            OwnedSegment::Index(_) => None,
+        })
+        .collect()
 }
 
 enum Target {
