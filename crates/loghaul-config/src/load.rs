@@ -131,16 +131,7 @@ pub(crate) fn load_tests_str<R: Registry>(
     origin: &str,
     env: crate::Environment<'_>,
 ) -> Result<Vec<UnitTest<R::Condition>>, ConfigErrors> {
-    let text = crate::interpolate::interpolate(text, format != ConfigFormat::Json, env.vars)
-        .map_err(|errs| {
-            ConfigErrors(
-                errs.into_iter()
-                    .map(|(pos, msg, hint)| {
-                        Diagnostic::error(origin, Some(pos), msg).with_hint(Some(hint))
-                    })
-                    .collect(),
-            )
-        })?;
+    let text = interpolated(text, format, origin, &env)?;
     let root = parse_node(&text, format, origin)?;
     let mut diags = Vec::new();
     let mut cx = Ctx {
@@ -219,6 +210,24 @@ pub(crate) fn load_tests_str<R: Registry>(
     Err(ConfigErrors(errors))
 }
 
+/// `text` with its `${VAR}` references replaced (not in JSON); each bad reference an error.
+fn interpolated(
+    text: &str,
+    format: ConfigFormat,
+    origin: &str,
+    env: &crate::Environment<'_>,
+) -> Result<String, ConfigErrors> {
+    crate::interpolate::interpolate(text, format != ConfigFormat::Json, env.vars).map_err(|errs| {
+        ConfigErrors(
+            errs.into_iter()
+                .map(|(pos, msg, hint)| {
+                    Diagnostic::error(origin, Some(pos), msg).with_hint(Some(hint))
+                })
+                .collect(),
+        )
+    })
+}
+
 /// Loads configuration text.
 pub(crate) fn load_str<R: Registry>(
     text: &str,
@@ -226,16 +235,7 @@ pub(crate) fn load_str<R: Registry>(
     origin: &str,
     env: crate::Environment<'_>,
 ) -> Result<Config<R>, ConfigErrors> {
-    let text = crate::interpolate::interpolate(text, format != ConfigFormat::Json, env.vars)
-        .map_err(|errs| {
-            ConfigErrors(
-                errs.into_iter()
-                    .map(|(pos, msg, hint)| {
-                        Diagnostic::error(origin, Some(pos), msg).with_hint(Some(hint))
-                    })
-                    .collect(),
-            )
-        })?;
+    let text = interpolated(text, format, origin, &env)?;
     let root = parse_node(&text, format, origin)?;
     let mut diags = Vec::new();
     let config = crate::validate::validate::<R>(&root, &text, origin, env.tls, &mut diags);

@@ -499,17 +499,7 @@ fn check_readable(cx: &mut Ctx<'_>, graph: &Graph<'_>, id: &str, pos: Option<Pos
         ),
         Resolved::Component(_) | Resolved::Output => {}
         Resolved::NoSuchOutput { owner, outputs } => {
-            let output = &id[owner.len() + 1..];
-            let hint = if outputs.is_empty() {
-                format!("`{owner}` has only its default output: name `{owner}`")
-            } else {
-                did_you_mean(output, &outputs, &format!("outputs of `{owner}`"))
-            };
-            cx.error(
-                pos,
-                format!("`{owner}` has no output `{output}`"),
-                Some(hint),
-            );
+            crate::validate::no_such_output(cx, pos, id, owner, &outputs, "name");
         }
         Resolved::Unknown => {
             let hint = insertable_hint(id, graph);

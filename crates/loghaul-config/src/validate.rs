@@ -719,17 +719,7 @@ pub(crate) fn validate<R: Registry>(
                 }
                 Resolved::Component(_) | Resolved::Output => {}
                 Resolved::NoSuchOutput { owner, outputs } => {
-                    let output = &input[owner.len() + 1..];
-                    let hint = if outputs.is_empty() {
-                        format!("`{owner}` has only its default output: list `{owner}`")
-                    } else {
-                        did_you_mean(output, &outputs, &format!("outputs of `{owner}`"))
-                    };
-                    cx.error(
-                        pos,
-                        format!("`{owner}` has no output `{output}`"),
-                        Some(hint),
-                    );
+                    no_such_output(&mut cx, pos, input, owner, &outputs, "list");
                 }
                 // With nothing to read from, "no sources defined" already says it all.
                 Resolved::Unknown if readable.is_empty() => {}
@@ -851,6 +841,29 @@ fn inside_value(text: &str, start: Pos, line: usize, column: usize) -> Option<Po
     } else {
         Pos::new(start.line + line, column + 1)
     })
+}
+
+/// The error for `ID.NAME` where `ID` has no output `NAME`; `verb` is what the hint asks of
+/// the default output (`list` it in `inputs`, `name` it in a test).
+pub(crate) fn no_such_output(
+    cx: &mut Ctx<'_>,
+    pos: Option<Pos>,
+    id: &str,
+    owner: &str,
+    outputs: &[&str],
+    verb: &str,
+) {
+    let output = &id[owner.len() + 1..];
+    let hint = if outputs.is_empty() {
+        format!("`{owner}` has only its default output: {verb} `{owner}`")
+    } else {
+        did_you_mean(output, outputs, &format!("outputs of `{owner}`"))
+    };
+    cx.error(
+        pos,
+        format!("`{owner}` has no output `{output}`"),
+        Some(hint),
+    );
 }
 
 /// What an entry of `inputs` names.
