@@ -24,8 +24,8 @@ use serde::Deserialize;
 use vrl::value::Value as Vrl;
 use xxhash_rust::xxh3::Xxh3;
 
-use super::route::view;
 use super::state::{self, Lru, StateCharge};
+use super::view;
 use super::{BuildTransform, TransformContext};
 use crate::metrics::{ComponentMetrics, DiscardReason, Health};
 use crate::pipeline::{BoxFuture, Fanout, Input};

@@ -62,3 +62,26 @@ pub trait BuildTransform: Send + Sync {
         Vec::new()
     }
 }
+
+/// Sends `batch` on a transform's `output`, or counts it dropped on purpose when nobody reads
+/// that output (a route no sink takes): sending to no reader would report it failed.
+pub async fn send_on(output: &Fanout, batch: loghaul_core::EventBatch, metrics: &ComponentMetrics) {
+    if batch.is_empty() {
+        return;
+    }
+    if output.is_connected() {
+        output.send(batch).await;
+    } else {
+        metrics.discarded(crate::metrics::DiscardReason::Unrouted, batch.len() as u64);
+    }
+}
+
+/// The view of `batch` holding the events `keep` marks (one flag per event, in order).
+pub fn view(batch: &loghaul_core::EventBatch, keep: &[bool]) -> loghaul_core::EventBatch {
+    let mut i = 0;
+    batch.retain_view(|_, _| {
+        let k = keep.get(i).copied().unwrap_or(false);
+        i += 1;
+        k
+    })
+}

@@ -16,7 +16,7 @@ use vrl::value::{ObjectMap, Value as Vrl};
 
 use super::vrl::convert::{Builder, to_vrl};
 use super::vrl::{Expect, Outcome, Program, Runner, fast};
-use super::{BuildTransform, TransformContext};
+use super::{BuildTransform, TransformContext, send_on};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::pipeline::{BoxFuture, Fanout};
 
@@ -268,18 +268,6 @@ fn with_dropped(batch: &EventBatch, event: &Event, id: &str, reason: &str, messa
         obj.insert("dropped".into(), Vrl::Object(why));
     }
     value
-}
-
-/// Sends `batch` on `output`, or counts it dropped on purpose when nobody reads the output.
-pub async fn send_on(output: &Fanout, batch: EventBatch, metrics: &ComponentMetrics) {
-    if batch.is_empty() {
-        return;
-    }
-    if output.is_connected() {
-        output.send(batch).await;
-    } else {
-        metrics.discarded(DiscardReason::Unrouted, batch.len() as u64);
-    }
 }
 
 /// How many batches one remap works on at once: one per core (up to 4). Results go on in the

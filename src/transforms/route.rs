@@ -14,10 +14,9 @@ use loghaul_config::{ComponentConfig, Validator};
 use loghaul_core::{BatchStatus, EventBatch};
 use serde::Deserialize;
 
-use super::remap::send_on;
 use super::tag_glob::TagPattern;
 use super::vrl::{Expect, Program, Runner};
-use super::{BuildTransform, TransformContext};
+use super::{BuildTransform, TransformContext, send_on, view};
 use crate::metrics::{ComponentMetrics, ErrorKind, Health};
 use crate::pipeline::{BoxFuture, Fanout, Input};
 
@@ -279,16 +278,6 @@ pub fn decide(
         }
     }
     routes
-}
-
-/// The view of `batch` holding the events `keep` marks.
-pub fn view(batch: &EventBatch, keep: &[bool]) -> EventBatch {
-    let mut i = 0;
-    batch.retain_view(|_, _| {
-        let k = keep.get(i).copied().unwrap_or(false);
-        i += 1;
-        k
-    })
 }
 
 async fn run(

@@ -31,9 +31,9 @@ use loghaul_core::{BatchStatus, EventBatch};
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use super::remap::send_on;
-use super::route::view;
+use super::send_on;
 use super::state::{self, Key, RawCondition, StateCharge};
+use super::view;
 use super::vrl::{Program, Runner};
 use super::{BuildTransform, TransformContext};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};

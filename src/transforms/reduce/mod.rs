@@ -52,7 +52,7 @@ use vrl::value::{ObjectMap, Value as Vrl};
 use xxhash_rust::xxh3::Xxh3;
 
 use self::merge::{Merger, Strategy, owned};
-use super::remap::send_on;
+use super::send_on;
 use super::state::{self, Lru, RawCondition, StateCharge};
 use super::vrl::convert::{Builder, to_vrl};
 use super::vrl::{Program, Runner};
