@@ -1,4 +1,5 @@
-//! The operations API: `GET /health` and `GET /metrics` (Prometheus text) over HTTP/1.1, behind
+//! The operations API: `GET /health`, `GET /metrics` (Prometheus text) and `POST /reload`
+//! (load the configuration again; answered once the reload is over) over HTTP/1.1, behind
 //! a bearer token (`api.token`) and TLS (`api.tls`) when configured; validation refuses an API
 //! reachable from other machines that has neither a token nor client certificates.
 
@@ -55,6 +56,7 @@ pub fn serve(
     registry: Arc<Registry>,
     access: Access,
     shutdown: ShutdownSignal,
+    reload: Option<tokio::sync::mpsc::Sender<crate::server::ReloadRequest>>,
 ) -> anyhow::Result<impl std::future::Future<Output = ()>> {
     // The API is no pipeline component: its refusals are logged (rate-limited) under `api`.
     let metrics = crate::metrics::ComponentMetrics::detached(
@@ -77,8 +79,10 @@ pub fn serve(
         tls,
         // hyper's own timers bound an HTTP connection's idleness.
         idle_timeout: None,
+        retire: None,
     };
     let authorization = Arc::new(access.authorization);
+    let reload = Arc::new(reload);
     Ok(listener::serve(
         listener,
         options,
@@ -88,6 +92,7 @@ pub fn serve(
             let registry = registry.clone();
             let authorization = authorization.clone();
             let metrics = metrics.clone();
+            let reload = reload.clone();
             async move {
                 let Conn {
                     stream,
@@ -99,12 +104,18 @@ pub fn serve(
                     let registry = registry.clone();
                     let authorization = authorization.clone();
                     let metrics = metrics.clone();
+                    let reload = reload.clone();
                     async move {
                         if let Some(expected) = authorization.as_deref()
                             && !authorized(&req, expected)
                         {
                             crate::warn_limited!(metrics, %peer, path = req.uri().path(), "Refused an API request without the right token.");
                             return Ok::<_, Infallible>(unauthorized());
+                        }
+                        if req.uri().path() == "/reload" {
+                            return Ok::<_, Infallible>(
+                                reload_now(&req, reload.as_ref().as_ref()).await,
+                            );
                         }
                         Ok::<_, Infallible>(handle(&req, &registry))
                     }
@@ -147,27 +158,75 @@ fn unauthorized() -> Response<Full<Bytes>> {
     resp
 }
 
+/// `POST /reload`: asks the server to reload and answers with the outcome (200 when the
+/// running graph took the configuration or it was unchanged, 422 when it was refused).
+async fn reload_now(
+    req: &Request<Incoming>,
+    reload: Option<&tokio::sync::mpsc::Sender<crate::server::ReloadRequest>>,
+) -> Response<Full<Bytes>> {
+    if req.method() != Method::POST {
+        let mut resp = respond(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "application/json",
+            r#"{"error":"use POST /reload"}"#.into(),
+        );
+        resp.headers_mut().insert(
+            hyper::header::ALLOW,
+            hyper::header::HeaderValue::from_static("POST"),
+        );
+        return resp;
+    }
+    let unavailable = |why: &str| {
+        respond(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "application/json",
+            serde_json::json!({ "error": why }).to_string(),
+        )
+    };
+    let Some(reload) = reload else {
+        return unavailable("this server does not reload");
+    };
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    if reload.send(tx).await.is_err() {
+        return unavailable("the server is stopping");
+    }
+    match rx.await {
+        Ok(outcome) => {
+            let status = if outcome.result == "failed" {
+                StatusCode::UNPROCESSABLE_ENTITY
+            } else {
+                StatusCode::OK
+            };
+            let body = serde_json::to_string(&outcome).unwrap_or_default();
+            respond(status, "application/json", body)
+        }
+        Err(_) => unavailable("the server is stopping"),
+    }
+}
+
 fn handle(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
     match (req.method(), req.uri().path()) {
-        (&Method::GET, "/health") => match registry.health() {
-            Ok(()) => respond(
-                StatusCode::OK,
-                "application/json",
-                r#"{"status":"ok"}"#.into(),
-            ),
-            Err(bad) => {
-                let components: serde_json::Map<String, serde_json::Value> = bad
-                    .into_iter()
-                    .map(|(id, reason)| (id, serde_json::Value::String(reason)))
-                    .collect();
-                let body = serde_json::json!({"status": "unhealthy", "components": components});
-                respond(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "application/json",
-                    body.to_string(),
-                )
+        (&Method::GET, "/health") => {
+            let mut body = match registry.health() {
+                Ok(()) => serde_json::json!({"status": "ok"}),
+                Err(bad) => {
+                    let components: serde_json::Map<String, serde_json::Value> = bad
+                        .into_iter()
+                        .map(|(id, reason)| (id, serde_json::Value::String(reason)))
+                        .collect();
+                    serde_json::json!({"status": "unhealthy", "components": components})
+                }
+            };
+            let status = if body["status"] == "ok" {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            if let Some(last) = registry.last_reload() {
+                body["last_reload"] = serde_json::to_value(last).unwrap_or_default();
             }
-        },
+            respond(status, "application/json", body.to_string())
+        }
         (&Method::GET, "/metrics") => respond(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -176,7 +235,7 @@ fn handle(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>>
         _ => respond(
             StatusCode::NOT_FOUND,
             "application/json",
-            r#"{"error":"not found: try /health or /metrics"}"#.into(),
+            r#"{"error":"not found: try /health, /metrics or POST /reload"}"#.into(),
         ),
     }
 }

@@ -69,11 +69,15 @@ pub struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run the pipeline (the embedded default configuration when no -c is given).
+    /// Run the pipeline (the embedded default configuration when no -c is given). SIGHUP,
+    /// `POST /reload` on the API, or a change of a watched file reloads the configuration.
     Run {
         /// Configuration file (.yaml/.yml, .toml or .json).
         #[arg(short, long, env = "LOGHAUL_CONFIG")]
         config: Option<PathBuf>,
+        /// Reload when the configuration file, or a file it names (a VRL program), changes.
+        #[arg(long, env = "LOGHAUL_WATCH_CONFIG", value_parser = clap::builder::BoolishValueParser::new())]
+        watch_config: bool,
     },
     /// Check a configuration: exit 0 when valid, otherwise print every error with its location.
     Validate {

@@ -14,6 +14,8 @@ pub mod pipeline;
 pub mod server;
 pub mod sinks;
 pub mod sources;
+pub mod systemd;
 pub mod topology;
 pub mod transforms;
 pub mod unit_test;
+pub mod watch;

@@ -44,7 +44,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging(cli.verbose);
     let result = match cli.command {
-        Command::Run { config } => server::run(config),
+        Command::Run {
+            config,
+            watch_config,
+        } => server::run(config, watch_config),
         Command::Validate { config } => return server::validate(&config),
         Command::Test { config, files } => return loghaul::unit_test::command(&config, &files),
         Command::Config {

@@ -541,6 +541,29 @@ pub struct Registry {
     components: Mutex<Vec<Arc<ComponentMetrics>>>,
     /// The global memory budget (`limits.memory`), rendered as two gauges.
     budget: Mutex<Option<Arc<loghaul_core::MemoryBudget>>>,
+    /// Configuration reloads that took effect, and those refused.
+    reloads_applied: AtomicU64,
+    reloads_failed: AtomicU64,
+    /// The last reload's outcome, for `/health`.
+    last_reload: Mutex<Option<ReloadOutcome>>,
+}
+
+/// What a configuration reload did.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ReloadOutcome {
+    /// When it finished, RFC 3339 in UTC.
+    pub time: String,
+    /// `applied`, `unchanged` or `failed`.
+    pub result: &'static str,
+    /// What set it off: `signal`, `api` or `watch`.
+    pub trigger: &'static str,
+    /// Why it failed (every problem, one per line), when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The components added, rebuilt and removed.
+    pub added: Vec<String>,
+    pub changed: Vec<String>,
+    pub removed: Vec<String>,
 }
 
 impl Registry {
@@ -551,17 +574,60 @@ impl Registry {
         }
     }
 
+    /// The metrics of component `id`. A component rebuilt by a reload as the same kind and
+    /// type keeps its series (counters go on from where they were); otherwise it starts anew,
+    /// replacing what the id had.
     pub fn register(
         &self,
         id: &str,
         kind: ComponentKind,
         component_type: &'static str,
     ) -> Arc<ComponentMetrics> {
-        let m = Arc::new(ComponentMetrics::new(id, kind, component_type));
-        if let Ok(mut c) = self.components.lock() {
-            c.push(m.clone());
+        let Ok(mut c) = self.components.lock() else {
+            return Arc::new(ComponentMetrics::new(id, kind, component_type));
+        };
+        if let Some(at) = c.iter().position(|m| m.id == id) {
+            if c[at].kind == kind && c[at].component_type == component_type {
+                return c[at].clone();
+            }
+            c.remove(at);
         }
+        let m = Arc::new(ComponentMetrics::new(id, kind, component_type));
+        c.push(m.clone());
         m
+    }
+
+    /// Puts back the components as [`Registry::components`] listed them (a reload that failed
+    /// registers nothing).
+    pub fn restore(&self, components: Vec<Arc<ComponentMetrics>>) {
+        if let Ok(mut c) = self.components.lock() {
+            *c = components;
+        }
+    }
+
+    /// Forgets the components a reload removed: their series leave `/metrics`.
+    pub fn retain(&self, keep: impl Fn(&str) -> bool) {
+        if let Ok(mut c) = self.components.lock() {
+            c.retain(|m| keep(&m.id));
+        }
+    }
+
+    /// Records a reload's outcome: counted by result, and the last one shown in `/health`.
+    pub fn reloaded(&self, outcome: ReloadOutcome) {
+        let counter = if outcome.result == "failed" {
+            &self.reloads_failed
+        } else {
+            &self.reloads_applied
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut last) = self.last_reload.lock() {
+            *last = Some(outcome);
+        }
+    }
+
+    /// The last reload's outcome, if there was one.
+    pub fn last_reload(&self) -> Option<ReloadOutcome> {
+        self.last_reload.lock().ok().and_then(|l| l.clone())
     }
 
     pub fn components(&self) -> Vec<Arc<ComponentMetrics>> {
@@ -782,6 +848,13 @@ impl Registry {
                 );
             }
         }
+        let name = "loghaul_config_reloads_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Configuration reloads, by result (applied: the running graph took it; failed: refused, the graph unchanged).\n# TYPE {name} counter\n{name}{{result=\"applied\"}} {}\n{name}{{result=\"failed\"}} {}",
+            self.reloads_applied.load(Ordering::Relaxed),
+            self.reloads_failed.load(Ordering::Relaxed),
+        );
         out
     }
 }

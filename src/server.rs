@@ -99,7 +99,7 @@ fn tune_malloc() {
 ///
 /// The configuration is invalid, a component cannot start (a port in use, a directory that
 /// cannot be written), or the stop did not flush every sink in time.
-pub fn run(path: Option<PathBuf>) -> anyhow::Result<()> {
+pub fn run(path: Option<PathBuf>, watch: bool) -> anyhow::Result<()> {
     let config = load_config(path.as_deref())?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
@@ -111,10 +111,89 @@ pub fn run(path: Option<PathBuf>) -> anyhow::Result<()> {
         .thread_name("loghaul-worker")
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(config, path))
+    runtime.block_on(serve(config, path, watch))
 }
 
-async fn serve(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
+/// A reload asked for through the API; its outcome is sent back.
+pub type ReloadRequest = tokio::sync::oneshot::Sender<metrics::ReloadOutcome>;
+
+/// Loads the configuration again and moves the running graph to it (see
+/// [`topology::Topology::reload`]); the outcome is logged, counted and kept for `/health`.
+async fn reload(
+    topology: &mut topology::Topology,
+    path: Option<&Path>,
+    trigger: &'static str,
+    registry: &metrics::Registry,
+) -> metrics::ReloadOutcome {
+    crate::systemd::reloading();
+    tracing::info!(trigger, "Reloading the configuration.");
+    let result = match load_config(path) {
+        Ok(next) => {
+            for warning in next.warnings() {
+                tracing::warn!("{warning}");
+            }
+            topology.reload(next).await
+        }
+        Err(error) => Err(error),
+    };
+    let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let outcome = match result {
+        Ok(changes) => {
+            let result = if changes.is_empty() {
+                "unchanged"
+            } else {
+                "applied"
+            };
+            tracing::info!(
+                result,
+                added = ?changes.added,
+                changed = ?changes.changed,
+                removed = ?changes.removed,
+                rewired = ?changes.rewired,
+                "Reloaded the configuration."
+            );
+            metrics::ReloadOutcome {
+                time,
+                result,
+                trigger,
+                error: None,
+                added: changes.added,
+                changed: changes.changed,
+                removed: changes.removed,
+            }
+        }
+        Err(error) => {
+            let error = format!("{error:#}");
+            tracing::error!(
+                "The reload was refused; the running configuration is unchanged: {error}"
+            );
+            metrics::ReloadOutcome {
+                time,
+                result: "failed",
+                trigger,
+                error: Some(error),
+                added: Vec::new(),
+                changed: Vec::new(),
+                removed: Vec::new(),
+            }
+        }
+    };
+    registry.reloaded(outcome.clone());
+    crate::systemd::notify("READY=1");
+    outcome
+}
+
+/// The files a running configuration was read from: the file itself and the files its
+/// components name (VRL programs). Certificates are watched by their own listeners.
+fn watched_files(config: &Config, path: &Path) -> Vec<PathBuf> {
+    let mut files = vec![path.to_path_buf()];
+    for t in &config.transforms {
+        files.extend(t.config.component().files());
+    }
+    files
+}
+
+async fn serve(config: Config, path: Option<PathBuf>, watch: bool) -> anyhow::Result<()> {
     let registry = Arc::new(metrics::Registry::default());
     let reopen = Arc::new(AtomicU64::new(0));
     let mut sigterm = signal(SignalKind::terminate()).context("cannot install SIGTERM handler")?;
@@ -129,7 +208,8 @@ async fn serve(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         ),
         None => None,
     };
-    let topology = topology::start(&config, &registry, reopen.clone()).await?;
+    let mut topology = topology::start(&config, &registry, reopen.clone()).await?;
+    let (reload_tx, mut reload_rx) = tokio::sync::mpsc::channel::<ReloadRequest>(4);
     if let (Some(listener), Some(api)) = (api_listener, &config.api) {
         tokio::spawn(
             api::serve(
@@ -137,10 +217,19 @@ async fn serve(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
                 registry.clone(),
                 api::Access::of(api),
                 topology.shutdown_signal(),
+                Some(reload_tx),
             )
             .context("api")?,
         );
     }
+    let mut watcher = match (&path, watch) {
+        (Some(p), true) => Some(crate::watch::Watcher::new(watched_files(&config, p))),
+        (None, true) => {
+            tracing::warn!("--watch-config has no file to watch: the embedded default runs.");
+            None
+        }
+        _ => None,
+    };
     tracing::info!(
         config = %path.as_ref().map_or("<embedded default>".to_string(), |p| p.display().to_string()),
         sources = config.sources.len(),
@@ -149,16 +238,35 @@ async fn serve(config: Config, path: Option<PathBuf>) -> anyhow::Result<()> {
         api = ?config.api.as_ref().map(|a| a.address),
         "loghaul started."
     );
+    crate::systemd::notify("READY=1");
     loop {
+        let changed = async {
+            match watcher.as_mut() {
+                Some(w) => w.changed().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = sigterm.recv() => break,
             _ = sigint.recv() => break,
             _ = sighup.recv() => {
-                tracing::info!("SIGHUP: reopening output files.");
+                // What logrotate's postrotate sends: output files are reopened too.
                 reopen.fetch_add(1, Ordering::AcqRel);
+                reload(&mut topology, path.as_deref(), "signal", &registry).await;
+            }
+            Some(answer) = reload_rx.recv() => {
+                let outcome = reload(&mut topology, path.as_deref(), "api", &registry).await;
+                let _ = answer.send(outcome);
+            }
+            () = changed => {
+                reload(&mut topology, path.as_deref(), "watch", &registry).await;
             }
         }
+        if let (Some(w), Some(p)) = (watcher.as_mut(), &path) {
+            w.set_files(watched_files(topology.config(), p));
+        }
     }
+    crate::systemd::notify("STOPPING=1");
     tracing::info!(timeout = ?config.shutdown_timeout, "Shutting down: draining connections and flushing sinks.");
     // A second SIGINT/SIGTERM while draining means "now": exit without waiting (as Vector and
     // most daemons do), saying what that may cost.

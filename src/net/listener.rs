@@ -169,6 +169,10 @@ pub struct ServeOptions {
     pub tls: Option<Arc<TlsServer>>,
     /// A connection whose client sends nothing this long is closed (`None`: never).
     pub idle_timeout: Option<Duration>,
+    /// Fires when a reload hands the listening socket to the source's successor: stop
+    /// accepting (the successor accepts on the same socket, so no client is refused), and keep
+    /// serving the open connections until their clients close them or the server stops.
+    pub retire: Option<ShutdownSignal>,
 }
 
 /// Accepts until shutdown, runs `handler` on its own task for every connection (within the
@@ -192,7 +196,17 @@ pub async fn serve<H, F>(
         max_per_client,
         tls,
         idle_timeout,
+        retire,
     } = options;
+    let mut retire = retire;
+    let retired = async move {
+        match retire.as_mut() {
+            Some(signal) => signal.wait().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(retired);
+    let mut handed_over = false;
     let limit = Arc::new(Semaphore::new(max_connections.max(1)));
     let per_client = Arc::new(PerClient::default());
     let handler = Arc::new(handler);
@@ -240,6 +254,10 @@ pub async fn serve<H, F>(
     loop {
         tokio::select! {
             _ = shutdown.wait() => break,
+            () = &mut retired => {
+                handed_over = true;
+                break;
+            }
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
                     let Ok(permit) = limit.clone().try_acquire_owned() else {
@@ -274,9 +292,14 @@ pub async fn serve<H, F>(
         }
     }
     // Connections the kernel completed but we had not accepted yet belong to clients whose
-    // writes already returned: serve them too (in drain mode) instead of resetting them.
-    for (stream, peer) in accept_backlog(listener) {
-        spawn(&mut connections, stream, peer, None);
+    // writes already returned: serve them too (in drain mode) instead of resetting them. After
+    // a handover they are the successor's to accept.
+    if handed_over {
+        drop(listener);
+    } else {
+        for (stream, peer) in accept_backlog(listener) {
+            spawn(&mut connections, stream, peer, None);
+        }
     }
     while connections.join_next().await.is_some() {}
 }
@@ -437,6 +460,7 @@ mod tests {
             max_per_client: None,
             tls: None,
             idle_timeout: None,
+            retire: None,
         }
     }
 

@@ -1,9 +1,11 @@
-//! Sockets shared by every component that listens: the one TCP listener ([`listener`]), TLS on
-//! both ends of a connection ([`tls`]) and UDP socket set-up ([`udp`]); and what HTTP components
-//! share ([`http`]); how Kafka clients report their errors ([`kafka`]).
+//! Sockets shared by every component that listens: the one TCP listener ([`listener`]), the
+//! sockets a reload hands over ([`sockets`]), TLS on both ends of a connection ([`tls`]) and UDP
+//! socket set-up ([`udp`]); and what HTTP components share ([`http`]); how Kafka clients report
+//! their errors ([`kafka`]).
 
 pub mod http;
 pub mod listener;
+pub mod sockets;
 pub mod tls;
 pub mod udp;
 

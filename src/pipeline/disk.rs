@@ -256,7 +256,7 @@ fn open_log(
 ///
 /// The buffer's directory cannot be created or listed, or the writer thread cannot start.
 /// Damaged data is never an error: it is salvaged, quarantined and counted.
-pub fn start(options: DiskOptions) -> anyhow::Result<(InputSender, oneshot::Receiver<()>)> {
+pub fn start(options: DiskOptions) -> anyhow::Result<Started> {
     let DiskOptions {
         id,
         dir,
@@ -303,7 +303,21 @@ pub fn start(options: DiskOptions) -> anyhow::Result<(InputSender, oneshot::Rece
         stop,
     }
     .spawn(sink);
-    Ok((sender, done))
+    Ok(Started {
+        sender,
+        done: done.0,
+        target: done.1,
+    })
+}
+
+/// A started disk buffer.
+pub struct Started {
+    /// What the sink's upstreams send to.
+    pub sender: InputSender,
+    /// Resolves once the reader has finished.
+    pub done: oneshot::Receiver<()>,
+    /// The queue the reader feeds: the sink's (see `ReadTask::spawn`).
+    pub target: Arc<super::fanout::Readers>,
 }
 
 /// A memory-buffered sink's log of what a stop wrote to disk for it (see `pipeline::spill`), if
@@ -344,7 +358,8 @@ pub fn resume(
         until: Some(first_new),
         stop,
     }
-    .spawn(sink);
+    .spawn(sink)
+    .0;
     Ok(Some((writer, done)))
 }
 
@@ -369,7 +384,9 @@ struct ReadTask<F: FileSystem> {
 
 impl ReadTask<RealFs> {
     /// Starts feeding `sink`; the receiver resolves once the task has finished.
-    fn spawn(self, sink: InputSender) -> oneshot::Receiver<()> {
+    /// The returned list is the sink it feeds: a reload that replaces the sink points it at the
+    /// new one's queue, and the buffer carries over.
+    fn spawn(self, sink: InputSender) -> (oneshot::Receiver<()>, Arc<super::fanout::Readers>) {
         let (done_tx, done_rx) = oneshot::channel();
         // The reader's own counts are not the sink's: the sink counts what it takes and writes.
         let reader_metrics = ComponentMetrics::detached(
@@ -381,11 +398,12 @@ impl ReadTask<RealFs> {
         // while the buffer's disk is full, and only this reader can free the disk. Its batches
         // are bounded by the sink's own queue instead.
         let fanout = Fanout::new(vec![sink], reader_metrics);
+        let target = fanout.readers();
         tokio::spawn(async move {
             read_loop(self, fanout).await;
             let _ = done_tx.send(());
         });
-        done_rx
+        (done_rx, target)
     }
 }
 
@@ -956,7 +974,9 @@ mod tests {
         let open = |metrics: &Arc<ComponentMetrics>| {
             let (sink_tx, input) = input_queue(metrics.clone(), None, QUEUE_BATCHES);
             let (trigger, stop) = shutdown_pair();
-            let (tx, done) = start(DiskOptions {
+            let Started {
+                sender: tx, done, ..
+            } = start(DiskOptions {
                 id: "out".into(),
                 dir: dir.path().join("buf"),
                 max_size: 1 << 20,

@@ -3,6 +3,10 @@
 //!
 //! A batch discarded on the way (its downstream is gone, or shed because its queue stayed full)
 //! marks its finalizer `Errored`: whoever waits on it learns the events were not delivered.
+//!
+//! The list of downstreams is shared by every clone of a fan-out (a source hands one to each
+//! connection) and can be replaced while batches flow ([`Readers::replace`]): a reload rewires
+//! the graph through it, between two batches, without touching the component that sends.
 
 use std::sync::Arc;
 
@@ -13,10 +17,39 @@ use tokio::sync::mpsc;
 use super::queue::{InputSender, Prepared, events_of};
 use crate::metrics::{ComponentMetrics, DiscardReason};
 
+/// The downstreams of one output, shared by every clone of its [`Fanout`].
+#[derive(Default)]
+pub struct Readers(std::sync::RwLock<Arc<Vec<InputSender>>>);
+
+impl Readers {
+    /// The current list; a send works on one snapshot from start to end.
+    fn snapshot(&self) -> Arc<Vec<InputSender>> {
+        match self.0.read() {
+            Ok(list) => list.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Sends from now on to `readers` only. A downstream left out closes once no other output
+    /// feeds it and the sends in flight (holding the old list) are over.
+    pub fn replace(&self, readers: Vec<InputSender>) {
+        let readers = Arc::new(readers);
+        match self.0.write() {
+            Ok(mut list) => *list = readers,
+            Err(poisoned) => *poisoned.into_inner() = readers,
+        }
+    }
+
+    /// Whether `other` is this list (the same output).
+    pub fn same(self: &Arc<Self>, other: &Arc<Readers>) -> bool {
+        Arc::ptr_eq(self, other)
+    }
+}
+
 /// Sends each batch to every downstream component.
 #[derive(Clone)]
 pub struct Fanout {
-    outputs: Vec<InputSender>,
+    outputs: Arc<Readers>,
     metrics: Arc<ComponentMetrics>,
     budget: Option<Arc<MemoryBudget>>,
     /// Events sent on this output, for a component with named outputs.
@@ -26,7 +59,7 @@ pub struct Fanout {
 impl Fanout {
     pub fn new(outputs: Vec<InputSender>, metrics: Arc<ComponentMetrics>) -> Fanout {
         Fanout {
-            outputs,
+            outputs: Arc::new(Readers(std::sync::RwLock::new(Arc::new(outputs)))),
             metrics,
             budget: None,
             output: None,
@@ -44,7 +77,12 @@ impl Fanout {
     /// reports the batch failed; a transform output nobody takes (a route without a reader)
     /// is dropped on purpose instead.
     pub fn is_connected(&self) -> bool {
-        !self.outputs.is_empty()
+        !self.outputs.snapshot().is_empty()
+    }
+
+    /// The list of downstreams this fan-out and its clones send to, for rewiring it.
+    pub fn readers(&self) -> Arc<Readers> {
+        self.outputs.clone()
     }
 
     /// Charges every batch against `budget` before it enters a queue (see
@@ -80,7 +118,8 @@ impl Fanout {
         if n == 0 {
             return;
         }
-        if self.outputs.is_empty() {
+        let outputs = self.outputs.snapshot();
+        if outputs.is_empty() {
             // Nobody reads this component (validation warned): the events go nowhere.
             self.metrics
                 .discarded(DiscardReason::DownstreamClosed, n as u64);
@@ -91,7 +130,7 @@ impl Fanout {
         let bytes = batch.arena.len();
         let batch = Arc::new(batch);
         let mut delivered = false;
-        for out in &self.outputs {
+        for out in outputs.iter() {
             // Reserve first, count and prepare second: if this future is cancelled while waiting
             // for space, nothing was counted, and a sender blocked on a full queue holds no
             // encoded copy of the batch.
@@ -175,13 +214,22 @@ fn prepare(out: &InputSender, batch: &Arc<EventBatch>) -> Option<Prepared> {
 pub struct Shedding {
     fanout: Fanout,
     wait: std::time::Duration,
+    /// Per downstream of `list`: whether it is being shed.
     shed: Vec<bool>,
+    /// The list `shed` was made for: a rewired fan-out starts shedding afresh.
+    list: Arc<Vec<InputSender>>,
 }
 
 impl Shedding {
     pub fn new(fanout: Fanout, wait: std::time::Duration) -> Shedding {
-        let shed = vec![false; fanout.outputs.len()];
-        Shedding { fanout, wait, shed }
+        let list = fanout.outputs.snapshot();
+        let shed = vec![false; list.len()];
+        Shedding {
+            fanout,
+            wait,
+            shed,
+            list,
+        }
     }
 
     /// The fan-out itself, for sends that may wait as long as needed (the shutdown drain).
@@ -210,7 +258,12 @@ impl Shedding {
         let bytes = batch.arena.len();
         let batch = Arc::new(batch);
         let mut delivered = false;
-        for (out, shed) in self.fanout.outputs.iter().zip(&mut self.shed) {
+        let list = self.fanout.outputs.snapshot();
+        if !Arc::ptr_eq(&list, &self.list) {
+            self.shed = vec![false; list.len()];
+            self.list = list.clone();
+        }
+        for (out, shed) in list.iter().zip(&mut self.shed) {
             let permit = match out.tx.try_reserve() {
                 Ok(permit) => Ok(permit),
                 Err(mpsc::error::TrySendError::Full(())) if !*shed => {

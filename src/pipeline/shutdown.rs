@@ -1,4 +1,5 @@
-//! The shutdown signal every task watches: set once, on SIGINT/SIGTERM.
+//! The shutdown signals tasks watch: set once, on SIGINT/SIGTERM (or, for one source, when a
+//! reload removes or retires it).
 
 use tokio::sync::watch;
 
@@ -30,5 +31,29 @@ impl ShutdownSignal {
 
     pub fn is_triggered(&self) -> bool {
         *self.0.borrow()
+    }
+
+    /// A signal that fires when this one or `other` does.
+    pub fn or(&self, other: &ShutdownSignal) -> ShutdownSignal {
+        let (trigger, signal) = shutdown_pair();
+        let (mut a, mut b) = (self.clone(), other.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                () = a.wait() => {}
+                () = b.wait() => {}
+                // Nobody listens any more: the source has ended.
+                () = trigger.0.closed() => return,
+            }
+            trigger.trigger();
+        });
+        signal
+    }
+
+    /// A signal that never fires (for what has nothing to retire from).
+    pub fn never() -> ShutdownSignal {
+        let (trigger, signal) = shutdown_pair();
+        // Kept alive for ever: a dropped trigger makes `wait` return.
+        std::mem::forget(trigger);
+        signal
     }
 }

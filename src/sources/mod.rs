@@ -37,8 +37,16 @@ pub struct SourceContext {
     pub metrics: Arc<ComponentMetrics>,
     /// Where its batches go.
     pub fanout: Fanout,
-    /// Fires when the server stops: stop accepting, drain, return.
+    /// Fires when the server stops, or a reload removes the source: stop accepting, drain,
+    /// return.
     pub shutdown: ShutdownSignal,
+    /// Fires when a reload hands the source's sockets to its successor (see
+    /// [`BuildSource::hands_over`]): stop accepting, keep serving open connections until they
+    /// end or `shutdown` fires. Never fires for a source that does not hand over.
+    pub retire: ShutdownSignal,
+    /// Where listening sockets come from, so a reload can hand them over: use
+    /// [`SourceContext::listen`] and [`SourceContext::bind_udp`], never a bind of one's own.
+    pub sockets: Arc<crate::net::sockets::SocketPool>,
     /// Whether to answer clients only once every sink fed by this source has committed their
     /// events (forward acks, HTTP responses); sources whose protocol has no answer ignore it.
     pub acknowledgements: bool,
@@ -77,7 +85,48 @@ impl SourceContext {
             max_per_client: limits.max_per_client,
             tls,
             idle_timeout: limits.idle_timeout,
+            retire: Some(self.retire.clone()),
         })
+    }
+
+    /// The source's TCP listener on `addr` (its predecessor's socket after a reload).
+    ///
+    /// # Errors
+    ///
+    /// The address is in use by another program or not available, with the address in the
+    /// message.
+    pub async fn listen(
+        &self,
+        addr: std::net::SocketAddr,
+        receive_buffer: Option<usize>,
+    ) -> anyhow::Result<tokio::net::TcpListener> {
+        use anyhow::Context as _;
+        self.sockets
+            .tcp(&self.id, addr, receive_buffer)
+            .await
+            .with_context(|| format!("cannot listen on tcp {addr}"))
+    }
+
+    /// The source's UDP socket on `addr`, as [`SourceContext::listen`].
+    ///
+    /// # Errors
+    ///
+    /// As [`SourceContext::listen`].
+    pub fn bind_udp(
+        &self,
+        addr: std::net::SocketAddr,
+        receive_buffer: Option<usize>,
+    ) -> anyhow::Result<tokio::net::UdpSocket> {
+        use anyhow::Context as _;
+        self.sockets
+            .udp(&self.id, addr, receive_buffer)
+            .with_context(|| format!("cannot bind udp {addr}"))
+    }
+
+    /// Fires on `shutdown` or `retire`, for what stops on either (a UDP reader: its successor
+    /// reads the same socket).
+    pub fn shutdown_or_retire(&self) -> ShutdownSignal {
+        self.shutdown.or(&self.retire)
     }
 }
 
@@ -93,6 +142,14 @@ pub trait BuildSource: Send + Sync {
     ///
     /// A socket cannot be bound, with the address in the message.
     fn build(&self, cx: SourceContext) -> BoxFuture<'_, anyhow::Result<RunningSource>>;
+
+    /// Whether a reload may run the changed source beside its predecessor: its sockets are
+    /// handed over and the predecessor, retired, serves its open connections to their end.
+    /// A source that keeps state of its own (file positions, a consumer group) says no: its
+    /// predecessor stops first and the new one is built after.
+    fn hands_over(&self) -> bool {
+        false
+    }
 
     /// The batch this source would send for `bytes` read from a client (framed and decoded as
     /// configured), for the raw inputs of `loghaul test`; `None` when the type takes none.

@@ -61,6 +61,12 @@ pub trait BuildTransform: Send + Sync {
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// The files the transform's settings were read from besides the configuration (VRL
+    /// programs): `--watch-config` reloads when one changes.
+    fn files(&self) -> Vec<std::path::PathBuf> {
+        Vec::new()
+    }
 }
 
 /// Sends `batch` on a transform's `output`, or counts it dropped on purpose when nobody reads

@@ -56,6 +56,8 @@ pub struct RawRemap {
 #[derive(Clone, Debug, PartialEq)]
 pub struct RemapConfig {
     pub program: Program,
+    /// The files the program was read from (`file`, `files`).
+    pub files: Vec<std::path::PathBuf>,
     pub drop_on_error: bool,
     pub drop_on_abort: bool,
     pub reroute_dropped: bool,
@@ -123,8 +125,15 @@ impl ComponentConfig for RemapConfig {
             super::vrl::compile_elsewhere(&source, Expect::Any, cx, &[key])
         }?;
         timezone_ok.then_some(())?;
+        let files = r
+            .file
+            .iter()
+            .chain(r.files.iter().flatten())
+            .map(std::path::PathBuf::from)
+            .collect();
         Some(RemapConfig {
             program,
+            files,
             drop_on_error: r.drop_on_error.unwrap_or(false),
             drop_on_abort: r.drop_on_abort.unwrap_or(true),
             reroute_dropped: r.reroute_dropped.unwrap_or(false),
@@ -154,6 +163,10 @@ fn read_program(path: &str, cx: &mut Validator<'_, '_>, key: &[&str]) -> Option<
 }
 
 impl BuildTransform for RemapConfig {
+    fn files(&self) -> Vec<std::path::PathBuf> {
+        self.files.clone()
+    }
+
     fn notes(&self) -> Vec<String> {
         if self.fast_path {
             vec![self.program.path_note()]

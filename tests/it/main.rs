@@ -36,6 +36,7 @@ mod kafka;
 mod listener;
 mod logger;
 mod memory;
+mod reload;
 mod routing;
 mod rsyslog;
 mod shutdown;

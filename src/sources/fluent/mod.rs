@@ -35,15 +35,14 @@ impl BuildSource for FluentSourceConfig {
     fn build(&self, cx: SourceContext) -> BoxFuture<'_, anyhow::Result<RunningSource>> {
         Box::pin(async move {
             let options = cx.serve_options(self.limits(), &[])?;
-            let listener = crate::net::listener::bind(self.address, self.receive_buffer)
-                .await
-                .with_context(|| format!("cannot listen on tcp {}", self.address))?;
+            let listener = cx.listen(self.address, self.receive_buffer).await?;
             // Heartbeats are one byte each: the smallest buffer the kernel gives is plenty.
             let heartbeat = if self.heartbeat {
-                Some(
-                    crate::net::udp::bind(self.address, Some(64 * 1024))
-                        .with_context(|| format!("cannot bind udp {} (heartbeat)", self.address))?,
-                )
+                Some((
+                    cx.bind_udp(self.address, Some(64 * 1024))
+                        .context("the heartbeat's socket")?,
+                    cx.shutdown_or_retire(),
+                ))
             } else {
                 None
             };
@@ -62,17 +61,21 @@ impl BuildSource for FluentSourceConfig {
             Ok(running)
         })
     }
+
+    fn hands_over(&self) -> bool {
+        true
+    }
 }
 
 async fn run(
     listener: tokio::net::TcpListener,
     options: crate::net::listener::ServeOptions,
-    heartbeat: Option<tokio::net::UdpSocket>,
+    heartbeat: Option<(tokio::net::UdpSocket, ShutdownSignal)>,
     ctx: Arc<FluentContext>,
     shutdown: ShutdownSignal,
 ) {
     ctx.metrics.set_health(Health::Running, None);
-    let udp = heartbeat.map(|socket| tokio::spawn(answer_heartbeats(socket, shutdown.clone())));
+    let udp = heartbeat.map(|(socket, stop)| tokio::spawn(answer_heartbeats(socket, stop)));
     let handler_ctx = ctx.clone();
     crate::net::listener::serve(
         listener,

@@ -32,7 +32,6 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
@@ -84,9 +83,7 @@ impl BuildSource for HttpServerConfig {
                 },
                 &[b"h2", b"http/1.1"],
             )?;
-            let listener = crate::net::listener::bind(self.address, None)
-                .await
-                .with_context(|| format!("cannot listen on tcp {}", self.address))?;
+            let listener = cx.listen(self.address, None).await?;
             let ctx = Arc::new(Ctx {
                 id: cx.id,
                 config: self.clone(),
@@ -110,6 +107,10 @@ impl BuildSource for HttpServerConfig {
             });
             Ok(running)
         })
+    }
+
+    fn hands_over(&self) -> bool {
+        true
     }
 }
 

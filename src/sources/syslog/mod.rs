@@ -12,7 +12,6 @@ pub mod udp;
 
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use loghaul_codec::framing::{Framer, FramingMode, FramingStats};
 use loghaul_codec::syslog::{DecodeOptions, DecodeStats, Decoder, Format, TimeZone};
 use loghaul_config::TimeZoneSetting;
@@ -31,29 +30,35 @@ impl BuildSource for SyslogSourceConfig {
                 SyslogMode::Tcp => Some(cx.serve_options(self.limits(), &[])?),
                 SyslogMode::Udp => None,
             };
-            let SourceContext {
-                id,
-                metrics,
-                fanout,
-                shutdown,
-                ..
-            } = cx;
-            let ctx = Arc::new(SyslogContext::new(id, self.clone(), metrics, fanout));
             let running: RunningSource = match (self.mode, options) {
                 (SyslogMode::Tcp, Some(options)) => {
-                    let listener = crate::net::listener::bind(self.address, self.receive_buffer)
-                        .await
-                        .with_context(|| format!("cannot listen on tcp {}", self.address))?;
-                    Box::pin(tcp::run(listener, options, ctx, shutdown))
+                    let listener = cx.listen(self.address, self.receive_buffer).await?;
+                    let ctx = Arc::new(SyslogContext::new(
+                        cx.id,
+                        self.clone(),
+                        cx.metrics,
+                        cx.fanout,
+                    ));
+                    Box::pin(tcp::run(listener, options, ctx, cx.shutdown))
                 }
                 _ => {
-                    let socket = crate::net::udp::bind(self.address, self.receive_buffer)
-                        .with_context(|| format!("cannot bind udp {}", self.address))?;
-                    Box::pin(udp::run(socket, ctx, shutdown))
+                    let socket = cx.bind_udp(self.address, self.receive_buffer)?;
+                    let stop = cx.shutdown_or_retire();
+                    let ctx = Arc::new(SyslogContext::new(
+                        cx.id,
+                        self.clone(),
+                        cx.metrics,
+                        cx.fanout,
+                    ));
+                    Box::pin(udp::run(socket, ctx, stop))
                 }
             };
             Ok(running)
         })
+    }
+
+    fn hands_over(&self) -> bool {
+        true
     }
 
     /// A datagram's lines (UDP), or a stream framed as the source frames it (TCP), decoded in

@@ -77,6 +77,8 @@ impl Rig {
             metrics: metrics.clone(),
             fanout: Fanout::new(vec![tx], metrics.clone()),
             shutdown,
+            retire: crate::pipeline::ShutdownSignal::never(),
+            sockets: Default::default(),
             acknowledgements,
             shutdown_timeout: Duration::from_secs(5),
             data_dir: dir.path().join("data"),
