@@ -632,7 +632,14 @@ async fn read_loop<F: FileSystem>(task: ReadTask<F>, fanout: Fanout) {
     let (status_tx, mut status_rx) = mpsc::unbounded_channel::<(u64, BatchStatus)>();
     let mut outstanding: usize = 0;
     let mut writer_finished = false;
+    // Which sink the reader feeds: a reload may point it at a replacing sink (see `redeliver`).
+    let target = fanout.readers();
     let mut fanout = Some(fanout);
+    // The records handed to the sink and not yet settled: their payload, and the target's
+    // version when they were sent. A record the sink a reload replaced did not commit is sent
+    // again, to the new sink, in this run.
+    let mut held: std::collections::HashMap<u64, (Bytes, u64)> = std::collections::HashMap::new();
+    let mut redeliver: Vec<u64> = Vec::new();
     // Set at a stop: until when the sink's outstanding batches are waited for.
     let mut grace: Option<tokio::time::Instant> = None;
     let source: Arc<str> = Arc::from(format!("{id} (disk buffer)"));
@@ -640,25 +647,33 @@ async fn read_loop<F: FileSystem>(task: ReadTask<F>, fanout: Fanout) {
         // Deliver what is readable now.
         let mut caught_up = false;
         if let Some(out) = fanout.as_ref().filter(|_| grace.is_none()) {
+            let mut again = std::mem::take(&mut redeliver).into_iter();
             loop {
-                let record = match reader.next() {
-                    Ok(Some(record)) if until.is_some_and(|u| record.seq >= u) => {
-                        caught_up = true;
-                        break;
-                    }
-                    Ok(Some(record)) => record,
-                    Ok(None) => {
-                        caught_up = true;
-                        break;
-                    }
-                    Err(error) => {
-                        metrics.error(ErrorKind::Io, 1);
-                        crate::warn_limited!(metrics, %error, "Cannot read the disk buffer; trying again.");
-                        tokio::time::sleep(Duration::from_millis(200)).await;
-                        break;
-                    }
+                let record = match again.next() {
+                    Some(seq) => match held.remove(&seq) {
+                        Some((payload, _)) => loghaul_buffer::Record { seq, payload },
+                        None => continue,
+                    },
+                    None => match reader.next() {
+                        Ok(Some(record)) if until.is_some_and(|u| record.seq >= u) => {
+                            caught_up = true;
+                            break;
+                        }
+                        Ok(Some(record)) => record,
+                        Ok(None) => {
+                            caught_up = true;
+                            break;
+                        }
+                        Err(error) => {
+                            metrics.error(ErrorKind::Io, 1);
+                            crate::warn_limited!(metrics, %error, "Cannot read the disk buffer; trying again.");
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            break;
+                        }
+                    },
                 };
                 let seq = record.seq;
+                held.insert(seq, (record.payload.clone(), target.version()));
                 match decode(record.payload, &source) {
                     Ok(mut batch) => {
                         if seq < first_new {
@@ -685,9 +700,20 @@ async fn read_loop<F: FileSystem>(task: ReadTask<F>, fanout: Fanout) {
                         // drains, not only once it is caught up.
                         while let Ok((seq, status)) = status_rx.try_recv() {
                             outstanding -= 1;
-                            settle(&mut reader, seq, status, &metrics);
+                            let sent_to = held.remove(&seq);
+                            settle(
+                                &mut reader,
+                                seq,
+                                status,
+                                sent_to,
+                                &target,
+                                &metrics,
+                                &mut held,
+                                &mut redeliver,
+                            );
                         }
                         if !sent {
+                            again.for_each(|seq| redeliver.push(seq));
                             break;
                         }
                     }
@@ -698,6 +724,7 @@ async fn read_loop<F: FileSystem>(task: ReadTask<F>, fanout: Fanout) {
                         metrics.error(ErrorKind::Io, 1);
                         crate::warn_limited!(metrics, %error, seq, "A disk buffer record does not decode; it is skipped.");
                         gauges.undecodable.fetch_add(1, Ordering::Relaxed);
+                        held.remove(&seq);
                         ack(&mut reader, seq, &metrics);
                     }
                 }
@@ -721,10 +748,12 @@ async fn read_loop<F: FileSystem>(task: ReadTask<F>, fanout: Fanout) {
             () = appended, if fanout.is_some() && grace.is_none() => {}
             Some((seq, status)) = status_rx.recv() => {
                 outstanding -= 1;
-                settle(&mut reader, seq, status, &metrics);
+                let sent_to = held.remove(&seq);
+                settle(&mut reader, seq, status, sent_to, &target, &metrics, &mut held, &mut redeliver);
                 while let Ok((seq, status)) = status_rx.try_recv() {
                     outstanding -= 1;
-                    settle(&mut reader, seq, status, &metrics);
+                    let sent_to = held.remove(&seq);
+                    settle(&mut reader, seq, status, sent_to, &target, &metrics, &mut held, &mut redeliver);
                 }
             }
             done = &mut writer_done, if !writer_finished => {
@@ -747,15 +776,32 @@ async fn read_loop<F: FileSystem>(task: ReadTask<F>, fanout: Fanout) {
 }
 
 /// Records the sink's verdict on one record. Delivered and rejected (dead-lettered) records
-/// leave the buffer; a record dropped uncommitted (the sink stopped) stays for the next start.
+/// leave the buffer; a record dropped uncommitted stays: it goes to the sink again now when it
+/// was sent to a sink a reload has replaced since (`sent_to`: its payload and the target's
+/// version then), and otherwise (the sink stopped) at the next start.
+#[allow(clippy::too_many_arguments)]
 fn settle<F: FileSystem>(
     reader: &mut Reader<F>,
     seq: u64,
     status: BatchStatus,
+    sent_to: Option<(Bytes, u64)>,
+    target: &super::fanout::Readers,
     metrics: &ComponentMetrics,
+    held: &mut std::collections::HashMap<u64, (Bytes, u64)>,
+    redeliver: &mut Vec<u64>,
 ) {
     match status {
         BatchStatus::Delivered | BatchStatus::Rejected => ack(reader, seq, metrics),
+        BatchStatus::Errored
+            if sent_to
+                .as_ref()
+                .is_some_and(|(_, v)| *v != target.version()) =>
+        {
+            if let Some(kept) = sent_to {
+                held.insert(seq, kept);
+                redeliver.push(seq);
+            }
+        }
         BatchStatus::Errored => {
             crate::warn_limited!(
                 metrics,

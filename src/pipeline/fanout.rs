@@ -19,12 +19,16 @@ use crate::metrics::{ComponentMetrics, DiscardReason};
 
 /// The downstreams of one output, shared by every clone of its [`Fanout`].
 #[derive(Default)]
-pub struct Readers(std::sync::RwLock<Arc<Vec<InputSender>>>);
+pub struct Readers {
+    list: std::sync::RwLock<Arc<Vec<InputSender>>>,
+    /// How many times the list was replaced.
+    version: std::sync::atomic::AtomicU64,
+}
 
 impl Readers {
     /// The current list; a send works on one snapshot from start to end.
     fn snapshot(&self) -> Arc<Vec<InputSender>> {
-        match self.0.read() {
+        match self.list.read() {
             Ok(list) => list.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
@@ -34,15 +38,18 @@ impl Readers {
     /// feeds it and the sends in flight (holding the old list) are over.
     pub fn replace(&self, readers: Vec<InputSender>) {
         let readers = Arc::new(readers);
-        match self.0.write() {
+        match self.list.write() {
             Ok(mut list) => *list = readers,
             Err(poisoned) => *poisoned.into_inner() = readers,
         }
+        self.version
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
-    /// Whether `other` is this list (the same output).
-    pub fn same(self: &Arc<Self>, other: &Arc<Readers>) -> bool {
-        Arc::ptr_eq(self, other)
+    /// How many times the list was replaced: a sender that sees it change knows its earlier
+    /// batches went to downstreams that are no longer there.
+    pub fn version(&self) -> u64 {
+        self.version.load(std::sync::atomic::Ordering::Acquire)
     }
 }
 
@@ -59,7 +66,10 @@ pub struct Fanout {
 impl Fanout {
     pub fn new(outputs: Vec<InputSender>, metrics: Arc<ComponentMetrics>) -> Fanout {
         Fanout {
-            outputs: Arc::new(Readers(std::sync::RwLock::new(Arc::new(outputs)))),
+            outputs: Arc::new(Readers {
+                list: std::sync::RwLock::new(Arc::new(outputs)),
+                version: std::sync::atomic::AtomicU64::new(0),
+            }),
             metrics,
             budget: None,
             output: None,

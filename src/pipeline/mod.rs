@@ -38,7 +38,35 @@ pub fn cpu_heavy<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// Tasks a component spawned for its own work (an HTTP sink's request workers), aborted when
+/// the component's future is dropped (a sink stopped where it is), so no orphan goes on
+/// retrying batches whose acknowledgements died with the component.
+#[derive(Default)]
+pub struct TaskGroup(Vec<tokio::task::JoinHandle<()>>);
+
+impl TaskGroup {
+    pub fn push(&mut self, task: tokio::task::JoinHandle<()>) {
+        self.0.push(task);
+    }
+
+    /// Waits for every task to end (the component's normal end).
+    pub async fn join(mut self) {
+        for task in std::mem::take(&mut self.0) {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for TaskGroup {
+    fn drop(&mut self) {
+        for task in &self.0 {
+            task.abort();
+        }
+    }
+}
+
 /// Stops a task made [`abortable`] at its next await, dropping what it holds.
+#[derive(Clone)]
 pub struct Abort(std::sync::Arc<AbortState>);
 
 struct AbortState {

@@ -120,6 +120,10 @@ enum StopPlan {
     Replaced,
 }
 
+/// How long a sink a reload replaced, its disk buffer taken over, may take to finish what it
+/// holds before it is stopped where it is.
+const REPLACED_GRACE: Duration = Duration::from_secs(5);
+
 /// The part of `shutdown_timeout` kept for writing undrained memory buffers to disk: a quarter
 /// of it, at most this.
 const SPILL_RESERVE: Duration = Duration::from_secs(5);
@@ -348,6 +352,15 @@ impl Topology {
                     if let (StopPlan::Disk { target, .. }, Some(tx)) = (&plan, carried) {
                         target.replace(vec![tx]);
                     }
+                    // Its queue is closed: a sink that works finishes what it holds at once.
+                    // One that cannot (its server down, the reason of many a reload) is
+                    // stopped where it is: what it held is in the buffer, and the reader
+                    // sends it to the new sink.
+                    let abort = previous.abort.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(REPLACED_GRACE).await;
+                        abort.abort();
+                    });
                     self.retiring.sinks.push(previous);
                     plan
                 }
@@ -890,8 +903,7 @@ async fn stop_sink(sink: RunningSink, spill_at: tokio::time::Instant) -> bool {
     } = sink;
     match buffer {
         StopPlan::Replaced => {
-            let _ = tokio::time::timeout_at(spill_at, &mut done).await;
-            if done.try_recv().is_err() {
+            if tokio::time::timeout_at(spill_at, &mut done).await.is_err() {
                 abort.abort();
                 let _ = done.await;
                 return false;

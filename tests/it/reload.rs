@@ -387,3 +387,68 @@ sinks:
     assert_eq!(wait_marker(&server, "out.jsonl", "still")["version"], 2);
     server.stop();
 }
+
+/// A sink whose server was wrong, its events waiting in its disk buffer: a reload that fixes
+/// the address rebuilds the sink, and the new one delivers what the buffer held (the buffer
+/// carried over), each event once.
+#[test]
+fn a_changed_sink_takes_its_disk_buffer_over() {
+    const N: u64 = 20_000;
+    let mut receiver = Server::start(
+        r#"api: { address: "127.0.0.1:{API}" }
+sources:
+  in: { type: http_server, address: "127.0.0.1:{TCP}", paths: ["/in"] }
+sinks:
+  out: { type: file, inputs: [in], path: "{DIR}/out.jsonl", encoding: json, flush_interval: 100ms }
+"#,
+    );
+    let nowhere = free_tcp_port();
+    let sender_template = |port: u16| {
+        format!(
+            r#"api: {{ address: "127.0.0.1:{{API}}" }}
+sources:
+  in: {{ type: syslog, mode: tcp, address: "127.0.0.1:{{TCP}}" }}
+sinks:
+  up:
+    type: http
+    inputs: [in]
+    uri: "http://127.0.0.1:{port}/in"
+    encoding: ndjson
+    retry: {{ initial: 50ms, max: 200ms }}
+    buffer: {{ type: disk, max_size: 256MiB, sync: every_batch }}
+"#
+        )
+    };
+    let mut sender = Server::start_answering(&sender_template(nowhere));
+    let mut payload = Vec::new();
+    for i in 0..N {
+        payload.extend_from_slice(line3164(&format!("buffered seq {i}")).as_bytes());
+    }
+    send_tcp(sender.ports.tcp, &payload);
+    sender.wait_metric("loghaul_disk_buffer_events", "up", None, N);
+
+    let text = render(
+        &sender_template(receiver.ports.tcp),
+        &sender.ports,
+        sender.dir.path(),
+    );
+    std::fs::write(&sender.config_path, text).expect("write the configuration");
+    let (status, body) = api_post(sender.ports.api, "/reload");
+    assert_eq!(status, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).expect("the answer is JSON");
+    assert_eq!(answer["changed"], serde_json::json!(["up"]), "{answer}");
+
+    let events = wait_lines(&receiver.out(), N as usize, Duration::from_secs(60));
+    let mut seen = vec![0u32; N as usize];
+    for e in &events {
+        let n: usize = message(e)
+            .rsplit(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .expect("a numbered event");
+        seen[n] += 1;
+    }
+    assert!(seen.iter().all(|&c| c == 1), "every event once");
+    sender.stop();
+    receiver.stop();
+}

@@ -168,15 +168,17 @@ async fn run(
 ) {
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let mut links = Vec::new();
+    // Dropped with this future: a sink stopped where it is leaves no link retrying.
+    let mut tasks = crate::pipeline::TaskGroup::default();
     for (i, server) in config.servers.iter().enumerate() {
         let (tx, rx) = mpsc::channel(config.max_in_flight);
-        tokio::spawn(link::run(
+        tasks.push(tokio::spawn(link::run(
             i,
             config.clone(),
             tls.clone(),
             rx,
             events_tx.clone(),
-        ));
+        )));
         links.push(LinkState {
             tx,
             up: false,
@@ -237,6 +239,7 @@ async fn run(
     }
     // Dropping the senders ends the links.
     sink.links.clear();
+    tasks.join().await;
     sink.metrics.set_health(Health::Stopped, None);
 }
 

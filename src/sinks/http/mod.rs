@@ -139,18 +139,19 @@ async fn run(
     let limiter = Arc::new(Limiter::new(config.concurrency, &metrics));
     let (tx, rx) = mpsc::channel::<Request>(CHANNEL_REQUESTS.min(slots));
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
-    let workers: Vec<_> = (0..slots)
-        .map(|_| {
-            let shared = Shared {
-                config: config.clone(),
-                metrics: metrics.clone(),
-                limiter: limiter.clone(),
-                pool: pool.clone(),
-                dead: dead.clone(),
-            };
-            tokio::spawn(worker(shared, rx.clone()))
-        })
-        .collect();
+    let mut workers = crate::pipeline::TaskGroup::default();
+    for task in (0..slots).map(|_| {
+        let shared = Shared {
+            config: config.clone(),
+            metrics: metrics.clone(),
+            limiter: limiter.clone(),
+            pool: pool.clone(),
+            dead: dead.clone(),
+        };
+        tokio::spawn(worker(shared, rx.clone()))
+    }) {
+        workers.push(task);
+    }
     let mut ready: Vec<Ready> = Vec::new();
     loop {
         let deadline = batcher.next_deadline();
@@ -189,9 +190,7 @@ async fn run(
         send(&config, &tx, full).await;
     }
     drop(tx);
-    for w in workers {
-        let _ = w.await;
-    }
+    workers.join().await;
     metrics.set_health(Health::Stopped, None);
 }
 
