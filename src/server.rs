@@ -199,6 +199,8 @@ async fn serve(config: Config, path: Option<PathBuf>, watch: bool) -> anyhow::Re
     let mut sigterm = signal(SignalKind::terminate()).context("cannot install SIGTERM handler")?;
     let mut sigint = signal(SignalKind::interrupt()).context("cannot install SIGINT handler")?;
     let mut sighup = signal(SignalKind::hangup()).context("cannot install SIGHUP handler")?;
+    let mut sigusr1 =
+        signal(SignalKind::user_defined1()).context("cannot install SIGUSR1 handler")?;
 
     let api_listener = match &config.api {
         Some(api) => Some(
@@ -235,7 +237,10 @@ async fn serve(config: Config, path: Option<PathBuf>, watch: bool) -> anyhow::Re
         sources = config.sources.len(),
         transforms = config.transforms.len(),
         sinks = config.sinks.len(),
-        api = ?config.api.as_ref().map(|a| a.address),
+        api = %config.api.as_ref().map_or("off".to_owned(), |a| {
+            let scheme = if a.tls.is_some() { "https" } else { "http" };
+            format!("{scheme}://{}", a.address)
+        }),
         "loghaul started."
     );
     crate::systemd::notify("READY=1");
@@ -253,6 +258,10 @@ async fn serve(config: Config, path: Option<PathBuf>, watch: bool) -> anyhow::Re
                 // What logrotate's postrotate sends: output files are reopened too.
                 reopen.fetch_add(1, Ordering::AcqRel);
                 reload(&mut topology, path.as_deref(), "signal", &registry).await;
+            }
+            _ = sigusr1.recv() => {
+                tracing::info!("SIGUSR1: reopening output files.");
+                reopen.fetch_add(1, Ordering::AcqRel);
             }
             Some(answer) = reload_rx.recv() => {
                 let outcome = reload(&mut topology, path.as_deref(), "api", &registry).await;

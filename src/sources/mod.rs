@@ -101,10 +101,14 @@ impl SourceContext {
         receive_buffer: Option<usize>,
     ) -> anyhow::Result<tokio::net::TcpListener> {
         use anyhow::Context as _;
-        self.sockets
+        let listener = self
+            .sockets
             .tcp(&self.id, addr, receive_buffer)
             .await
-            .with_context(|| format!("cannot listen on tcp {addr}"))
+            .with_context(|| format!("cannot listen on tcp {addr}"))?;
+        let tls = if self.tls.is_some() { "yes" } else { "no" };
+        tracing::info!("{} listening on tcp://{addr} (tls: {tls})", self.id);
+        Ok(listener)
     }
 
     /// The source's UDP socket on `addr`, as [`SourceContext::listen`].
@@ -118,9 +122,12 @@ impl SourceContext {
         receive_buffer: Option<usize>,
     ) -> anyhow::Result<tokio::net::UdpSocket> {
         use anyhow::Context as _;
-        self.sockets
+        let socket = self
+            .sockets
             .udp(&self.id, addr, receive_buffer)
-            .with_context(|| format!("cannot bind udp {addr}"))
+            .with_context(|| format!("cannot bind udp {addr}"))?;
+        tracing::info!("{} listening on udp://{addr}", self.id);
+        Ok(socket)
     }
 
     /// Fires on `shutdown` or `retire`, for what stops on either (a UDP reader: its successor

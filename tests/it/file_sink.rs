@@ -1,5 +1,5 @@
 //! The file sink: path templates (one file per field value and date, sanitised), reopening
-//! after rotation (SIGHUP, or a rename noticed by itself), a path that cannot be written, a full
+//! after rotation (SIGUSR1 or SIGHUP, or a rename noticed by itself), a path that cannot be written, a full
 //! disk, and a file left ending inside a line, which is cut back before anything is appended.
 
 use std::collections::BTreeSet;
@@ -148,17 +148,27 @@ fn rotation_keeps_order_and_loses_nothing(
     );
 }
 
-#[test]
-fn sighup_reopens_output_file_after_rename() {
+fn signal_reopens_output_file_after_rename(signal: &str) {
     let server = Server::start(&syslog_config(""));
     let mut s = connect(server.ports.tcp);
     s.write_all(line3164("seq 0").as_bytes()).expect("write");
     wait_lines(&server.out(), 1, ARRIVE_TIMEOUT);
     let rotated = server.path("out.jsonl.1");
     std::fs::rename(server.out(), &rotated).expect("mv out.jsonl out.jsonl.1");
-    server.signal("HUP");
+    server.signal(signal);
     rotation_keeps_order_and_loses_nothing(&server, s, 1, &rotated);
     server.finish();
+}
+
+#[test]
+fn sigusr1_reopens_output_file_after_rename() {
+    signal_reopens_output_file_after_rename("USR1");
+}
+
+/// SIGHUP reloads (here: an unchanged configuration) and reopens files as well.
+#[test]
+fn sighup_reopens_output_file_after_rename() {
+    signal_reopens_output_file_after_rename("HUP");
 }
 
 #[test]

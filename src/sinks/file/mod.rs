@@ -16,7 +16,7 @@
 //! acknowledgement is committed only after every buffer holding its events has been written to
 //! the file (so "delivered" means "in the page cache"). On each tick the sink also closes files
 //! idle for `idle_timeout`, reopens files that were renamed or removed under it (logrotate without
-//! copytruncate), and on SIGHUP reopens every file.
+//! copytruncate), and on SIGUSR1 or SIGHUP reopens every file.
 //!
 //! A write that fails for a reason that may pass (ENOSPC, EDQUOT, EIO) drops nothing: the sink
 //! cuts the line the failed write left half-written back out of the file (see [`torn`]), keeps
