@@ -1,5 +1,6 @@
-//! The operations API: `GET /health`, `GET /metrics` (Prometheus text) and `POST /reload`
-//! (load the configuration again; answered once the reload is over) over HTTP/1.1, behind
+//! The operations API: `GET /health`, `GET /metrics` (Prometheus text), `POST /reload` (load
+//! the configuration again; answered once the reload is over) and `GET /tap` (live events, as
+//! lines of JSON for as long as the client reads) over HTTP/1.1, behind
 //! a bearer token (`api.token`) and TLS (`api.tls`) when configured; validation refuses an API
 //! reachable from other machines that has neither a token nor client certificates.
 
@@ -112,6 +113,9 @@ pub fn serve(
                             crate::warn_limited!(metrics, %peer, path = req.uri().path(), "Refused an API request without the right token.");
                             return Ok::<_, Infallible>(unauthorized());
                         }
+                        if req.uri().path() == "/tap" {
+                            return Ok::<_, Infallible>(tap(&req, &registry));
+                        }
                         if req.uri().path() == "/reload" {
                             return Ok::<_, Infallible>(
                                 reload_now(&req, reload.as_ref().as_ref()).await,
@@ -145,7 +149,7 @@ fn authorized(req: &Request<Incoming>, expected: &str) -> bool {
     crate::net::http::authorization_matches(given, expected)
 }
 
-fn unauthorized() -> Response<Full<Bytes>> {
+fn unauthorized() -> Response<ApiBody> {
     let mut resp = respond(
         StatusCode::UNAUTHORIZED,
         "application/json",
@@ -158,12 +162,127 @@ fn unauthorized() -> Response<Full<Bytes>> {
     resp
 }
 
+/// A response body: a whole one, or a tap's lines as they come.
+pub enum ApiBody {
+    Whole(Full<Bytes>),
+    Lines(tokio::sync::mpsc::Receiver<Bytes>),
+}
+
+impl hyper::body::Body for ApiBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            ApiBody::Whole(full) => std::pin::Pin::new(full).poll_frame(cx),
+            ApiBody::Lines(rx) => rx
+                .poll_recv(cx)
+                .map(|line| line.map(|l| Ok(hyper::body::Frame::data(l)))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ApiBody::Whole(full) => full.is_end_stream(),
+            ApiBody::Lines(_) => false,
+        }
+    }
+}
+
+/// `GET /tap?outputs=A,B.NAME&condition=VRL&limit=N&rate=N`: events sent on the named outputs
+/// (every output when none is named) as lines of JSON, `{"output":..,"event":{..}}`, with
+/// `{"skipped":N}` once a second while some are skipped, until `limit` events were sent or
+/// the client goes. At most `rate` events a second (default 100).
+fn tap(req: &Request<Incoming>, registry: &Arc<Registry>) -> Response<ApiBody> {
+    let bad = |why: String| {
+        respond(
+            StatusCode::BAD_REQUEST,
+            "application/json",
+            serde_json::json!({ "error": why }).to_string(),
+        )
+    };
+    if req.method() != Method::GET {
+        return bad("use GET /tap".to_owned());
+    }
+    let mut options = crate::tap::TapOptions {
+        rate: 100.0,
+        ..crate::tap::TapOptions::default()
+    };
+    let query = req.uri().query().unwrap_or("");
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        match &*key {
+            "outputs" => options.outputs.extend(
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned),
+            ),
+            "condition" => match crate::transforms::vrl::compile_condition(&value) {
+                Ok(program) => options.condition = Some(program),
+                Err(why) => return bad(format!("condition: {why}")),
+            },
+            "limit" => match value.parse() {
+                Ok(n) => options.limit = Some(n),
+                Err(_) => return bad(format!("limit: `{value}` is no number")),
+            },
+            "rate" => match value.trim_end_matches("/s").parse::<f64>() {
+                Ok(n) if n > 0.0 => options.rate = n,
+                _ => return bad(format!("rate: `{value}` is no positive number")),
+            },
+            other => {
+                return bad(format!(
+                    "unknown parameter `{other}`: outputs, condition, limit, rate"
+                ));
+            }
+        }
+    }
+    let mut stream = match registry.taps.open(options) {
+        Ok(stream) => stream,
+        Err(why) => {
+            return respond(
+                StatusCode::NOT_FOUND,
+                "application/json",
+                serde_json::json!({ "error": why }).to_string(),
+            );
+        }
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    let registry = registry.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                line = stream.next() => match line {
+                    Some(line) => {
+                        if tx.send(line).await.is_err() {
+                            break;
+                        }
+                    }
+                    None => break,
+                },
+                // The client went away.
+                () = tx.closed() => break,
+            }
+        }
+        stream.close(&registry.taps);
+    });
+    let mut resp = Response::new(ApiBody::Lines(rx));
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/x-ndjson"),
+    );
+    resp
+}
+
 /// `POST /reload`: asks the server to reload and answers with the outcome (200 when the
 /// running graph took the configuration or it was unchanged, 422 when it was refused).
 async fn reload_now(
     req: &Request<Incoming>,
     reload: Option<&tokio::sync::mpsc::Sender<crate::server::ReloadRequest>>,
-) -> Response<Full<Bytes>> {
+) -> Response<ApiBody> {
     if req.method() != Method::POST {
         let mut resp = respond(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -204,7 +323,7 @@ async fn reload_now(
     }
 }
 
-fn handle(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>> {
+fn handle(req: &Request<Incoming>, registry: &Registry) -> Response<ApiBody> {
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/health") => {
             let mut body = match registry.health() {
@@ -240,8 +359,8 @@ fn handle(req: &Request<Incoming>, registry: &Registry) -> Response<Full<Bytes>>
     }
 }
 
-fn respond(status: StatusCode, content_type: &str, body: String) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
+fn respond(status: StatusCode, content_type: &str, body: String) -> Response<ApiBody> {
+    let mut resp = Response::new(ApiBody::Whole(Full::new(Bytes::from(body))));
     *resp.status_mut() = status;
     if let Ok(v) = hyper::header::HeaderValue::from_str(content_type) {
         resp.headers_mut().insert(hyper::header::CONTENT_TYPE, v);

@@ -101,6 +101,9 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// Live events from a running server's outputs, through its API (sampled: the pipeline
+    /// never waits for a viewer; what is skipped is counted and shown).
+    Tap(TapArgs),
     /// Dead letters: events sinks could never deliver.
     Dlq {
         #[command(subcommand)]
@@ -116,6 +119,52 @@ pub enum Command {
         #[command(subcommand)]
         command: loghaul_bench::cli::BenchCommand,
     },
+}
+
+/// How to reach a running server's API.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ApiArgs {
+    /// The API's URL; by default the `api.address` of the configuration (-c), else
+    /// http://127.0.0.1:8686.
+    #[arg(long, env = "LOGHAUL_API")]
+    pub api: Option<String>,
+    /// The API's bearer token; by default the configuration's `api.token`.
+    #[arg(long, env = "LOGHAUL_API_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// The running server's configuration file, for its API's address and token.
+    #[arg(short, long, env = "LOGHAUL_CONFIG")]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(clap::Args, Debug)]
+pub struct TapArgs {
+    /// Outputs to watch: `ID` (a source or transform, all its outputs), `ID.OUTPUT`, or a glob
+    /// (`syslog_*`). Every output when none is given.
+    pub outputs: Vec<String>,
+    /// Only events for which this VRL condition holds (e.g. `.severity == "err"`).
+    #[arg(long)]
+    pub condition: Option<String>,
+    /// Stop after this many events.
+    #[arg(long)]
+    pub limit: Option<u64>,
+    /// Events a second at most (`100` or `100/s`).
+    #[arg(long, default_value = "100/s")]
+    pub rate: String,
+    /// How events are printed.
+    #[arg(long, value_enum, default_value_t = TapFormat::Json)]
+    pub format: TapFormat,
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TapFormat {
+    /// `{"output": ..., "event": {...}}`, one per line.
+    Json,
+    /// One YAML document per event, its output in a comment.
+    Yaml,
+    /// `output=... key=value ...`, one line per event, nested keys joined by dots.
+    Logfmt,
 }
 
 #[derive(Subcommand, Debug)]

@@ -15,6 +15,8 @@ pub mod server;
 pub mod sinks;
 pub mod sources;
 pub mod systemd;
+pub mod tap;
+pub mod tap_client;
 pub mod topology;
 pub mod transforms;
 pub mod unit_test;

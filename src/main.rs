@@ -68,6 +68,22 @@ fn main() -> ExitCode {
             .map(|report| print!("{report}"))
             .with_context(|| format!("cannot inspect {}", path.display())),
         Command::Bench { command } => loghaul_bench::cli::run(command),
+        Command::Tap(args) => loghaul::tap_client::run(&loghaul::tap_client::Request {
+            outputs: args.outputs,
+            condition: args.condition,
+            limit: args.limit,
+            rate: args.rate,
+            format: match args.format {
+                cli::TapFormat::Json => loghaul::tap_client::Format::Json,
+                cli::TapFormat::Yaml => loghaul::tap_client::Format::Yaml,
+                cli::TapFormat::Logfmt => loghaul::tap_client::Format::Logfmt,
+            },
+            api: loghaul::tap_client::Api {
+                url: args.api.api,
+                token: args.api.token,
+                config: args.api.config,
+            },
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -546,6 +546,8 @@ pub struct Registry {
     reloads_failed: AtomicU64,
     /// The last reload's outcome, for `/health`.
     last_reload: Mutex<Option<ReloadOutcome>>,
+    /// Every output's tap point, for `loghaul tap` through the API.
+    pub taps: crate::tap::TapHub,
 }
 
 /// What a configuration reload did.

@@ -61,6 +61,8 @@ pub struct Fanout {
     budget: Option<Arc<MemoryBudget>>,
     /// Events sent on this output, for a component with named outputs.
     output: Option<Arc<std::sync::atomic::AtomicU64>>,
+    /// Where `loghaul tap` sees what this output sends.
+    tap: Option<Arc<crate::tap::TapPoint>>,
 }
 
 impl Fanout {
@@ -73,7 +75,14 @@ impl Fanout {
             metrics,
             budget: None,
             output: None,
+            tap: None,
         }
+    }
+
+    /// Lets `loghaul tap` see what this fan-out sends, through `point`.
+    pub fn tapped(mut self, point: Arc<crate::tap::TapPoint>) -> Fanout {
+        self.tap = Some(point);
+        self
     }
 
     /// Counts what this fan-out sends as output `name` of its component (`_default` for the
@@ -137,6 +146,9 @@ impl Fanout {
             return;
         }
         self.admit(&mut batch).await;
+        if let Some(tap) = &self.tap {
+            tap.offer(&batch);
+        }
         let bytes = batch.arena.len();
         let batch = Arc::new(batch);
         let mut delivered = false;
@@ -264,6 +276,9 @@ impl Shedding {
                 .discarded(DiscardReason::MemoryLimit, n as u64);
             batch.finalizer.update(BatchStatus::Errored);
             return;
+        }
+        if let Some(tap) = &self.fanout.tap {
+            tap.offer(&batch);
         }
         let bytes = batch.arena.len();
         let batch = Arc::new(batch);

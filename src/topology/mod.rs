@@ -668,8 +668,14 @@ impl Topology {
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.clone()))
                 .collect();
-            let (task, lists) =
-                build_transform(transform, metrics, input, &mut readers, Some(&self.budget))?;
+            let (task, lists) = build_transform(
+                transform,
+                metrics,
+                input,
+                &mut readers,
+                Some(&self.budget),
+                Some(&self.registry.taps),
+            )?;
             handles.extend(lists);
             new_transforms.push((transform.id.clone(), task));
         }
@@ -710,7 +716,8 @@ impl Topology {
             downstream.get(&source.id).cloned().unwrap_or_default(),
             metrics.clone(),
         )
-        .with_budget(self.budget.clone());
+        .with_budget(self.budget.clone())
+        .tapped(self.registry.taps.point(&source.id));
         let list = fanout.readers();
         let (shutdown_trigger, shutdown) = shutdown_pair();
         let (retire_trigger, retire) = shutdown_pair();
@@ -830,15 +837,25 @@ pub(crate) fn build_transform(
     input: Input,
     downstream: &mut HashMap<&str, Vec<InputSender>>,
     budget: Option<&Arc<MemoryBudget>>,
+    taps: Option<&crate::tap::TapHub>,
 ) -> anyhow::Result<(BoxFuture<'static, ()>, OutputLists)> {
-    let charged = |fanout: Fanout| match budget {
-        Some(budget) => fanout.with_budget(budget.clone()),
-        None => fanout,
+    let charged = |fanout: Fanout, key: &str| {
+        let fanout = match budget {
+            Some(budget) => fanout.with_budget(budget.clone()),
+            None => fanout,
+        };
+        match taps {
+            Some(taps) => fanout.tapped(taps.point(key)),
+            None => fanout,
+        }
     };
-    let mut fanout = charged(Fanout::new(
-        downstream.remove(transform.id.as_str()).unwrap_or_default(),
-        metrics.clone(),
-    ));
+    let mut fanout = charged(
+        Fanout::new(
+            downstream.remove(transform.id.as_str()).unwrap_or_default(),
+            metrics.clone(),
+        ),
+        &transform.id,
+    );
     let mut lists = vec![(transform.id.clone(), fanout.readers())];
     let named = transform.config.outputs();
     if !named.is_empty() && transform.config.has_default_output() {
@@ -850,8 +867,9 @@ pub(crate) fn build_transform(
             let readers = downstream
                 .remove(format!("{}.{name}", transform.id).as_str())
                 .unwrap_or_default();
-            let out = charged(Fanout::new(readers, metrics.clone())).for_output(&name);
-            lists.push((format!("{}.{name}", transform.id), out.readers()));
+            let key = format!("{}.{name}", transform.id);
+            let out = charged(Fanout::new(readers, metrics.clone()), &key).for_output(&name);
+            lists.push((key, out.readers()));
             (name, out)
         })
         .collect();

@@ -401,8 +401,15 @@ async fn drive(config: &Config, test: &Test) -> anyhow::Result<Captured> {
     drop(senders);
     let mut tasks = Vec::new();
     for (transform, metrics, input) in built {
-        let task =
-            crate::topology::build_transform(transform, metrics, input, &mut downstream, None)?.0;
+        let task = crate::topology::build_transform(
+            transform,
+            metrics,
+            input,
+            &mut downstream,
+            None,
+            None,
+        )?
+        .0;
         tasks.push(tokio::spawn(task));
     }
     drop(downstream);

@@ -41,6 +41,7 @@ mod routing;
 mod rsyslog;
 mod shutdown;
 mod stateful;
+mod tap;
 mod tls;
 mod transforms;
 mod unit_tests;

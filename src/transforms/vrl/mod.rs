@@ -342,6 +342,36 @@ impl Runner {
     }
 }
 
+/// Compiles a condition given outside a configuration (`loghaul tap --condition`): a
+/// read-only VRL program that returns a boolean.
+///
+/// # Errors
+///
+/// VRL's diagnostics, rendered, or why the program is no condition.
+pub fn compile_condition(source: &str) -> Result<Program, String> {
+    let result = vrl::compiler::compile(source, &FUNCTIONS).map_err(|diagnostics| {
+        diagnostics
+            .iter()
+            .map(|d| render(source, d))
+            .collect::<Vec<_>>()
+            .join("\n")
+    })?;
+    if !result.program.info().target_assignments.is_empty() {
+        return Err("a condition cannot change the event".to_owned());
+    }
+    let kind = result.program.final_type_info().result.kind().clone();
+    if !kind.is_boolean() {
+        return Err(format!(
+            "a condition must return a boolean; this one returns {kind}"
+        ));
+    }
+    Ok(Program {
+        source: source.into(),
+        program: Arc::new(result.program),
+        fast: fast::lower(source).map(Arc::new),
+    })
+}
+
 /// Compiles a read-only expression for display (a failed `assert_eq!`'s sides); `None` when it
 /// does not compile on its own (it names a variable of the program).
 pub fn compile_expression(source: &str) -> Option<Program> {
