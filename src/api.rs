@@ -190,6 +190,14 @@ impl hyper::body::Body for ApiBody {
             ApiBody::Lines(_) => false,
         }
     }
+
+    // The exact size of a whole body: it goes out with `Content-Length`, not chunked.
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        match self {
+            ApiBody::Whole(full) => full.size_hint(),
+            ApiBody::Lines(_) => hyper::body::SizeHint::default(),
+        }
+    }
 }
 
 /// `GET /tap?outputs=A,B.NAME&condition=VRL&limit=N&rate=N`: events sent on the named outputs
@@ -346,6 +354,11 @@ fn handle(req: &Request<Incoming>, registry: &Registry) -> Response<ApiBody> {
             }
             respond(status, "application/json", body.to_string())
         }
+        (&Method::GET, "/graph") => respond(
+            StatusCode::OK,
+            "application/json",
+            registry.graph().to_string(),
+        ),
         (&Method::GET, "/metrics") => respond(
             StatusCode::OK,
             "text/plain; version=0.0.4; charset=utf-8",
@@ -354,7 +367,7 @@ fn handle(req: &Request<Incoming>, registry: &Registry) -> Response<ApiBody> {
         _ => respond(
             StatusCode::NOT_FOUND,
             "application/json",
-            r#"{"error":"not found: try /health, /metrics or POST /reload"}"#.into(),
+            r#"{"error":"not found: try /health, /metrics, /graph, /tap or POST /reload"}"#.into(),
         ),
     }
 }

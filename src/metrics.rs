@@ -548,6 +548,38 @@ pub struct Registry {
     last_reload: Mutex<Option<ReloadOutcome>>,
     /// Every output's tap point, for `loghaul tap` through the API.
     pub taps: crate::tap::TapHub,
+    /// What each running transform and sink reads (`inputs`), for the graph of `GET /graph`.
+    wiring: Mutex<Vec<(String, Vec<String>)>>,
+    started: std::sync::OnceLock<Instant>,
+}
+
+/// One component as `GET /graph` (and so `loghaul top` and the console) shows it.
+#[derive(Debug, serde::Serialize)]
+pub struct ComponentSnapshot {
+    pub id: String,
+    pub kind: &'static str,
+    #[serde(rename = "type")]
+    pub component_type: &'static str,
+    pub inputs: Vec<String>,
+    pub health: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub received_events: u64,
+    pub received_bytes: u64,
+    pub sent_events: u64,
+    pub sent_bytes: u64,
+    /// Per named output (components with several).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<(String, u64)>,
+    pub errors: u64,
+    pub discarded: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_connections: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buffer_events: Option<i64>,
+    /// Batches queued, and the most the queue holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buffer_batches: Option<(i64, i64)>,
 }
 
 /// What a configuration reload did.
@@ -597,6 +629,78 @@ impl Registry {
         let m = Arc::new(ComponentMetrics::new(id, kind, component_type));
         c.push(m.clone());
         m
+    }
+
+    /// Records what each transform and sink reads (the running configuration's `inputs`).
+    pub fn set_wiring(&self, wiring: Vec<(String, Vec<String>)>) {
+        let _ = self.started.set(Instant::now());
+        if let Ok(mut w) = self.wiring.lock() {
+            *w = wiring;
+        }
+    }
+
+    /// Every component with its counters now, in the configuration's order by kind, as JSON
+    /// for `GET /graph`: `{"uptime_ms":..,"components":[..],"memory":{..},"last_reload":..}`.
+    pub fn graph(&self) -> serde_json::Value {
+        let wiring = self.wiring.lock().map(|w| w.clone()).unwrap_or_default();
+        let mut components: Vec<ComponentSnapshot> = self
+            .components()
+            .iter()
+            .map(|c| {
+                let (health, reason) = c.reported_health();
+                let listens = c.kind == ComponentKind::Source;
+                let queued = c.kind != ComponentKind::Source;
+                ComponentSnapshot {
+                    id: c.id.clone(),
+                    kind: c.kind.as_str(),
+                    component_type: c.component_type,
+                    inputs: wiring
+                        .iter()
+                        .find(|(id, _)| *id == c.id)
+                        .map(|(_, i)| i.clone())
+                        .unwrap_or_default(),
+                    health: health.as_str(),
+                    reason,
+                    received_events: c.received_events.load(Ordering::Relaxed),
+                    received_bytes: c.received_bytes.load(Ordering::Relaxed),
+                    sent_events: c.sent_events.load(Ordering::Relaxed),
+                    sent_bytes: c.sent_bytes.load(Ordering::Relaxed),
+                    outputs: c
+                        .outputs
+                        .lock()
+                        .map(|o| {
+                            o.iter()
+                                .map(|(n, v)| (n.clone(), v.load(Ordering::Relaxed)))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                    errors: c.errors.iter().map(|e| e.load(Ordering::Relaxed)).sum(),
+                    discarded: c.discarded.iter().map(|d| d.load(Ordering::Relaxed)).sum(),
+                    open_connections: listens
+                        .then(|| c.open_connections.load(Ordering::Relaxed)),
+                    buffer_events: queued.then(|| c.buffer_events.load(Ordering::Relaxed)),
+                    buffer_batches: queued.then(|| {
+                        (
+                            c.buffer_batches.load(Ordering::Relaxed),
+                            c.buffer_max_batches.load(Ordering::Relaxed),
+                        )
+                    }),
+                }
+            })
+            .collect();
+        let order = |k: &str| match k {
+            "source" => 0,
+            "transform" => 1,
+            _ => 2,
+        };
+        components.sort_by_key(|c| order(c.kind));
+        let budget = self.budget.lock().ok().and_then(|b| b.clone());
+        serde_json::json!({
+            "uptime_ms": self.started.get().map_or(0, |s| s.elapsed().as_millis() as u64),
+            "components": components,
+            "memory": budget.map(|b| serde_json::json!({"used": b.used(), "limit": b.limit()})),
+            "last_reload": self.last_reload(),
+        })
     }
 
     /// Puts back the components as [`Registry::components`] listed them (a reload that failed

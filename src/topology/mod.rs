@@ -457,6 +457,13 @@ impl Topology {
             .chain(next.sinks.iter().map(|s| s.id.as_str()))
             .collect();
         self.registry.retain(|id| ids.contains(id));
+        self.registry.set_wiring(
+            next.transforms
+                .iter()
+                .map(|t| (t.id.clone(), t.inputs.clone()))
+                .chain(next.sinks.iter().map(|s| (s.id.clone(), s.inputs.clone())))
+                .collect(),
+        );
         self.prune();
         self.config = next;
         if !failed.is_empty() {
