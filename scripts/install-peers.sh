@@ -3,7 +3,7 @@
 # integration tests use. Idempotent and non-interactive (CI=true, no stdin); run as root on Debian 12.
 #
 #   rsyslog (+ rsyslog-gnutls, rsyslog-openssl), bsdutils (logger), openssl,
-#   ruby + ruby-eventmachine                                -> installed with apt
+#   ruby + ruby-eventmachine, tmux, chromium + chromium-driver -> installed with apt
 #   syslog-ng-core (syslog-ng, loggen)                      -> extracted privately into $PEERS_DIR/syslog-ng
 #
 # and the peers of the HTTP experiments (programs, command lines, credits: bench/peers/http/README.md):
@@ -89,6 +89,9 @@ apt_install rsyslog bsdutils ruby ruby-eventmachine
 apt_install rsyslog-gnutls rsyslog-openssl openssl
 # The HTTP experiments' load tools and Ruby clients (Net::HTTP comes with ruby itself).
 apt_install apache2-utils wrk curl ruby-curb ruby-em-http-request
+# A terminal for the tests of `loghaul top` (driven as a person would: send-keys, capture-pane), and
+# a real browser with its WebDriver for the tests of the console.
+apt_install tmux chromium chromium-driver
 
 # syslog-ng: private extraction. Its library dependencies are installed by apt; the package itself is not.
 # The libraries are checked on every run (a no-op when present): a kept /opt with a fresh system would

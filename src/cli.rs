@@ -101,6 +101,12 @@ pub enum Command {
         #[command(subcommand)]
         command: ConfigCommand,
     },
+    /// A live view of a running server in the terminal: rates, errors, drops, buffers and
+    /// health per component (through its API). `q` quits.
+    Top {
+        #[command(flatten)]
+        api: ApiArgs,
+    },
     /// Live events from a running server's outputs, through its API (sampled: the pipeline
     /// never waits for a viewer; what is skipped is counted and shown).
     Tap(TapArgs),

@@ -17,6 +17,7 @@ pub mod sources;
 pub mod systemd;
 pub mod tap;
 pub mod tap_client;
+pub mod top;
 pub mod topology;
 pub mod transforms;
 pub mod unit_test;

@@ -68,6 +68,11 @@ fn main() -> ExitCode {
             .map(|report| print!("{report}"))
             .with_context(|| format!("cannot inspect {}", path.display())),
         Command::Bench { command } => loghaul_bench::cli::run(command),
+        Command::Top { api } => loghaul::top::run(&loghaul::tap_client::Api {
+            url: api.api,
+            token: api.token,
+            config: api.config,
+        }),
         Command::Tap(args) => loghaul::tap_client::run(&loghaul::tap_client::Request {
             outputs: args.outputs,
             condition: args.condition,

@@ -676,8 +676,7 @@ impl Registry {
                         .unwrap_or_default(),
                     errors: c.errors.iter().map(|e| e.load(Ordering::Relaxed)).sum(),
                     discarded: c.discarded.iter().map(|d| d.load(Ordering::Relaxed)).sum(),
-                    open_connections: listens
-                        .then(|| c.open_connections.load(Ordering::Relaxed)),
+                    open_connections: listens.then(|| c.open_connections.load(Ordering::Relaxed)),
                     buffer_events: queued.then(|| c.buffer_events.load(Ordering::Relaxed)),
                     buffer_batches: queued.then(|| {
                         (

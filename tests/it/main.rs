@@ -43,6 +43,7 @@ mod shutdown;
 mod stateful;
 mod tap;
 mod tls;
+mod top;
 mod transforms;
 mod unit_tests;
 mod validate;
