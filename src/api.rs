@@ -1,8 +1,10 @@
-//! The operations API: `GET /health`, `GET /metrics` (Prometheus text), `POST /reload` (load
-//! the configuration again; answered once the reload is over) and `GET /tap` (live events, as
-//! lines of JSON for as long as the client reads) over HTTP/1.1, behind
-//! a bearer token (`api.token`) and TLS (`api.tls`) when configured; validation refuses an API
-//! reachable from other machines that has neither a token nor client certificates.
+//! The operations API: `GET /` (the live console, a page of its own), `GET /health`,
+//! `GET /metrics` (Prometheus text), `GET /graph` (every component's counters as JSON),
+//! `POST /reload` (load the configuration again; answered once the reload is over) and
+//! `GET /tap` (live events, as lines of JSON for as long as the client reads) over HTTP/1.1,
+//! behind a bearer token (`api.token`, every path but the page itself) and TLS (`api.tls`) when
+//! configured; validation refuses an API reachable from other machines that has neither a token
+//! nor client certificates.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -107,6 +109,10 @@ pub fn serve(
                     let metrics = metrics.clone();
                     let reload = reload.clone();
                     async move {
+                        // The console page holds no data: it asks for the token itself.
+                        if req.uri().path() == "/" && req.method() == Method::GET {
+                            return Ok::<_, Infallible>(console());
+                        }
                         if let Some(expected) = authorization.as_deref()
                             && !authorized(&req, expected)
                         {
@@ -158,6 +164,34 @@ fn unauthorized() -> Response<ApiBody> {
     resp.headers_mut().insert(
         hyper::header::WWW_AUTHENTICATE,
         hyper::header::HeaderValue::from_static("Bearer realm=\"loghaul\""),
+    );
+    resp
+}
+
+/// The live console: one page, its script and style inline, embedded in the binary.
+const CONSOLE: &str = include_str!("console.html");
+
+/// `GET /`: the console page. It reaches nothing but this API (its policy says so).
+fn console() -> Response<ApiBody> {
+    let mut resp = respond(
+        StatusCode::OK,
+        "text/html; charset=utf-8",
+        CONSOLE.to_owned(),
+    );
+    let h = resp.headers_mut();
+    h.insert(
+        hyper::header::CONTENT_SECURITY_POLICY,
+        hyper::header::HeaderValue::from_static(
+            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'",
+        ),
+    );
+    h.insert(
+        hyper::header::X_FRAME_OPTIONS,
+        hyper::header::HeaderValue::from_static("DENY"),
+    );
+    h.insert(
+        hyper::header::CACHE_CONTROL,
+        hyper::header::HeaderValue::from_static("no-store"),
     );
     resp
 }

@@ -48,3 +48,4 @@ mod transforms;
 mod unit_tests;
 mod validate;
 mod vrl_docs;
+mod web_console;
