@@ -43,7 +43,7 @@ sinks:
                 }
                 let mut chunk = String::new();
                 for _ in 0..(500 + (round % 7) * 300) {
-                    let pri = if i % 3 == 0 { 11 } else { 13 };
+                    let pri = if i.is_multiple_of(3) { 11 } else { 13 };
                     chunk.push_str(&format!("<{pri}>Oct 11 22:14:15 host app: load {i}\n"));
                     i += 1;
                 }
