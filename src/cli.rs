@@ -1,4 +1,5 @@
-//! Command-line interface: `run`, `validate`, `test`, `config default`, `dlq`, `buffer`, `bench`.
+//! Command-line interface: `run`, `validate`, `test`, `top`, `tap`, `config default`, `dlq`,
+//! `buffer`, `bench`, and the hidden `generate` the package build uses.
 
 use std::path::PathBuf;
 
@@ -53,9 +54,12 @@ Output: `test NAME ... passed` or `... failed`, then for each failure the assert
 failed (for assert_eq!, both sides' values) and the event that came out, as JSON.
 See docs/configuration.md, \"Unit tests\".";
 
+/// `--version`: the version, the commit and the target it was built for.
+const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("LOGHAUL_BUILD"), ")");
+
 /// A log ingestion and forwarding server: syslog in, JSON lines out, without losing an event.
 #[derive(Parser, Debug)]
-#[command(name = "loghaul", version, about, after_help = EXAMPLES)]
+#[command(name = "loghaul", version = VERSION, about, after_help = EXAMPLES)]
 pub struct Cli {
     /// More of loghaul's own logging (-v debug, -vv trace); LOGHAUL_LOG overrides (e.g. `info,loghaul=debug`).
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -81,9 +85,11 @@ pub enum Command {
     },
     /// Check a configuration: exit 0 when valid, otherwise print every error with its location.
     Validate {
-        /// Configuration file (.yaml/.yml, .toml or .json).
-        #[arg(short, long)]
-        config: PathBuf,
+        /// Configuration file (.yaml/.yml, .toml or .json), as `run` takes it.
+        #[arg(short, long, env = "LOGHAUL_CONFIG")]
+        config: Option<PathBuf>,
+        /// The configuration file, given without -c (it wins over LOGHAUL_CONFIG).
+        path: Option<PathBuf>,
     },
     /// Run the configuration's unit tests: insert events at sources or transforms, run the
     /// transforms, check what comes out with VRL assertions.
@@ -119,6 +125,12 @@ pub enum Command {
     Buffer {
         #[command(subcommand)]
         command: BufferCommand,
+    },
+    /// Files the package ships, made from this command line: the man pages, shell completions.
+    #[command(hide = true)]
+    Generate {
+        #[command(subcommand)]
+        what: GenerateCommand,
     },
     /// The benchmark lab: load generator, meter and scenarios against peers.
     Bench {
@@ -171,6 +183,18 @@ pub enum TapFormat {
     Yaml,
     /// `output=... key=value ...`, one line per event, nested keys joined by dots.
     Logfmt,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum GenerateCommand {
+    /// `loghaul.1` and a page per subcommand (`loghaul-run.1`...) into DIR.
+    Man { dir: PathBuf },
+    /// The completion script for SHELL into DIR.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+        dir: PathBuf,
+    },
 }
 
 #[derive(Subcommand, Debug)]

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use clap::Parser as _;
 use loghaul::{config, server};
 
-use cli::{BufferCommand, Cli, Command, ConfigCommand, DlqCommand};
+use cli::{BufferCommand, Cli, Command, ConfigCommand, DlqCommand, GenerateCommand};
 
 /// jemalloc for Rust and, through its unprefixed `malloc`, for librdkafka: its per-thread caches
 /// take a block freed on another thread than the one that allocated it without a lock, where
@@ -42,13 +42,24 @@ unsafe impl Sync for MallocConf {}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run { .. }) {
+        quiet_broken_pipe();
+    }
     init_logging(cli.verbose);
     let result = match cli.command {
         Command::Run {
             config,
             watch_config,
         } => server::run(config, watch_config),
-        Command::Validate { config } => return server::validate(&config),
+        Command::Validate { config, path } => match path.or(config) {
+            Some(path) => return server::validate(&path),
+            None => {
+                eprintln!(
+                    "error: no configuration to validate: give its path, -c PATH, or LOGHAUL_CONFIG"
+                );
+                return ExitCode::from(2);
+            }
+        },
         Command::Test { config, files } => return loghaul::unit_test::command(&config, &files),
         Command::Config {
             command: ConfigCommand::Default,
@@ -68,6 +79,7 @@ fn main() -> ExitCode {
             .map(|report| print!("{report}"))
             .with_context(|| format!("cannot inspect {}", path.display())),
         Command::Bench { command } => loghaul_bench::cli::run(command),
+        Command::Generate { what } => generate(what),
         Command::Top { api } => loghaul::top::run(&loghaul::tap_client::Api {
             url: api.api,
             token: api.token,
@@ -95,6 +107,40 @@ fn main() -> ExitCode {
         Err(error) => {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// A command whose output goes into `| head` ends quietly when the pipe closes, as Unix tools
+/// do, instead of panicking on the failed write. Not for `run`: a server's sockets report a
+/// closed peer as an error to handle, never as a signal.
+#[allow(unsafe_code)]
+fn quiet_broken_pipe() {
+    // SAFETY: restores the default disposition of one signal before any thread is started; no
+    // handler of ours is replaced.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+/// `loghaul generate`: the man pages or a completion script, from the command line's own
+/// definition (so they never disagree with `--help`).
+fn generate(what: GenerateCommand) -> anyhow::Result<()> {
+    use clap::CommandFactory as _;
+    match what {
+        GenerateCommand::Man { dir } => {
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            clap_mangen::generate_to(Cli::command(), &dir)
+                .with_context(|| format!("cannot write the man pages into {}", dir.display()))
+        }
+        GenerateCommand::Completions { shell, dir } => {
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            let path = clap_complete::generate_to(shell, &mut Cli::command(), "loghaul", &dir)
+                .with_context(|| format!("cannot write the completions into {}", dir.display()))?;
+            println!("{}", path.display());
+            Ok(())
         }
     }
 }
