@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs what loghaul needs to build on a fresh Debian machine and builds the release binary.
-# Usage: scripts/install.sh            (then: ./target/release/loghaul run)
+# Installs what loghaul needs to build on a fresh Debian machine, builds the release binary and puts
+# it on the PATH as /usr/local/bin/loghaul (without its debug info).
+# Usage: scripts/install.sh            (then: loghaul run)
 #        scripts/install.sh --deps-only  the toolchain and build dependencies, no build
 #                                        (scripts/test.sh builds in its own profile)
 # Idempotent and non-interactive (safe under CI=true with no stdin).
@@ -34,4 +35,10 @@ fi
 [ "${1:-}" = "--deps-only" ] && exit 0
 
 cargo build --release --locked --bin loghaul
-echo "install.sh: built $(pwd)/target/release/loghaul ($(./target/release/loghaul --version))"
+# The release profile keeps line tables for profiling (target/release/loghaul); the installed copy
+# leaves them out.
+tmp="$(mktemp)"
+objcopy --strip-debug --strip-unneeded target/release/loghaul "$tmp"
+as_root install -m 0755 "$tmp" /usr/local/bin/loghaul
+rm -f "$tmp"
+echo "install.sh: installed /usr/local/bin/loghaul ($(/usr/local/bin/loghaul --version))"
