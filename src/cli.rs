@@ -65,6 +65,15 @@ pub struct Cli {
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     pub verbose: u8,
 
+    /// Less of loghaul's own logging (-q warnings and errors only, -qq errors only).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true, conflicts_with = "verbose")]
+    pub quiet: u8,
+
+    /// How loghaul's own log lines are written on stderr: `text` (colored on a terminal) or
+    /// `json` (one object per line, for a log collector).
+    #[arg(long, value_enum, env = "LOGHAUL_LOG_FORMAT", default_value_t = LogFormat::Text, global = true)]
+    pub log_format: LogFormat,
+
     #[command(subcommand)]
     pub command: Command,
 }
@@ -137,6 +146,12 @@ pub enum Command {
         #[command(subcommand)]
         command: loghaul_bench::cli::BenchCommand,
     },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 /// How to reach a running server's API.

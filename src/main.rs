@@ -45,7 +45,7 @@ fn main() -> ExitCode {
     if !matches!(cli.command, Command::Run { .. }) {
         quiet_broken_pipe();
     }
-    init_logging(cli.verbose);
+    init_logging(cli.verbose, cli.quiet, cli.log_format);
     let result = match cli.command {
         Command::Run {
             config,
@@ -145,18 +145,28 @@ fn generate(what: GenerateCommand) -> anyhow::Result<()> {
     }
 }
 
-fn init_logging(verbose: u8) {
+fn init_logging(verbose: u8, quiet: u8, format: cli::LogFormat) {
     use tracing_subscriber::EnvFilter;
-    let default = match verbose {
-        0 => "info",
-        1 => "info,loghaul=debug",
+    let default = match (verbose, quiet) {
+        (0, 0) => "info",
+        (0, 1) => "warn",
+        (0, _) => "error",
+        (1, _) => "info,loghaul=debug",
         _ => "trace",
     };
     let filter = EnvFilter::try_from_env("LOGHAUL_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .init();
+        .with_target(false);
+    match format {
+        cli::LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+        cli::LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
 }

@@ -133,7 +133,65 @@ pub enum DiscardReason {
     Sampled,
 }
 
+impl ErrorKind {
+    /// Whether a component of `kind` and type `ty` can count this kind of error: `/metrics`
+    /// exports a zero series only for those (any count above zero is exported whatever this
+    /// says).
+    fn applies(self, kind: ComponentKind, ty: &str) -> bool {
+        use ErrorKind as E;
+        let listens = matches!(ty, "syslog" | "fluent" | "http_server");
+        match kind {
+            ComponentKind::Source => match self {
+                E::Parse | E::InvalidUtf8 | E::Oversized | E::Io | E::MemoryLimit => true,
+                E::Framing => ty == "syslog" || ty == "fluent",
+                E::ConnectionLimit | E::Tls | E::Timeout => listens,
+                E::Protocol | E::Decompression => matches!(ty, "fluent" | "http_server" | "kafka"),
+                E::Auth => matches!(ty, "fluent" | "http_server" | "kafka"),
+                E::Ack => matches!(ty, "fluent" | "http_server" | "file" | "kafka"),
+                E::Checkpoint => matches!(ty, "file" | "kafka"),
+                E::Program | E::Merge => false,
+            },
+            ComponentKind::Transform => match self {
+                E::Program => matches!(ty, "remap" | "route" | "filter"),
+                E::Merge => ty == "reduce",
+                _ => false,
+            },
+            ComponentKind::Sink => match self {
+                E::Io => true,
+                E::Protocol | E::Auth | E::Tls | E::Timeout => {
+                    matches!(ty, "fluent" | "http" | "kafka")
+                }
+                E::Ack => ty == "fluent",
+                _ => false,
+            },
+        }
+    }
+}
+
 impl DiscardReason {
+    /// As [`ErrorKind::applies`], for discards.
+    fn applies(self, kind: ComponentKind, ty: &str) -> bool {
+        use DiscardReason as D;
+        match kind {
+            ComponentKind::Source => match self {
+                D::QueueFull => ty == "syslog",
+                D::DownstreamClosed | D::Invalid | D::Unsupported | D::MemoryLimit => true,
+                _ => false,
+            },
+            ComponentKind::Transform => match self {
+                D::DownstreamClosed => true,
+                D::Filtered => ty == "filter",
+                D::Unrouted => ty == "route",
+                D::ProgramDropped => ty == "remap",
+                D::Throttled => ty == "throttle",
+                D::Duplicate => ty == "dedupe",
+                D::Sampled => ty == "sample",
+                _ => false,
+            },
+            ComponentKind::Sink => matches!(self, D::WriteFailed | D::BufferFull | D::Invalid),
+        }
+    }
+
     const ALL: [DiscardReason; 13] = [
         DiscardReason::QueueFull,
         DiscardReason::Filtered,
@@ -860,7 +918,9 @@ impl Registry {
                 |c| {
                     ErrorKind::ALL
                         .iter()
-                        .map(|&k| (k.as_str(), c.errors(k)))
+                        .map(|&k| (k, c.errors(k)))
+                        .filter(|&(k, n)| n > 0 || k.applies(c.kind, c.component_type))
+                        .map(|(k, n)| (k.as_str(), n))
                         .collect()
                 },
             ),
@@ -871,7 +931,9 @@ impl Registry {
                 |c| {
                     DiscardReason::ALL
                         .iter()
-                        .map(|&r| (r.as_str(), c.discarded_count(r)))
+                        .map(|&r| (r, c.discarded_count(r)))
+                        .filter(|&(r, n)| n > 0 || r.applies(c.kind, c.component_type))
+                        .map(|(r, n)| (r.as_str(), n))
                         .collect()
                 },
             ),
@@ -953,6 +1015,7 @@ impl Registry {
                 );
             }
         }
+        render_process(&mut out);
         let name = "loghaul_config_reloads_total";
         let _ = writeln!(
             out,
@@ -962,6 +1025,101 @@ impl Registry {
         );
         out
     }
+}
+
+/// The `process_*` series Prometheus clients export (CPU, memory, descriptors, start time), read
+/// from `/proc/self`, and `loghaul_build_info`.
+fn render_process(out: &mut String) {
+    let name = "loghaul_build_info";
+    let _ = writeln!(
+        out,
+        "# HELP {name} The running binary: version, commit and target.\n# TYPE {name} gauge\n{name}{{version=\"{}\",build=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        escape_label(env!("LOGHAUL_BUILD")),
+    );
+    let mut gauge = |name: &str, kind: &str, help: &str, value: f64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    };
+    let ticks = clock_ticks();
+    let page = page_size();
+    if let Ok(stat) = std::fs::read_to_string("/proc/self/stat")
+        // The fields after the command name (which may hold spaces) are space-separated.
+        && let Some((_, rest)) = stat.rsplit_once(')')
+    {
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // Fields 14 and 15 (utime, stime) and 22 (starttime) of proc(5), counted from the state
+        // (field 3) at index 0.
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let cpu = (num(11) + num(12)) / ticks;
+        gauge(
+            "process_cpu_seconds_total",
+            "counter",
+            "Total user and system CPU time spent in seconds.",
+            cpu,
+        );
+        if let Some(boot) = boot_time() {
+            gauge(
+                "process_start_time_seconds",
+                "gauge",
+                "Start time of the process since unix epoch in seconds.",
+                boot + num(19) / ticks,
+            );
+        }
+        gauge(
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory size in bytes.",
+            num(20),
+        );
+        gauge(
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size in bytes.",
+            num(21) * page,
+        );
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        gauge(
+            "process_open_fds",
+            "gauge",
+            "Number of open file descriptors.",
+            fds.count() as f64,
+        );
+    }
+    if let Ok((soft, _)) = rlimit::getrlimit(rlimit::Resource::NOFILE) {
+        gauge(
+            "process_max_fds",
+            "gauge",
+            "Maximum number of open file descriptors.",
+            soft as f64,
+        );
+    }
+}
+
+#[allow(unsafe_code)]
+fn clock_ticks() -> f64 {
+    // SAFETY: sysconf reads a configuration value; it has no preconditions.
+    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if t > 0 { t as f64 } else { 100.0 }
+}
+
+#[allow(unsafe_code)]
+fn page_size() -> f64 {
+    // SAFETY: as in `clock_ticks`.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 { p as f64 } else { 4096.0 }
+}
+
+/// The machine's boot time (`btime` of /proc/stat), in seconds since the epoch.
+fn boot_time() -> Option<f64> {
+    std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// Labels after the component's: `,name="value"` each.
@@ -981,6 +1139,43 @@ fn escape_label(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Series that can happen, and the process's: a file sink has no `decompression` errors nor
+    /// `filtered` discards; a syslog source has `framing` errors; any count above zero shows.
+    #[test]
+    fn exports_the_series_that_can_happen_and_the_process() {
+        let reg = Registry::default();
+        let sink = reg.register("out", ComponentKind::Sink, "file");
+        reg.register("in", ComponentKind::Source, "syslog");
+        sink.error(ErrorKind::Parse, 2);
+        let text = reg.render();
+        assert!(!text.contains(
+            r#"component_id="out",component_kind="sink",component_type="file",kind="decompression""#
+        ));
+        assert!(!text.contains(r#"component_type="file",reason="filtered""#));
+        assert!(
+            text.contains(r#"component_type="file",kind="io"} 0"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"component_type="file",kind="parse"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"component_type="syslog",kind="framing"} 0"#),
+            "{text}"
+        );
+        for name in [
+            "process_cpu_seconds_total ",
+            "process_resident_memory_bytes ",
+            "process_open_fds ",
+            "process_max_fds ",
+            "process_start_time_seconds ",
+            "loghaul_build_info{",
+        ] {
+            assert!(text.contains(name), "{name} in:\n{text}");
+        }
+    }
 
     #[test]
     fn renders_the_memory_budget() {

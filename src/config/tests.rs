@@ -803,3 +803,16 @@ sinks:
     at(&e, 4, 75, "`retry.max` is shorter than `retry.initial`");
     at(&e, 5, 70, "`max_events` is for memory buffers");
 }
+
+/// One mistake, one error: a misspelt required key is its unknown key (naming the right one),
+/// not also a missing field; `inputs` given as a string is its type error, not also "no inputs".
+#[test]
+fn one_mistake_makes_one_error() {
+    let e = errs(
+        "sources:\n  syslog_tcp: { type: syslog, mode: tcp, adress: \"127.0.0.1:5514\" }\nsinks:\n  out: { type: file, inputs: syslog_tcp, path: /tmp/x.jsonl }\n",
+    );
+    assert_eq!(e.len(), 2, "{e}");
+    let typo = at(&e, 2, 42, "unknown key `adress`");
+    assert_eq!(typo.hint.as_deref(), Some("did you mean 'address'?"));
+    at(&e, 4, 30, "`inputs`: expected a list");
+}

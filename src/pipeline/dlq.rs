@@ -310,6 +310,9 @@ pub fn claim(data_dir: &Path, id: &str) -> std::io::Result<Option<PathBuf>> {
 /// # Errors
 ///
 /// No such sink, a sink type that cannot replay, or the files cannot be read or written.
+///
+/// Also an error when some letters failed again or were damaged: the summary says how many,
+/// and where they are kept.
 pub fn replay_command(config: &crate::config::Config, id: &str) -> anyhow::Result<String> {
     use anyhow::Context as _;
     use loghaul_config::ComponentSet as _;
@@ -404,6 +407,11 @@ pub fn replay_command(config: &crate::config::Config, id: &str) -> anyhow::Resul
             damaged.len(),
             claimed.with_extension("damaged").display()
         ));
+    }
+    // A replay that left letters behind did not do its job: the command fails (exit 1), so a
+    // script that runs it learns so.
+    if !replayed.failed.is_empty() || !damaged.is_empty() {
+        anyhow::bail!("{summary}");
     }
     Ok(summary)
 }

@@ -165,6 +165,20 @@ fn http_sink_dead_letters_what_the_server_refuses_and_replay_sends_them_once() {
         "{stats}"
     );
 
+    // Replayed before the cause is fixed: they fail again, stay, and the command says so.
+    let failed = std::process::Command::new(BIN)
+        .args(["dlq", "replay", "--sink", "up", "-c", &config])
+        .current_dir(a.dir.path())
+        .env_remove("LOGHAUL_CONFIG")
+        .output()
+        .expect("run loghaul");
+    let stderr = String::from_utf8_lossy(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("replayed 0 of 60") && stderr.contains("60 failed again"),
+        "{stderr}"
+    );
+
     // The cause is fixed (here: the right path), and the dead letters are replayed, once.
     let fixed = a.dir.path().join("fixed.yaml");
     fs::write(

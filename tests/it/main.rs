@@ -36,6 +36,7 @@ mod kafka;
 mod listener;
 mod logger;
 mod memory;
+mod operations;
 mod package;
 mod reload;
 mod routing;

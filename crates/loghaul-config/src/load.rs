@@ -321,7 +321,13 @@ pub(crate) fn collect_all<T>(
             Err(e) => e,
         };
         if let Some(field) = e.missing {
-            if !removed.iter().any(|r| r == field) {
+            // A misspelt key (`adress`) is one mistake: its "did you mean" already names the
+            // missing field, which needs no error of its own.
+            let suggested = format!("did you mean '{field}'?");
+            let misspelt = errors
+                .iter()
+                .any(|u| u.hint.as_deref() == Some(suggested.as_str()));
+            if !removed.iter().any(|r| r == field) && !misspelt {
                 errors.push(e);
             }
             return Err(errors);

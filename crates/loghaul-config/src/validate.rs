@@ -663,7 +663,12 @@ pub(crate) fn validate<R: Registry>(
     let mut read_ids: HashSet<&str> = HashSet::new();
     for d in declared.iter().filter(|d| d.kind != ComponentKind::Source) {
         let (kind, id, section) = (d.kind, d.id.as_str(), d.kind.section());
-        if d.inputs.is_empty() {
+        // `inputs` that are not a list already have their error (one mistake, one error).
+        let not_a_list = cx
+            .root
+            .find(&[section, id, "inputs"])
+            .is_some_and(|(_, n)| !matches!(n.kind, crate::node::Kind::Seq(_)));
+        if d.inputs.is_empty() && !not_a_list {
             let example = readable.first().copied().unwrap_or("my_source");
             let pos = cx
                 .root
