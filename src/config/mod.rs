@@ -50,6 +50,8 @@ pub fn default_config() -> Result<Config, ConfigErrors> {
 #[cfg(test)]
 mod docs_tests;
 #[cfg(test)]
+mod examples_tests;
+#[cfg(test)]
 pub(crate) mod testing;
 #[cfg(test)]
 mod tests;
