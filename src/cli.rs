@@ -99,6 +99,9 @@ pub enum Command {
         config: Option<PathBuf>,
         /// The configuration file, given without -c (it wins over LOGHAUL_CONFIG).
         path: Option<PathBuf>,
+        /// Also try what the sinks need: their directories writable, their servers reachable.
+        #[arg(long)]
+        check: bool,
     },
     /// Run the configuration's unit tests: insert events at sources or transforms, run the
     /// transforms, check what comes out with VRL assertions.

@@ -51,8 +51,12 @@ fn main() -> ExitCode {
             config,
             watch_config,
         } => server::run(config, watch_config),
-        Command::Validate { config, path } => match path.or(config) {
-            Some(path) => return server::validate(&path),
+        Command::Validate {
+            config,
+            path,
+            check,
+        } => match path.or(config) {
+            Some(path) => return server::validate(&path, check),
             None => {
                 eprintln!(
                     "error: no configuration to validate: give its path, -c PATH, or LOGHAUL_CONFIG"

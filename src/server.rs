@@ -50,14 +50,33 @@ pub fn dlq_replay(sink: &str, config: Option<&Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `loghaul validate`: loads the configuration at `path` and says what is wrong with it.
-pub fn validate(path: &Path) -> ExitCode {
+/// `loghaul validate`: loads the configuration at `path` and says what is wrong with it; with
+/// `check`, also tries what each sink needs (see [`crate::sinks::BuildSink::check`]).
+pub fn validate(path: &Path, check: bool) -> ExitCode {
     match Config::load(path) {
         Ok(config) => {
             for warning in config.warnings() {
                 eprintln!("{warning}");
             }
-            println!("{}: ok", path.display());
+            let mut problems = Vec::new();
+            if check {
+                for sink in &config.sinks {
+                    for problem in sink.config.component().check() {
+                        problems.push(format!("sink `{}`: {problem}", sink.id));
+                    }
+                }
+            }
+            if !problems.is_empty() {
+                for p in &problems {
+                    eprintln!("{}: error: {p}", path.display());
+                }
+                return ExitCode::FAILURE;
+            }
+            println!(
+                "{}: ok{}",
+                path.display(),
+                if check { " (sinks checked)" } else { "" }
+            );
             for t in &config.transforms {
                 for note in t.config.component().notes() {
                     println!("  transform `{}`: {note}", t.id);

@@ -136,6 +136,13 @@ pub trait BuildSink: Send + Sync {
     /// Something the sink needs at start is missing, with what and why in the message.
     fn build(&self, cx: SinkContext) -> anyhow::Result<BuiltSink>;
 
+    /// `loghaul validate --check`: tries what the sink will need, as far as it can without
+    /// sending anything (its directory writable, its servers reachable). Each entry is a
+    /// problem; none means nothing was found wrong.
+    fn check(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Sends dead letters again (`loghaul dlq replay`); `None` when the sink type cannot.
     fn replay(
         &self,
@@ -145,6 +152,24 @@ pub trait BuildSink: Send + Sync {
         let _ = (cx, letters);
         None
     }
+}
+
+/// Whether a TCP connection to `address` (`host:port`) opens within a few seconds; the problem
+/// otherwise, for [`BuildSink::check`].
+pub fn reachable(address: &str) -> Result<(), String> {
+    use std::net::ToSocketAddrs as _;
+    let addrs: Vec<std::net::SocketAddr> = address
+        .to_socket_addrs()
+        .map_err(|e| format!("{address}: cannot resolve it: {e}"))?
+        .collect();
+    let mut last = format!("{address}: no address");
+    for addr in addrs {
+        match std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_secs(3)) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = format!("{address}: cannot connect to {addr}: {e}"),
+        }
+    }
+    Err(last)
 }
 
 /// What a replay of dead letters achieved.

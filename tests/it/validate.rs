@@ -328,3 +328,65 @@ sinks:
         "the collision is not located at either source (lines 2 and 3):\n{text}"
     );
 }
+
+/// `validate --check` tries what the sinks need: a path that can never be written and a server
+/// nobody listens on are errors (plain `validate` cannot know); once they are right, ok. It
+/// leaves nothing behind (its probes are removed).
+#[test]
+fn validate_check_tries_the_sinks_paths_and_servers() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let receiver = Server::start(
+        r#"api: { address: "127.0.0.1:{API}" }
+sources:
+  in: { type: fluent, address: "127.0.0.1:{TCP}" }
+sinks:
+  out: { type: blackhole, inputs: [in] }
+"#,
+    );
+    let nobody = free_tcp_port();
+    let config = |path: &str, port: u16| {
+        format!(
+            "sources:\n  in: {{ type: syslog, mode: udp, address: \"127.0.0.1:{{UDP}}\" }}\nsinks:\n  files: {{ type: file, inputs: [in], path: \"{path}\" }}\n  up: {{ type: fluent, inputs: [in], servers: [{{ address: \"127.0.0.1:{port}\" }}] }}\n"
+        )
+    };
+    let bad = write_config(
+        dir.path(),
+        "bad.yaml",
+        &config("/proc/nope/%Y.jsonl", nobody),
+    );
+    let bad = bad.to_string_lossy().into_owned();
+    let plain = loghaul(&["validate", &bad]);
+    assert!(plain.status.success(), "plain validate cannot know");
+    let checked = loghaul(&["validate", "--check", &bad]);
+    let stderr = String::from_utf8_lossy(&checked.stderr);
+    assert!(!checked.status.success());
+    assert!(
+        stderr.contains("sink `files`: path `/proc/nope/%Y.jsonl`: cannot create /proc/nope"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("sink `up`: 127.0.0.1:{nobody}: cannot connect")),
+        "{stderr}"
+    );
+
+    let out_dir = dir.path().join("logs/new");
+    let good = write_config(
+        dir.path(),
+        "good.yaml",
+        &config(
+            &format!("{}/%Y.jsonl", out_dir.display()),
+            receiver.ports.tcp,
+        ),
+    );
+    let checked = loghaul(&["validate", "--check", &good.to_string_lossy()]);
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    assert!(
+        !dir.path().join("logs").exists(),
+        "the probe directory is removed"
+    );
+    receiver.finish();
+}

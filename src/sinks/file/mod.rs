@@ -57,6 +57,53 @@ use crate::pipeline::dlq::DeadLetters;
 use crate::pipeline::{Delivery, Input, Prepare, Prepared};
 
 impl BuildSink for FileSinkConfig {
+    /// The directory the path's fixed part names can be written in, or made: tried for real
+    /// (a probe file made and removed, or the first missing directory made and removed), since
+    /// permission bits say nothing to root (`/proc/nope` is "writable" by them).
+    fn check(&self) -> Vec<String> {
+        let fixed_end = [self.path_raw.find('%'), self.path_raw.find("{{")]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(self.path_raw.len());
+        let fixed = &self.path_raw[..fixed_end];
+        // The directory of the fixed part: all of it when the template starts a file name.
+        let dir = match fixed.rfind('/') {
+            Some(at) => std::path::Path::new(&fixed[..at.max(1)]).to_path_buf(),
+            None => std::path::PathBuf::from("."),
+        };
+        let problem = |what: String| vec![format!("path `{}`: {what}", self.path_raw)];
+        if dir.is_dir() {
+            let probe = dir.join(format!(".loghaul-validate-{}", std::process::id()));
+            return match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&probe)
+            {
+                Ok(_) => {
+                    let _ = std::fs::remove_file(&probe);
+                    Vec::new()
+                }
+                Err(e) => problem(format!("cannot write in {}: {e}", dir.display())),
+            };
+        }
+        // The first missing directory on the way: making it is what the sink will do first.
+        let mut first_missing = dir.as_path();
+        while let Some(parent) = first_missing.parent() {
+            if parent.as_os_str().is_empty() || parent.exists() {
+                break;
+            }
+            first_missing = parent;
+        }
+        match std::fs::create_dir(first_missing) {
+            Ok(()) => {
+                let _ = std::fs::remove_dir(first_missing);
+                Vec::new()
+            }
+            Err(e) => problem(format!("cannot create {}: {e}", first_missing.display())),
+        }
+    }
+
     fn build(&self, cx: SinkContext) -> anyhow::Result<BuiltSink> {
         let dead = DeadLetters::new(&cx.id, &cx.data_dir, &cx.metrics);
         let sink =

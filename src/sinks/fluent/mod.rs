@@ -63,6 +63,14 @@ impl Prepare for FluentEncoder {
 }
 
 impl BuildSink for FluentSinkConfig {
+    /// Every server accepts a TCP connection.
+    fn check(&self) -> Vec<String> {
+        self.servers
+            .iter()
+            .filter_map(|s| super::reachable(&s.address).err())
+            .collect()
+    }
+
     fn build(&self, cx: SinkContext) -> anyhow::Result<BuiltSink> {
         if cx.retry.is_some() {
             // Its requests go back to the queue and are sent again on the next connection, with

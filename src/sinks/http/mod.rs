@@ -63,6 +63,27 @@ struct Request {
 }
 
 impl BuildSink for HttpSinkConfig {
+    /// The server of a fixed `uri` accepts a TCP connection.
+    fn check(&self) -> Vec<String> {
+        let config::UriSpec::Static(uri) = &self.uri else {
+            return Vec::new();
+        };
+        let Some(host) = uri.host() else {
+            return Vec::new();
+        };
+        let port = uri
+            .port_u16()
+            .unwrap_or(if uri.scheme_str() == Some("https") {
+                443
+            } else {
+                80
+            });
+        match super::reachable(&format!("{host}:{port}")) {
+            Ok(()) => Vec::new(),
+            Err(e) => vec![format!("uri `{uri}`: {e}")],
+        }
+    }
+
     fn build(&self, cx: SinkContext) -> anyhow::Result<BuiltSink> {
         let mut config = self.clone();
         config.retry = cx.retry.unwrap_or_default();

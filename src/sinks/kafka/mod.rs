@@ -41,6 +41,27 @@ use crate::pipeline::{Input, Prepare, QUEUE_BATCHES};
 const QUEUE_FULL_WAIT: Duration = Duration::from_millis(1);
 
 impl BuildSink for KafkaSinkConfig {
+    /// At least one bootstrap server accepts a TCP connection.
+    fn check(&self) -> Vec<String> {
+        let problems: Vec<String> = self
+            .bootstrap_servers
+            .split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| super::reachable(s).err())
+            .collect();
+        let servers = self
+            .bootstrap_servers
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .count();
+        if problems.len() < servers {
+            Vec::new()
+        } else {
+            problems
+        }
+    }
+
     fn build(&self, cx: SinkContext) -> anyhow::Result<BuiltSink> {
         if cx.retry.is_some() {
             // librdkafka retries what may pass on its own, for ever here (message.timeout.ms:
