@@ -293,7 +293,8 @@ pub struct RunArgs {
     /// Payload seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Results folder (default: bench/results/YYYY-MM-DD).
+    /// Results folder (default: bench/results/YYYY-MM-DD/SCENARIO-HHMMSS, a new one per run, so
+    /// no run replaces another's results).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// The loghaul binary to measure (default: this executable).
@@ -654,7 +655,10 @@ fn run_cmd(a: RunArgs) -> Result<()> {
         bail!("--runs and --subjects must not be empty");
     }
     let out = a.out.unwrap_or_else(|| {
-        PathBuf::from("bench/results").join(chrono::Local::now().format("%Y-%m-%d").to_string())
+        let now = chrono::Local::now();
+        PathBuf::from("bench/results")
+            .join(now.format("%Y-%m-%d").to_string())
+            .join(format!("{}-{}", a.scenario.name(), now.format("%H%M%S")))
     });
     let plan = Plan {
         scenario: a.scenario,

@@ -140,7 +140,13 @@ pub struct Tracker {
     loggen: bool,
     /// Only these generators' markers are read (others are skipped, not counted as malformed).
     only: Option<std::ops::Range<usize>>,
+    /// When kept: each latency sample as (arrival, latency), both in µs, the arrival counted
+    /// from `start_us`, for the delay within a window of the run (around a reload).
+    samples: Option<Vec<(u32, u32)>>,
 }
+
+/// The most samples a [`Tracker`] keeps (8 bytes each).
+const MAX_SAMPLES: usize = 4 << 20;
 
 /// One generator's counts in a [`Tracker`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -166,7 +172,36 @@ impl Tracker {
             finder: memmem::Finder::new(b"gen="),
             loggen: false,
             only: None,
+            samples: None,
         }
+    }
+
+    /// This tracker, keeping every latency sample with its arrival time (see
+    /// [`Tracker::latency_between`]).
+    pub fn keeping_samples(self) -> Self {
+        Self {
+            samples: Some(Vec::new()),
+            ..self
+        }
+    }
+
+    /// The `q` quantile of the latency (µs) of the samples that arrived between `from_us` and
+    /// `to_us` (µs since the epoch); `None` without kept samples in the window.
+    pub fn latency_between(&self, from_us: u64, to_us: u64, q: f64) -> Option<u64> {
+        let samples = self.samples.as_ref()?;
+        let from = from_us.saturating_sub(self.start_us);
+        let to = to_us.saturating_sub(self.start_us);
+        let mut window: Vec<u32> = samples
+            .iter()
+            .filter(|(at, _)| (from..to).contains(&u64::from(*at)))
+            .map(|&(_, l)| l)
+            .collect();
+        if window.is_empty() {
+            return None;
+        }
+        window.sort_unstable();
+        let i = ((window.len() - 1) as f64 * q).round() as usize;
+        window.get(i).map(|&l| u64::from(l))
     }
 
     /// This tracker, reading only the markers of generators `gens` (a later phase of a run whose
@@ -201,6 +236,9 @@ impl Tracker {
         self.markers += other.markers;
         self.malformed += other.malformed;
         self.latency.merge(&other.latency);
+        if let (Some(mine), Some(theirs)) = (&mut self.samples, &other.samples) {
+            mine.extend_from_slice(theirs);
+        }
         if self.flow.len() < other.flow.len() {
             self.flow.resize(other.flow.len(), 0);
         }
@@ -271,7 +309,17 @@ impl Tracker {
                         .resize_with(self.gens.len().max(gen_id + 1), GenTrack::default);
                     self.gens[gen_id].mark(seq);
                     if let Some(t) = t {
-                        self.latency.record_n(now_us.saturating_sub(t), 1);
+                        let latency = now_us.saturating_sub(t);
+                        self.latency.record_n(latency, 1);
+                        if let Some(samples) = &mut self.samples
+                            && samples.len() < MAX_SAMPLES
+                        {
+                            let at = now_us.saturating_sub(self.start_us);
+                            samples.push((
+                                u32::try_from(at).unwrap_or(u32::MAX),
+                                u32::try_from(latency).unwrap_or(u32::MAX),
+                            ));
+                        }
                     }
                     arrived += 1;
                 }

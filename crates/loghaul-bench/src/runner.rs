@@ -46,7 +46,9 @@ use crate::report::{self, RunRecord, Status};
 use crate::scenarios::Scenario;
 use crate::scenarios::forward_deliver::run::TreeOptions;
 use crate::subjects::loghaul::REMAP_ID;
-use crate::subjects::{self, Companion, Input, Launch, Output, Peers, Ready, SubjectKind};
+use crate::subjects::{
+    self, Companion, Input, Launch, Operation, Output, Peers, Ready, SubjectKind,
+};
 use crate::target::{TargetOptions, TargetUrl};
 use crate::watch::{WatchState, Watcher};
 
@@ -293,7 +295,14 @@ pub fn run_rounds(
     }
     let names: Vec<String> = plan.subjects.iter().map(|k| k.name().to_string()).collect();
     let machine = machine();
-    let notes = notes(&records, &names);
+    let mut notes = notes(&records, &names);
+    if let Some(warning) = too_short(&records, plan.runs) {
+        eprintln!("note: {warning}");
+        if !notes.is_empty() {
+            notes.push_str("\n\n");
+        }
+        notes.push_str(&warning);
+    }
     let cx = report::Context {
         scenario: plan.scenario.name(),
         events: plan.events,
@@ -304,6 +313,34 @@ pub fn run_rounds(
         notes: &notes,
     };
     report::write_all(&plan.out, &cx, &records, &names)
+}
+
+/// Runs shorter than this are dominated by start-up and scheduling: their rate is no figure.
+const STABLE_RUN_SECS: f64 = 3.0;
+
+/// What makes a set's figures unstable, said in its report: runs too short, or too few to show
+/// a spread.
+fn too_short(records: &[RunRecord], runs: usize) -> Option<String> {
+    let shortest = records
+        .iter()
+        .filter(|r| !r.warmup && r.status == Status::Complete && r.duration_secs > 0.0)
+        .map(|r| r.duration_secs)
+        .fold(f64::INFINITY, f64::min);
+    let mut said = Vec::new();
+    if shortest < STABLE_RUN_SECS {
+        said.push(format!(
+            "The shortest run lasted {shortest:.2}s: runs under {STABLE_RUN_SECS:.0}s measure \
+             start-up and scheduling as much as the subject, and their rates are not stable \
+             figures. Give --events so that each run lasts 10s or more."
+        ));
+    }
+    if runs < 3 {
+        said.push(format!(
+            "{runs} run(s) per subject: too few to show how much the figures vary; use --runs 3 \
+             or more before comparing."
+        ));
+    }
+    (!said.is_empty()).then(|| said.join(" "))
 }
 
 /// One run's figures on a line, for the progress log.
@@ -587,10 +624,39 @@ pub(crate) fn run_one(
     // The meter starts before the first event can arrive. For a file it is split in two (see
     // `watch`): a cheap watcher during the run, the exact books when the file has gone quiet.
     let events = effective_events(plan);
+    let operation = kind.operation();
     let fresh = || match plan.driver {
         Driver::Builtin => meter::Tracker::new(now_micros()),
         Driver::Loggen => meter::Tracker::for_loggen(now_micros()),
     };
+    // A reload's figures need each latency sample's arrival time.
+    let fresh_watched = || match operation {
+        Some(Operation::Reload) => fresh().keeping_samples(),
+        _ => fresh(),
+    };
+    // `loghaul-tap`: a viewer of every output for the whole run, in its own process (its CPU
+    // is not the subject's: what it costs the subject is the question).
+    let mut tap = match (operation, &launch.live) {
+        (Some(Operation::Tap), Some((api, _))) => Some(
+            spawn(
+                &launch.program,
+                &[
+                    "tap".into(),
+                    "--api".into(),
+                    format!("http://127.0.0.1:{api}"),
+                    "--rate".into(),
+                    "100/s".into(),
+                ],
+                &[],
+                dir,
+                &dir.join("tap.jsonl"),
+                &dir.join("tap-stderr.log"),
+            )
+            .context("starting loghaul tap")?,
+        ),
+        _ => None,
+    };
+    let mut reloaded_us: Option<u64> = None;
     let books = SharedTracker::from_tracker(fresh());
     // A subject that routes its events writes several files: one set of books over them all
     // (an event in two files is a duplicate), a watcher on each.
@@ -599,7 +665,7 @@ pub(crate) fn run_one(
     let watch_start = now_micros();
     let watchers: Vec<Watcher> = files
         .iter()
-        .map(|p| Watcher::start(p, fresh(), watch_start))
+        .map(|p| Watcher::start(p, fresh_watched(), watch_start))
         .collect();
     let sampler = procstat::RssSampler::start(pids.clone());
     let cpu0 = cpu_of(&pids);
@@ -619,7 +685,13 @@ pub(crate) fn run_one(
                 payload: plan.scenario.payload_spec(plan.message_size, plan.seed),
                 count: Some(events),
                 duration: None,
-                rate: 0,
+                // A reload is measured under a steady load: the rate around it is compared
+                // with the rate before it.
+                rate: if operation == Some(Operation::Reload) {
+                    subjects::RELOAD_RATE
+                } else {
+                    0
+                },
                 connections: plan.connections,
                 gen_id_base: 0,
             };
@@ -658,6 +730,13 @@ pub(crate) fn run_one(
             }
             _ => (None, 0),
         };
+        if operation == Some(Operation::Reload)
+            && reloaded_us.is_none()
+            && seen_estimate >= events / 2
+            && let Some((_, config)) = &launch.live
+        {
+            reloaded_us = Some(reload(config, guard.child()?.id())?);
+        }
         if mark != last_mark {
             last_mark = mark;
             last_change = Instant::now();
@@ -744,6 +823,9 @@ pub(crate) fn run_one(
     let fallbacks = launch
         .remap_api
         .and_then(|api| subjects::component_metric(api, REMAP_FALLBACKS, REMAP_ID));
+    if let Some(mut t) = tap.take() {
+        t.terminate(Duration::from_secs(5))?;
+    }
     // Front to back: a relay drains what it still holds into its receiver before that stops.
     guard.terminate(Duration::from_secs(20))?;
     for (g, ..) in &mut companions {
@@ -817,6 +899,9 @@ pub(crate) fn run_one(
                 rec.latency_p99_ms = ms(0.99);
                 rec.latency_p999_ms = ms(0.999);
                 rec.flow_per_sec = crate::watch::flow_per_sec(&watched, rep.unique);
+                if let (Some(at), Some(first)) = (reloaded_us, watched.first()) {
+                    reload_figures(&mut rec, at, gen_stats.start_unix_us, first, &samples);
+                }
             }
         }
         counter @ (Output::CountFile(_) | Output::Metrics(_)) => {
@@ -827,6 +912,15 @@ pub(crate) fn run_one(
             rec.duplicates = None;
         }
     }
+    if operation == Some(Operation::Tap) {
+        tap_figures(&mut rec, dir);
+    }
+    if operation == Some(Operation::Reload) && reloaded_us.is_none() {
+        rec.extra.insert(
+            "reload".into(),
+            "not done: the run ended before its half".into(),
+        );
+    }
     rec.events_per_sec = rec.events_seen as f64 / duration;
     rec.cpu_secs_per_million = if rec.events_seen > 0 {
         cpu / (rec.events_seen as f64 / 1e6)
@@ -834,6 +928,104 @@ pub(crate) fn run_one(
         0.0
     };
     Ok(rec)
+}
+
+/// `loghaul-reload`'s reload: the configuration rewritten with its source and its sink
+/// changed (a `max_connections` on the source, a `flush_interval` on the sink: both rebuilt,
+/// the source's socket handed over), then SIGHUP. Returns when it was sent (µs since the epoch).
+fn reload(config: &Path, pid: u32) -> Result<u64> {
+    let text = std::fs::read_to_string(config).context("reading the subject's configuration")?;
+    let changed = text
+        .replacen("type: syslog,", "type: syslog, max_connections: 9999,", 1)
+        .replacen("type: file,", "type: file, flush_interval: 50ms,", 1);
+    if changed == text {
+        bail!("the subject's configuration has no syslog source or file sink to change");
+    }
+    std::fs::write(config, changed).context("writing the changed configuration")?;
+    let at = now_micros();
+    let status = Command::new("kill")
+        .args(["-HUP", &pid.to_string()])
+        .status()
+        .context("running kill")?;
+    if !status.success() {
+        bail!("kill -HUP {pid} failed");
+    }
+    Ok(at)
+}
+
+/// The figures of a run with a reload at `at` (µs since the epoch): the flow in the second
+/// around it against the flow in the three seconds before it (from the watcher's size samples),
+/// and the delay's p99 of what arrived in that second against the second before it.
+fn reload_figures(
+    rec: &mut RunRecord,
+    at: u64,
+    start: u64,
+    watched: &WatchState,
+    samples: &meter::Tracker,
+) {
+    // Bytes written by time `t`, interpolated between the 100ms samples.
+    let size_at = |t: u64| -> Option<f64> {
+        let p = &watched.progress;
+        let i = p.iter().position(|&(pt, _)| pt >= t)?;
+        if i == 0 {
+            return Some(p[0].1 as f64);
+        }
+        let ((t0, s0), (t1, s1)) = (p[i - 1], p[i]);
+        let f = (t - t0) as f64 / (t1 - t0).max(1) as f64;
+        Some(s0 as f64 + f * (s1 as f64 - s0 as f64))
+    };
+    let half = 500_000;
+    let around = size_at(at + half).zip(size_at(at.saturating_sub(half)));
+    let before = size_at(at.saturating_sub(half))
+        .zip(size_at(at.saturating_sub(3 * 1_000_000 + half).max(start)));
+    rec.extra.insert(
+        "reload_at_secs".into(),
+        (((at.saturating_sub(start)) as f64 / 1e6 * 100.0).round() / 100.0).into(),
+    );
+    if let (Some((a1, a0)), Some((b1, b0))) = (around, before) {
+        let before_secs = (at.saturating_sub(half)
+            - at.saturating_sub(3 * 1_000_000 + half).max(start)) as f64
+            / 1e6;
+        let around_rate = a1 - a0;
+        let before_rate = (b1 - b0) / before_secs.max(1e-3);
+        if before_rate > 0.0 {
+            rec.extra.insert(
+                "reload_flow_ratio".into(),
+                ((around_rate / before_rate * 1000.0).round() / 1000.0).into(),
+            );
+        }
+    }
+    let ms = |v: Option<u64>| v.map(|us| (us as f64 / 10.0).round() / 100.0);
+    if let Some(p99) = ms(samples.latency_between(at.saturating_sub(half), at + half, 0.99)) {
+        rec.extra.insert("reload_p99_ms".into(), p99.into());
+    }
+    if let Some(p99) = ms(samples.latency_between(
+        at.saturating_sub(3 * 1_000_000 + half),
+        at.saturating_sub(half),
+        0.99,
+    )) {
+        rec.extra.insert("before_reload_p99_ms".into(), p99.into());
+    }
+}
+
+/// What `loghaul-tap`'s viewer got: the events printed, and the last count of events it was
+/// told were skipped.
+fn tap_figures(rec: &mut RunRecord, dir: &Path) {
+    let printed = std::fs::read_to_string(dir.join("tap.jsonl"))
+        .map(|t| t.lines().count())
+        .unwrap_or(0);
+    let skipped = std::fs::read_to_string(dir.join("tap-stderr.log"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .filter_map(|l| l.strip_prefix("(skipped "))
+                .filter_map(|l| l.split_whitespace().next()?.parse::<u64>().ok())
+                .next_back()
+        })
+        .unwrap_or(0);
+    rec.extra.insert("tapped_events".into(), printed.into());
+    rec.extra
+        .insert("tap_skipped_events".into(), skipped.into());
 }
 
 /// Where and how the built-in generator sends to a subject listening on `input`: the forward
@@ -998,4 +1190,28 @@ fn spawn_loggen(
         status: None,
         cpu_secs: None,
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn record(secs: f64) -> RunRecord {
+        let mut r = RunRecord::empty("syslog", "loghaul", "x", 1, Status::Complete);
+        r.duration_secs = secs;
+        r
+    }
+
+    #[test]
+    fn a_set_too_small_for_stable_figures_says_so() {
+        let said = too_short(&[record(12.0), record(0.8)], 3).expect("a note");
+        assert!(
+            said.contains("0.80s") && said.contains("--events"),
+            "{said}"
+        );
+        let said = too_short(&[record(12.0)], 1).expect("a note");
+        assert!(said.contains("--runs 3"), "{said}");
+        assert_eq!(too_short(&[record(12.0), record(11.0)], 3), None);
+    }
 }

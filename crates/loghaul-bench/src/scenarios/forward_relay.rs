@@ -102,6 +102,7 @@ impl Scenario for ForwardRelay {
             disk_buffer_api: None,
             remap_api: None,
             tls: None,
+            live: None,
         })
     }
 

@@ -53,6 +53,7 @@ scenarios! {
     tls_handshake::TlsHandshake,
     kafka_pipeline::KafkaPipeline,
     transform::Transform,
+    api_viewers::ApiViewers,
 }
 
 /// The subjects run when `--subjects` is not given, unless a scenario says otherwise.
@@ -277,6 +278,9 @@ pub fn variant_reason(kind: SubjectKind) -> Option<&'static str> {
         SubjectKind::LoghaulVrl => {
             Some("n/a: the VRL-runtime variant runs transform, the scenario with a remap")
         }
+        SubjectKind::LoghaulReload | SubjectKind::LoghaulTap => {
+            Some("n/a: the live-operation variants run syslog")
+        }
         SubjectKind::Loghaul
         | SubjectKind::Rsyslog
         | SubjectKind::RsyslogTls
@@ -329,9 +333,26 @@ pub fn one_process_reason(kind: SubjectKind, forward: bool) -> &'static str {
         | SubjectKind::LoghaulDiskBatch
         | SubjectKind::LoghaulTls
         | SubjectKind::LoghaulVrl
+        | SubjectKind::LoghaulReload
+        | SubjectKind::LoghaulTap
         | SubjectKind::Bare => "n/a: not configured for this scenario",
     }
 }
+
+/// The subjects of `syslog`: those of [`SYSLOG_SUBJECTS`], and loghaul's live-operation
+/// variants (a reload during the run, a tap of every output).
+pub const SYSLOG_LIVE_SUBJECTS: &[SubjectKind] = &[
+    SubjectKind::Loghaul,
+    SubjectKind::LoghaulDisk50ms,
+    SubjectKind::LoghaulDiskBatch,
+    SubjectKind::LoghaulTls,
+    SubjectKind::LoghaulReload,
+    SubjectKind::LoghaulTap,
+    SubjectKind::Rsyslog,
+    SubjectKind::RsyslogDa,
+    SubjectKind::RsyslogTls,
+    SubjectKind::SyslogNg,
+];
 
 /// The subjects of the one-process syslog scenarios (`syslog`, `raw`, `rfc5424`).
 pub const SYSLOG_SUBJECTS: &[SubjectKind] = &[

@@ -74,6 +74,17 @@ pub enum SubjectKind {
     #[value(name = "loghaul-vrl")]
     #[serde(rename = "loghaul-vrl")]
     LoghaulVrl,
+    /// loghaul reloading its configuration (SIGHUP) halfway through the run, under a steady load
+    /// of [`RELOAD_RATE`] events a second: its source changed (the listening socket handed over
+    /// while the connections stay open on its predecessor) and its sink rebuilt (`syslog` only).
+    #[value(name = "loghaul-reload")]
+    #[serde(rename = "loghaul-reload")]
+    LoghaulReload,
+    /// loghaul with `loghaul tap` watching every output (100 events a second) for the whole run
+    /// (`syslog` only): what tapping costs the pipeline.
+    #[value(name = "loghaul-tap")]
+    #[serde(rename = "loghaul-tap")]
+    LoghaulTap,
     /// rsyslog (imptcp → omfile).
     Rsyslog,
     /// rsyslog with TLS: imtcp with a stream driver (gtls or ossl, `--rsyslog-tls-driver`) in
@@ -121,6 +132,19 @@ pub enum SubjectKind {
     Urllib3,
 }
 
+/// What a live-operation variant does while it runs (see [`SubjectKind::operation`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// A reload halfway through the run.
+    Reload,
+    /// A `loghaul tap` of every output for the whole run.
+    Tap,
+}
+
+/// The steady load (events a second over all connections) under which `loghaul-reload` runs:
+/// the rate around the reload is compared with this rate before it.
+pub const RELOAD_RATE: u64 = 600_000;
+
 impl SubjectKind {
     /// The name used on the command line and in tables.
     pub fn name(self) -> &'static str {
@@ -130,6 +154,8 @@ impl SubjectKind {
             Self::LoghaulDiskBatch => "loghaul-disk-batch",
             Self::LoghaulTls => "loghaul-tls",
             Self::LoghaulVrl => "loghaul-vrl",
+            Self::LoghaulReload => "loghaul-reload",
+            Self::LoghaulTap => "loghaul-tap",
             Self::Rsyslog => "rsyslog",
             Self::RsyslogTls => "rsyslog-tls",
             Self::RsyslogDa => "rsyslog-da",
@@ -158,7 +184,9 @@ impl SubjectKind {
             Self::LoghaulDisk50ms
             | Self::LoghaulDiskBatch
             | Self::LoghaulTls
-            | Self::LoghaulVrl => Self::Loghaul,
+            | Self::LoghaulVrl
+            | Self::LoghaulReload
+            | Self::LoghaulTap => Self::Loghaul,
             Self::RsyslogDa | Self::RsyslogTls => Self::Rsyslog,
             k @ (Self::Loghaul
             | Self::Rsyslog
@@ -189,6 +217,15 @@ impl SubjectKind {
         self == Self::LoghaulVrl
     }
 
+    /// What the variant does while it runs, beside taking the load.
+    pub fn operation(self) -> Option<Operation> {
+        match self {
+            Self::LoghaulReload => Some(Operation::Reload),
+            Self::LoghaulTap => Some(Operation::Tap),
+            _ => None,
+        }
+    }
+
     /// The `sync` of a loghaul variant's disk buffer (`None`: no disk buffer).
     pub fn disk_sync(self) -> Option<&'static str> {
         match self {
@@ -197,6 +234,8 @@ impl SubjectKind {
             Self::Loghaul
             | Self::LoghaulTls
             | Self::LoghaulVrl
+            | Self::LoghaulReload
+            | Self::LoghaulTap
             | Self::Rsyslog
             | Self::RsyslogTls
             | Self::RsyslogDa
@@ -388,6 +427,9 @@ pub struct Launch {
     pub remap_api: Option<u16>,
     /// How the generator speaks TLS to a TLS subject (`None`: plain TCP).
     pub tls: Option<TlsClientOptions>,
+    /// A loghaul subject's API port and configuration file, for the operations a variant does
+    /// while it runs (a reload, a tap).
+    pub live: Option<(u16, PathBuf)>,
 }
 
 /// A further process of a subject (see the module doc).
@@ -484,6 +526,8 @@ impl Peers {
             | SubjectKind::LoghaulDiskBatch
             | SubjectKind::LoghaulTls
             | SubjectKind::LoghaulVrl
+            | SubjectKind::LoghaulReload
+            | SubjectKind::LoghaulTap
             | SubjectKind::RsyslogDa
             | SubjectKind::RsyslogTls) => bail!("{} is a variant, not a server", k.name()),
         };
@@ -598,6 +642,8 @@ impl Peers {
             | SubjectKind::LoghaulDiskBatch
             | SubjectKind::LoghaulTls
             | SubjectKind::LoghaulVrl
+            | SubjectKind::LoghaulReload
+            | SubjectKind::LoghaulTap
             | SubjectKind::RsyslogDa
             | SubjectKind::RsyslogTls) => self.platform(k.base(), loghaul),
         }
@@ -653,6 +699,7 @@ pub fn prepare(
         disk_buffer_api: None,
         remap_api: None,
         tls: None,
+        live: None,
     };
     match kind {
         SubjectKind::Fluentd => {
@@ -680,7 +727,9 @@ pub fn prepare(
         | SubjectKind::LoghaulDisk50ms
         | SubjectKind::LoghaulDiskBatch
         | SubjectKind::LoghaulTls
-        | SubjectKind::LoghaulVrl => {
+        | SubjectKind::LoghaulVrl
+        | SubjectKind::LoghaulReload
+        | SubjectKind::LoghaulTap => {
             let api = free_port()?;
             let data_dir = dir.join("data");
             let disk = kind.disk_sync().map(|sync| DiskBuffer {
@@ -715,6 +764,7 @@ pub fn prepare(
             Ok(Launch {
                 disk_buffer_api: disk.map(|_| api),
                 remap_api: (setup.input == Input::KeyValue).then_some(api),
+                live: Some((api, conf.clone())),
                 tls: pki.map(|p| p.client()),
                 ..launch(
                     program,
