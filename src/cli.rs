@@ -85,20 +85,27 @@ pub enum Command {
     /// Run the pipeline (the embedded default configuration when no -c is given). SIGHUP,
     /// `POST /reload` on the API, or a change of a watched file reloads the configuration.
     Run {
-        /// Configuration file (.yaml/.yml, .toml or .json).
+        /// Configuration file (.yaml/.yml, .toml or .json); several merge (the components of
+        /// all, each global setting from one).
         #[arg(short, long, env = "LOGHAUL_CONFIG")]
-        config: Option<PathBuf>,
+        config: Vec<PathBuf>,
+        /// A folder of configuration files, read in name order after the -c ones.
+        #[arg(long, env = "LOGHAUL_CONFIG_DIR")]
+        config_dir: Option<PathBuf>,
         /// Reload when the configuration file, or a file it names (a VRL program), changes.
         #[arg(long, env = "LOGHAUL_WATCH_CONFIG", value_parser = clap::builder::BoolishValueParser::new())]
         watch_config: bool,
     },
     /// Check a configuration: exit 0 when valid, otherwise print every error with its location.
     Validate {
-        /// Configuration file (.yaml/.yml, .toml or .json), as `run` takes it.
+        /// Configuration file (.yaml/.yml, .toml or .json), as `run` takes it; several merge.
         #[arg(short, long, env = "LOGHAUL_CONFIG")]
-        config: Option<PathBuf>,
-        /// The configuration file, given without -c (it wins over LOGHAUL_CONFIG).
-        path: Option<PathBuf>,
+        config: Vec<PathBuf>,
+        /// A folder of configuration files, as `run` takes it.
+        #[arg(long, env = "LOGHAUL_CONFIG_DIR")]
+        config_dir: Option<PathBuf>,
+        /// Configuration files given without -c (they win over LOGHAUL_CONFIG).
+        paths: Vec<PathBuf>,
         /// Also try what the sinks need: their directories writable, their servers reachable.
         #[arg(long)]
         check: bool,

@@ -49,21 +49,36 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run {
             config,
+            config_dir,
             watch_config,
-        } => server::run(config, watch_config),
+        } => server::run(
+            server::ConfigPaths {
+                files: config,
+                dir: config_dir,
+            },
+            watch_config,
+        ),
         Command::Validate {
             config,
-            path,
+            config_dir,
+            paths,
             check,
-        } => match path.or(config) {
-            Some(path) => return server::validate(&path, check),
-            None => {
+        } => {
+            let files = if paths.is_empty() { config } else { paths };
+            if files.is_empty() && config_dir.is_none() {
                 eprintln!(
-                    "error: no configuration to validate: give its path, -c PATH, or LOGHAUL_CONFIG"
+                    "error: no configuration to validate: give its path, -c PATH, --config-dir DIR, or LOGHAUL_CONFIG"
                 );
                 return ExitCode::from(2);
             }
-        },
+            return server::validate(
+                &server::ConfigPaths {
+                    files,
+                    dir: config_dir,
+                },
+                check,
+            );
+        }
         Command::Test { config, files } => return loghaul::unit_test::command(&config, &files),
         Command::Config {
             command: ConfigCommand::Default,

@@ -26,6 +26,83 @@ pub fn load_config(path: Option<&Path>) -> anyhow::Result<Config> {
     }
 }
 
+/// Where a configuration comes from: files given one by one (`-c`, several merge) and a folder
+/// whose `*.yaml`, `*.yml`, `*.toml` and `*.json` files are read in name order
+/// (`--config-dir`); neither means the embedded default.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigPaths {
+    pub files: Vec<PathBuf>,
+    pub dir: Option<PathBuf>,
+}
+
+impl ConfigPaths {
+    /// One file, or the embedded default.
+    pub fn single(path: Option<PathBuf>) -> ConfigPaths {
+        ConfigPaths {
+            files: path.into_iter().collect(),
+            dir: None,
+        }
+    }
+
+    /// Every file, the folder's read now (a reload reads it again, so a file added to it is
+    /// taken).
+    ///
+    /// # Errors
+    ///
+    /// The folder cannot be listed, or holds no configuration file.
+    pub fn resolve(&self) -> anyhow::Result<Vec<PathBuf>> {
+        let mut files = self.files.clone();
+        if let Some(dir) = &self.dir {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+                .with_context(|| format!("cannot list --config-dir {}", dir.display()))?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.is_file()
+                        && p.extension()
+                            .and_then(|e| e.to_str())
+                            .is_some_and(|e| matches!(e, "yaml" | "yml" | "toml" | "json"))
+                })
+                .collect();
+            if found.is_empty() {
+                anyhow::bail!(
+                    "--config-dir {} holds no configuration file (*.yaml, *.yml, *.toml, *.json)",
+                    dir.display()
+                );
+            }
+            found.sort();
+            files.extend(found);
+        }
+        Ok(files)
+    }
+
+    /// How the configuration is named in logs.
+    pub fn label(&self) -> String {
+        match (self.files.as_slice(), &self.dir) {
+            ([], None) => "<embedded default>".to_owned(),
+            (files, dir) => files
+                .iter()
+                .map(|f| f.display().to_string())
+                .chain(dir.iter().map(|d| format!("{}/", d.display())))
+                .collect::<Vec<_>>()
+                .join(", "),
+        }
+    }
+
+    /// Loads the configuration: the embedded default when there is no file.
+    ///
+    /// # Errors
+    ///
+    /// As [`load_config`], for every file; and conflicts between them.
+    pub fn load(&self) -> anyhow::Result<Config> {
+        let files = self.resolve()?;
+        if files.is_empty() {
+            return load_config(None);
+        }
+        Config::load_all(&files).map_err(|e| anyhow::anyhow!("invalid configuration:\n{e}"))
+    }
+}
+
 /// `loghaul dlq stats`: what the dead-letter directory of the configuration holds.
 ///
 /// # Errors
@@ -52,8 +129,17 @@ pub fn dlq_replay(sink: &str, config: Option<&Path>) -> anyhow::Result<()> {
 
 /// `loghaul validate`: loads the configuration at `path` and says what is wrong with it; with
 /// `check`, also tries what each sink needs (see [`crate::sinks::BuildSink::check`]).
-pub fn validate(path: &Path, check: bool) -> ExitCode {
-    match Config::load(path) {
+pub fn validate(paths: &ConfigPaths, check: bool) -> ExitCode {
+    let files = match paths.resolve() {
+        Ok(files) => files,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let label = paths.label();
+    let path = Path::new(&label);
+    match Config::load_all(&files) {
         Ok(config) => {
             for warning in config.warnings() {
                 eprintln!("{warning}");
@@ -118,8 +204,8 @@ fn tune_malloc() {
 ///
 /// The configuration is invalid, a component cannot start (a port in use, a directory that
 /// cannot be written), or the stop did not flush every sink in time.
-pub fn run(path: Option<PathBuf>, watch: bool) -> anyhow::Result<()> {
-    let config = load_config(path.as_deref())?;
+pub fn run(paths: ConfigPaths, watch: bool) -> anyhow::Result<()> {
+    let config = paths.load()?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }
@@ -130,7 +216,7 @@ pub fn run(path: Option<PathBuf>, watch: bool) -> anyhow::Result<()> {
         .thread_name("loghaul-worker")
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(serve(config, path, watch))
+    runtime.block_on(serve(config, paths, watch))
 }
 
 /// A reload asked for through the API; its outcome is sent back.
@@ -140,13 +226,13 @@ pub type ReloadRequest = tokio::sync::oneshot::Sender<metrics::ReloadOutcome>;
 /// [`topology::Topology::reload`]); the outcome is logged, counted and kept for `/health`.
 async fn reload(
     topology: &mut topology::Topology,
-    path: Option<&Path>,
+    paths: &ConfigPaths,
     trigger: &'static str,
     registry: &metrics::Registry,
 ) -> metrics::ReloadOutcome {
     crate::systemd::reloading();
     tracing::info!(trigger, "Reloading the configuration.");
-    let result = match load_config(path) {
+    let result = match paths.load() {
         Ok(next) => {
             for warning in next.warnings() {
                 tracing::warn!("{warning}");
@@ -202,17 +288,19 @@ async fn reload(
     outcome
 }
 
-/// The files a running configuration was read from: the file itself and the files its
-/// components name (VRL programs). Certificates are watched by their own listeners.
-fn watched_files(config: &Config, path: &Path) -> Vec<PathBuf> {
-    let mut files = vec![path.to_path_buf()];
+/// The files a running configuration was read from: its files (and their folder, whose
+/// listing changes when a file is added), and the files its components name (VRL programs).
+/// Certificates are watched by their own listeners.
+fn watched_files(config: &Config, paths: &ConfigPaths) -> Vec<PathBuf> {
+    let mut files = paths.resolve().unwrap_or_else(|_| paths.files.clone());
+    files.extend(paths.dir.iter().cloned());
     for t in &config.transforms {
         files.extend(t.config.component().files());
     }
     files
 }
 
-async fn serve(config: Config, path: Option<PathBuf>, watch: bool) -> anyhow::Result<()> {
+async fn serve(config: Config, paths: ConfigPaths, watch: bool) -> anyhow::Result<()> {
     let registry = Arc::new(metrics::Registry::default());
     let reopen = Arc::new(AtomicU64::new(0));
     let mut sigterm = signal(SignalKind::terminate()).context("cannot install SIGTERM handler")?;
@@ -243,16 +331,17 @@ async fn serve(config: Config, path: Option<PathBuf>, watch: bool) -> anyhow::Re
             .context("api")?,
         );
     }
-    let mut watcher = match (&path, watch) {
-        (Some(p), true) => Some(crate::watch::Watcher::new(watched_files(&config, p))),
-        (None, true) => {
+    let embedded = paths.files.is_empty() && paths.dir.is_none();
+    let mut watcher = match (embedded, watch) {
+        (false, true) => Some(crate::watch::Watcher::new(watched_files(&config, &paths))),
+        (true, true) => {
             tracing::warn!("--watch-config has no file to watch: the embedded default runs.");
             None
         }
         _ => None,
     };
     tracing::info!(
-        config = %path.as_ref().map_or("<embedded default>".to_string(), |p| p.display().to_string()),
+        config = %paths.label(),
         sources = config.sources.len(),
         transforms = config.transforms.len(),
         sinks = config.sinks.len(),
@@ -276,22 +365,22 @@ async fn serve(config: Config, path: Option<PathBuf>, watch: bool) -> anyhow::Re
             _ = sighup.recv() => {
                 // What logrotate's postrotate sends: output files are reopened too.
                 reopen.fetch_add(1, Ordering::AcqRel);
-                reload(&mut topology, path.as_deref(), "signal", &registry).await;
+                reload(&mut topology, &paths, "signal", &registry).await;
             }
             _ = sigusr1.recv() => {
                 tracing::info!("SIGUSR1: reopening output files.");
                 reopen.fetch_add(1, Ordering::AcqRel);
             }
             Some(answer) = reload_rx.recv() => {
-                let outcome = reload(&mut topology, path.as_deref(), "api", &registry).await;
+                let outcome = reload(&mut topology, &paths, "api", &registry).await;
                 let _ = answer.send(outcome);
             }
             () = changed => {
-                reload(&mut topology, path.as_deref(), "watch", &registry).await;
+                reload(&mut topology, &paths, "watch", &registry).await;
             }
         }
-        if let (Some(w), Some(p)) = (watcher.as_mut(), &path) {
-            w.set_files(watched_files(topology.config(), p));
+        if let Some(w) = watcher.as_mut() {
+            w.set_files(watched_files(topology.config(), &paths));
         }
     }
     crate::systemd::notify("STOPPING=1");

@@ -390,3 +390,94 @@ sinks:
     );
     receiver.finish();
 }
+
+/// Several files make one configuration: `-c` more than once, or `--config-dir` (its files in
+/// name order). Components spread over the files work together; an id or a global setting in
+/// two files is one error, naming both places.
+#[test]
+fn several_files_make_one_configuration_and_conflicts_name_both_places() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let conf = dir.path().join("conf.d");
+    std::fs::create_dir(&conf).expect("mkdir conf.d");
+    let ports = Ports::new();
+    std::fs::write(
+        conf.join("10-sources.yaml"),
+        render(
+            "api: { address: \"127.0.0.1:{API}\" }\nsources:\n  in: { type: syslog, mode: tcp, address: \"127.0.0.1:{TCP}\" }\n",
+            &ports,
+            dir.path(),
+        ),
+    )
+    .expect("write");
+    std::fs::write(
+        conf.join("20-sinks.yaml"),
+        render(
+            "sinks:\n  out: { type: file, inputs: [in], path: \"{DIR}/out.jsonl\", encoding: json, flush_interval: 100ms }\n",
+            &ports,
+            dir.path(),
+        ),
+    )
+    .expect("write");
+    let conf_s = conf.to_string_lossy().into_owned();
+    let ok = loghaul(&["validate", "--config-dir", &conf_s]);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+
+    // It runs, and an event crosses from one file's source to the other's sink.
+    let mut child = std::process::Command::new(BIN)
+        .args(["run", "--config-dir", &conf_s])
+        .env_remove("LOGHAUL_CONFIG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run loghaul");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while http_get(ports.api, "/health").map(|(s, _)| s) != Some(200) {
+        assert!(std::time::Instant::now() < deadline, "never healthy");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    send_tcp(ports.tcp, line3164("across files").as_bytes());
+    let events = wait_lines(&dir.path().join("out.jsonl"), 1, Duration::from_secs(30));
+    assert_eq!(message(&events[0]), "across files");
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    assert!(child.wait().expect("wait").success());
+
+    // A third file that sets `api` again and reuses the sink's id: two errors, both places.
+    std::fs::write(
+        conf.join("30-more.yaml"),
+        "api: { address: \"127.0.0.1:1\" }\nsinks:\n  out: { type: blackhole, inputs: [in] }\n",
+    )
+    .expect("write");
+    let bad = loghaul(&["validate", "--config-dir", &conf_s]);
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(!bad.status.success());
+    assert!(
+        stderr.contains("30-more.yaml:1:1: error: `api` is set here and in ")
+            && stderr.contains("10-sources.yaml:1"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("30-more.yaml:3:3: error: `out` is defined twice: here and in ")
+            && stderr.contains("20-sinks.yaml:2"),
+        "{stderr}"
+    );
+    // Two -c files are the same as the folder's two.
+    let two = loghaul(&[
+        "validate",
+        "-c",
+        &conf.join("10-sources.yaml").to_string_lossy(),
+        "-c",
+        &conf.join("20-sinks.yaml").to_string_lossy(),
+    ]);
+    assert!(
+        two.status.success(),
+        "{}",
+        String::from_utf8_lossy(&two.stderr)
+    );
+}

@@ -109,6 +109,18 @@ impl<R: Registry> Config<R> {
         load::load_path(path, Environment::process())
     }
 
+    /// Loads several files as one configuration: the components of all of them, each global
+    /// setting (`api`, `data_dir`, ...) from the one file that sets it. A component id in two
+    /// files, or a global setting in two, is an error naming both places. One path is
+    /// [`Config::load`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Config::load`], for any of the files, and the conflicts between them.
+    pub fn load_all(paths: &[std::path::PathBuf]) -> Result<Config<R>, ConfigErrors> {
+        load::load_paths(paths, Environment::process())
+    }
+
     /// [`Config::load`] with variables looked up by `vars` instead of the environment.
     ///
     /// # Errors

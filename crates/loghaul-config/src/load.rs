@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 
 use crate::component::{Component, ComponentKind, ComponentLoader, ComponentSet, Registry};
 use crate::diagnostic::{ConfigErrors, Diagnostic, Pos, did_you_mean};
-use crate::node::{DeError, Entry, Extra, Node, NodeDe};
+use crate::node::{DeError, Entry, Extra, Kind, Node, NodeDe};
 use crate::raw::{RawApi, RawDuration, RawLimits, RawTop};
 use crate::runtime::Config;
 use crate::unit_tests::{Graph, TESTS_KEY, UnitTest, read_tests};
@@ -81,6 +81,180 @@ pub(crate) fn load_path<R: Registry>(
     let origin = path.display().to_string();
     let text = read_text(path, &origin)?;
     load_str(&text, ConfigFormat::from_path(path), &origin, env)
+}
+
+/// Lines of the files of a merged configuration are numbered apart: file `k`'s line `l` is
+/// `k * FILE_STRIDE + l` while the merged tree is validated, and mapped back for its messages.
+const FILE_STRIDE: usize = 1 << 24;
+
+/// Top-level keys whose maps several files add to (a component id in two files is an error);
+/// `tests` lists are joined; any other key may be set in one file only.
+const MERGED_MAPS: [&str; 3] = ["sources", "transforms", "sinks"];
+
+/// Loads several files as one configuration (`-c a.yaml -c b.yaml`, `--config-dir`): their
+/// components together, each global setting from the one file that sets it. Every message
+/// names the file and line it is about.
+pub(crate) fn load_paths<R: Registry>(
+    paths: &[std::path::PathBuf],
+    env: crate::Environment<'_>,
+) -> Result<Config<R>, ConfigErrors> {
+    if let [one] = paths {
+        return load_path(one, env);
+    }
+    let origins: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    let mut errors = Vec::new();
+    let mut roots = Vec::new();
+    for (k, path) in paths.iter().enumerate() {
+        let origin = &origins[k];
+        let loaded = read_text(path, origin).and_then(|text| {
+            let format = ConfigFormat::from_path(path);
+            let text = interpolated(&text, format, origin, &env)?;
+            parse_node(&text, format, origin)
+        });
+        match loaded {
+            Ok(mut root) => {
+                shift(&mut root, k * FILE_STRIDE);
+                roots.push(root);
+            }
+            Err(e) => errors.extend(e.0),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(ConfigErrors(errors));
+    }
+    let at = |pos: Option<Pos>| -> String {
+        match pos {
+            Some(p) => format!("{}:{}", origins[p.line / FILE_STRIDE], p.line % FILE_STRIDE),
+            None => "another file".to_owned(),
+        }
+    };
+    let mut merged: Vec<Entry> = Vec::new();
+    let mut diags = Vec::new();
+    for (k, root) in roots.into_iter().enumerate() {
+        let Kind::Map(entries) = root.kind else {
+            diags.push(Diagnostic::error(
+                &origins[k],
+                root.pos,
+                "a configuration file must be a map of keys (sources, sinks, ...)",
+            ));
+            continue;
+        };
+        for entry in entries {
+            let Some(existing) = merged.iter_mut().find(|e| e.key == entry.key) else {
+                merged.push(entry);
+                continue;
+            };
+            match (&mut existing.value.kind, entry.value.kind) {
+                (Kind::Map(mine), Kind::Map(theirs))
+                    if MERGED_MAPS.contains(&entry.key.as_str()) =>
+                {
+                    for component in theirs {
+                        if let Some(first) = mine.iter().find(|c| c.key == component.key) {
+                            diags.push(
+                                Diagnostic::error(
+                                    &origins[k],
+                                    component.key_pos,
+                                    format!(
+                                        "`{}` is defined twice: here and in {}",
+                                        component.key,
+                                        at(first.key_pos)
+                                    ),
+                                )
+                                .with_hint(Some("give each component its own id")),
+                            );
+                        } else {
+                            mine.push(component);
+                        }
+                    }
+                }
+                (Kind::Seq(mine), Kind::Seq(theirs)) if entry.key == "tests" => mine.extend(theirs),
+                _ => diags.push(
+                    Diagnostic::error(
+                        &origins[k],
+                        entry.key_pos,
+                        format!(
+                            "`{}` is set here and in {}",
+                            entry.key,
+                            at(existing.key_pos)
+                        ),
+                    )
+                    .with_hint(Some(
+                        "set each global setting in one file; sources, transforms and sinks may \
+                         be spread over several",
+                    )),
+                ),
+            }
+        }
+    }
+    let root = Node {
+        kind: Kind::Map(merged),
+        pos: None,
+    };
+    let label = origins.join(", ");
+    // The texts are not one text: positions inside string values fall back to the value's own.
+    let config = crate::validate::validate::<R>(&root, "", &label, env.tls, &mut diags);
+    let unshift = |mut d: Diagnostic| {
+        if let Some(line) = d.line
+            && let Some(origin) = origins.get(line / FILE_STRIDE)
+        {
+            d.origin.clone_from(origin);
+            d.line = Some(line % FILE_STRIDE);
+        }
+        d
+    };
+    let (mut errors, mut warnings): (Vec<_>, Vec<_>) = diags
+        .into_iter()
+        .map(unshift)
+        .partition(Diagnostic::is_error);
+    match config {
+        Some(mut c) if errors.is_empty() => {
+            warnings
+                .sort_by(|a, b| (&a.origin, a.line, a.column).cmp(&(&b.origin, b.line, b.column)));
+            c.warnings = warnings;
+            Ok(c)
+        }
+        _ => {
+            if errors.is_empty() {
+                errors.push(Diagnostic::error(&label, None, "configuration is invalid"));
+            }
+            errors.sort_by(|a, b| {
+                (
+                    &a.origin,
+                    a.line.unwrap_or(usize::MAX),
+                    a.column.unwrap_or(usize::MAX),
+                )
+                    .cmp(&(
+                        &b.origin,
+                        b.line.unwrap_or(usize::MAX),
+                        b.column.unwrap_or(usize::MAX),
+                    ))
+            });
+            Err(ConfigErrors(errors))
+        }
+    }
+}
+
+/// Moves every position of `node` down by `lines` (see [`FILE_STRIDE`]).
+fn shift(node: &mut Node, lines: usize) {
+    if let Some(p) = &mut node.pos {
+        p.line += lines;
+    }
+    match &mut node.kind {
+        Kind::Map(entries) => {
+            for e in entries {
+                if let Some(p) = &mut e.key_pos {
+                    p.line += lines;
+                }
+                shift(&mut e.value, lines);
+            }
+        }
+        Kind::Seq(items) => {
+            for item in items {
+                shift(item, lines);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// A configuration file's text; a diagnostic when it cannot be read or is not UTF-8.
