@@ -36,10 +36,13 @@ it_modules_for() {
     src/transforms/*) echo transforms unit_tests ;;
     src/unit_test/*) echo unit_tests ;;
     src/net/*) echo listener tls ;;
-    src/api*) echo api ;;
+    src/api* | src/console.html | src/tap* | src/top.rs) echo api tap top web_console ;;
+    src/watch.rs | src/systemd.rs) echo reload ;;
+    src/metrics.rs | src/main.rs | src/cli.rs) echo operations api ;;
+    packaging/* | scripts/package-deb.sh | build.rs) echo package ;;
     src/config/* | crates/loghaul-config/*) echo config validate unit_tests ;;
     src/pipeline/* | src/topology/* | src/server.rs | crates/loghaul-buffer/* | crates/loghaul-core/*)
-        echo durability shutdown memory crash ;;
+        echo durability shutdown memory crash reload ;;
     src/sinks/* | src/sources/*) echo formats console ;;
     esac
 }
@@ -51,7 +54,7 @@ if ! $quick; then
     step "peers and clients for the tests (rsyslog, logger, syslog-ng, ruby-eventmachine)"
     ./scripts/install-peers.sh
 
-    step "forward-protocol clients for the tests (PyPI fluent-logger, npm @fluent-org/logger, fluent-logger-golang)"
+    step "clients for the tests (PyPI fluent-logger and selenium, npm @fluent-org/logger, fluent-logger-golang)"
     ./scripts/install-clients.sh
 fi
 export PATH="$HOME/.cargo/bin:$PATH"
