@@ -124,6 +124,7 @@ impl TapHub {
             notices: tx,
             tap,
             reported: 0,
+            next_notice: tokio::time::Instant::now() + Duration::from_secs(1),
         })
     }
 
@@ -316,21 +317,22 @@ pub struct TapStream {
     notices: mpsc::Sender<Bytes>,
     tap: Arc<Tap>,
     reported: u64,
+    /// When the skipped count is next looked at: once a second, events flowing or not.
+    next_notice: tokio::time::Instant,
 }
 
 impl TapStream {
     /// The next line; `None` once the tap is over (its limit reached).
     pub async fn next(&mut self) -> Option<Bytes> {
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        tick.tick().await;
         loop {
             let over = self
                 .tap
                 .limit
                 .is_some_and(|l| self.tap.sent.load(Ordering::Relaxed) >= l);
             tokio::select! {
-                line = self.rx.recv() => return line,
-                _ = tick.tick() => {
+                biased;
+                () = tokio::time::sleep_until(self.next_notice) => {
+                    self.next_notice = tokio::time::Instant::now() + Duration::from_secs(1);
                     if over && self.rx.is_empty() {
                         return None;
                     }
@@ -340,6 +342,7 @@ impl TapStream {
                         return Some(Bytes::from(format!("{{\"skipped\":{skipped}}}\n")));
                     }
                 }
+                line = self.rx.recv() => return line,
             }
         }
     }
