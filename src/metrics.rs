@@ -152,7 +152,11 @@ impl ErrorKind {
                 E::Program | E::Merge => false,
             },
             ComponentKind::Transform => match self {
-                E::Program => matches!(ty, "remap" | "route" | "filter"),
+                // Every transform that runs a VRL program or condition.
+                E::Program => matches!(
+                    ty,
+                    "remap" | "route" | "filter" | "reduce" | "sample" | "throttle"
+                ),
                 E::Merge => ty == "reduce",
                 _ => false,
             },
@@ -161,7 +165,7 @@ impl ErrorKind {
                 E::Protocol | E::Auth | E::Tls | E::Timeout => {
                     matches!(ty, "fluent" | "http" | "kafka")
                 }
-                E::Ack => ty == "fluent",
+                E::Ack => matches!(ty, "fluent" | "http"),
                 _ => false,
             },
         }
@@ -181,7 +185,8 @@ impl DiscardReason {
             ComponentKind::Transform => match self {
                 D::DownstreamClosed => true,
                 D::Filtered => ty == "filter",
-                D::Unrouted => ty == "route",
+                // A named output nobody reads: route's routes, remap's and throttle's `dropped`.
+                D::Unrouted => matches!(ty, "route" | "remap" | "throttle"),
                 D::ProgramDropped => ty == "remap",
                 D::Throttled => ty == "throttle",
                 D::Duplicate => ty == "dedupe",

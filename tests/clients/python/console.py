@@ -42,11 +42,14 @@ def wait(driver, what, pred, timeout=30.0):
 
 
 def rows(driver):
-    out = {}
-    for tr in driver.find_elements(By.CSS_SELECTOR, "#components tbody tr[data-component]"):
-        cells = [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
-        out[tr.get_attribute("data-component")] = cells
-    return out
+    # Read in one step inside the page: the table is redrawn every second, and elements found
+    # one call earlier may be gone by the next.
+    return driver.execute_script("""
+        const out = {};
+        for (const tr of document.querySelectorAll('#components tbody tr[data-component]'))
+            out[tr.dataset.component] = [...tr.querySelectorAll('td')].map(td => td.textContent);
+        return out;
+    """)
 
 
 def main():
@@ -74,18 +77,20 @@ def main():
             and driver.find_element(By.ID, "alert").text)
         seen["wrong_token_alert"] = refused
         seen["wrong_token_rows"] = len(rows(driver))
-        seen["wrong_token_nodes"] = len(driver.find_elements(By.CSS_SELECTOR, "#graph g[data-component]"))
+        seen["wrong_token_nodes"] = driver.execute_script(
+            "return document.querySelectorAll('#graph g[data-component]').length")
 
         box = driver.find_element(By.ID, "token")
         box.clear()
         box.send_keys(token)
         driver.find_element(By.CSS_SELECTOR, "#login-form button").click()
         wait(driver, "every component in the table", lambda: set(ids) <= set(rows(driver)))
-        nodes = [g.get_attribute("data-component")
-                 for g in driver.find_elements(By.CSS_SELECTOR, "#graph g[data-component]")]
-        seen["graph_nodes"] = nodes
-        seen["edges"] = [t.get_attribute("data-edge") + " " + t.text
-                         for t in driver.find_elements(By.CSS_SELECTOR, "#graph text[data-edge]")]
+        seen["graph_nodes"] = driver.execute_script(
+            "return [...document.querySelectorAll('#graph g[data-component]')]"
+            ".map(g => g.dataset.component)")
+        seen["edges"] = driver.execute_script(
+            "return [...document.querySelectorAll('#graph text[data-edge]')]"
+            ".map(t => t.dataset.edge + ' ' + t.textContent)")
         source = ids[0]
         first = wait(driver, "a rate on " + source, lambda: rows(driver)[source][3] != "0" and rows(driver)[source][3])
         time.sleep(2.0)
@@ -95,9 +100,8 @@ def main():
         seen["header_in"] = driver.find_element(By.ID, "total-in").text
 
         driver.find_element(By.ID, "tap-start").click()
-        lines = wait(driver, "tapped events",
-                     lambda: driver.find_elements(By.CSS_SELECTOR, "#tap-out div"))
-        seen["tap_first"] = lines[0].text
+        seen["tap_first"] = wait(driver, "tapped events", lambda: driver.execute_script(
+            "const d = document.querySelector('#tap-out div'); return d && d.textContent"))
         driver.save_screenshot(screenshot)
         driver.find_element(By.ID, "tap-stop").click()
     finally:
