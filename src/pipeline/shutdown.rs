@@ -49,7 +49,8 @@ impl ShutdownSignal {
         signal
     }
 
-    /// A signal that never fires (for what has nothing to retire from).
+    /// A signal that never fires (a test's source, which nothing retires).
+    #[cfg(test)]
     pub fn never() -> ShutdownSignal {
         let (trigger, signal) = shutdown_pair();
         // Kept alive for ever: a dropped trigger makes `wait` return.
