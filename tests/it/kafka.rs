@@ -148,7 +148,16 @@ fn a_consumer_killed_mid_run_loses_nothing() {
     let mut c1 = consumer(&b.address(), "logs", "killable");
     let c2 = consumer(&b.address(), "logs", "killable");
     send_tcp(a.ports.tcp, &numbered("kill", 0..N / 3));
-    c1.wait_metric("loghaul_component_received_events_total", "k", None, 1);
+    // The group forms, and the producer gets its idempotence id, before anything flows: on a
+    // busy machine (the whole suite beside the broker) that alone has taken most of 20 s.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while c1.metric("loghaul_component_received_events_total", "k", None) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the first consumer read nothing within 90 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     c1.signal("KILL");
     c1.wait_exit(Duration::from_secs(10));
     send_tcp(a.ports.tcp, &numbered("kill", N / 3..N));
