@@ -352,6 +352,7 @@ pub const SYSLOG_LIVE_SUBJECTS: &[SubjectKind] = &[
     SubjectKind::RsyslogDa,
     SubjectKind::RsyslogTls,
     SubjectKind::SyslogNg,
+    SubjectKind::Bare,
 ];
 
 /// The subjects of the one-process syslog scenarios (`syslog`, `raw`, `rfc5424`).
