@@ -9,6 +9,7 @@
 //!             <189>643: *Jan  8 19:46:03.295: %LINK-5: msg      Cisco IOS counter, '*', millis
 //!             <189>269614: host: Apr 11 10:02:08: %LINK-5: msg  Cisco IOS with hostname
 //!             <133>Jan 13 16:33:35 haproxy[73411]: msg          no hostname
+//!             <132> Apr  4 10:11:12  router1  kernel: msg       SP after the PRI, doubled SPs
 //!             hello                                             no PRI: user.notice, received time
 //! ```
 //!
@@ -56,12 +57,23 @@ pub(crate) fn parse(
 
     let mut hostname = None;
     let mut found = None;
-    if !strict && let Some((f, host)) = cisco(buf, pos, clock) {
+    // Some network devices put a space after the PRI (`<132> Apr  4 ...`); rsyslog and
+    // syslog-ng read the timestamp after it.
+    let after_pri = if strict {
+        pos
+    } else {
+        let mut p = pos;
+        while buf.get(p) == Some(&b' ') {
+            p += 1;
+        }
+        p
+    };
+    if !strict && let Some((f, host)) = cisco(buf, after_pri, clock) {
         found = Some(f);
         hostname = host;
     }
     if found.is_none() {
-        found = timestamp_at(buf, pos, strict, clock);
+        found = timestamp_at(buf, after_pri, strict, clock);
     }
     let had_timestamp = found.is_some();
     match found {
@@ -93,7 +105,11 @@ pub(crate) fn parse(
                 hostname = Some(Span::new(pos, word_end));
             }
             pos = word_end;
+            // One SP before the tag; lenient mode takes the doubled ones some devices send.
             if buf.get(pos) == Some(&b' ') {
+                pos += 1;
+            }
+            while !strict && buf.get(pos) == Some(&b' ') {
                 pos += 1;
             }
             pos = tag(buf, pos, true, event);

@@ -414,6 +414,37 @@ fn bsd_classic_with_pid() {
     );
 }
 
+/// Network devices that put a space after the PRI, or double the spaces between the fields,
+/// keep their timestamp, hostname and tag (as rsyslog and syslog-ng read them); the message
+/// keeps its own spaces. Strict mode does not take them.
+#[test]
+fn bsd_space_after_pri_and_doubled_spaces_between_fields() {
+    check(
+        "<132> Apr  4 10:11:12 router1 kernel: link down",
+        false,
+        // Received 2024-03-15: April 4 is last year's.
+        json!({"timestamp":"2023-04-04T10:11:12Z","hostname":"router1","appname":"kernel",
+               "facility":"local0","severity":"warning","message":"link down"}),
+    );
+    check(
+        "<132>Apr  4 10:11:12  router1   kernel:  two spaces kept",
+        false,
+        json!({"hostname":"router1","appname":"kernel","message":" two spaces kept"}),
+    );
+    check(
+        "<132>  Apr  4 10:11:12 router1 kernel[7]: both",
+        false,
+        json!({"hostname":"router1","appname":"kernel","procid":"7","message":"both"}),
+    );
+    // No timestamp after the space: no header either, the words are the message.
+    check(
+        "<13> plain words here",
+        false,
+        json!({"hostname":null,"appname":null,"message":"plain words here"}),
+    );
+    rejected("<132> Apr  4 10:11:12 router1 kernel: link down", true);
+}
+
 #[test]
 fn bsd_year_rolls_back_for_future_dates() {
     // Received 2024-03-15: a Dec 31 event is from last December, a Mar 16 event is (clock skew) this year.
