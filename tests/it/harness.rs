@@ -109,6 +109,26 @@ sinks:
     )
 }
 
+/// The routed pipeline the live-operation tests (tap, top, the console) watch: a syslog TCP
+/// source, a `route` sending `err` to `sev.errors`, both of its outputs into one file.
+/// `api_options` is appended inside the API's mapping, e.g. `", token: \"t\""`.
+pub fn routed_config(api_options: &str) -> String {
+    format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}"{api_options} }}
+sources:
+  in: {{ type: syslog, mode: tcp, address: "127.0.0.1:{{TCP}}" }}
+transforms:
+  sev:
+    type: route
+    inputs: [in]
+    route:
+      errors: '.severity == "err"'
+sinks:
+  out: {{ type: file, inputs: [sev.errors, sev._unmatched], path: "{{DIR}}/out.jsonl", encoding: json, flush_interval: 100ms }}
+"#
+    )
+}
+
 /// A running `loghaul run -c CONFIG` child process.
 pub struct Server {
     pub dir: tempfile::TempDir,

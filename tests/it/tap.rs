@@ -9,19 +9,6 @@ use serde_json::Value;
 
 use crate::harness::*;
 
-const ROUTED: &str = r#"api: { address: "127.0.0.1:{API}" }
-sources:
-  in: { type: syslog, mode: tcp, address: "127.0.0.1:{TCP}" }
-transforms:
-  sev:
-    type: route
-    inputs: [in]
-    route:
-      errors: '.severity == "err"'
-sinks:
-  out: { type: file, inputs: [sev.errors, sev._unmatched], path: "{DIR}/out.jsonl", encoding: json, flush_interval: 100ms }
-"#;
-
 fn tap(server: &Server, args: &[&str]) -> std::process::Child {
     Command::new(BIN)
         .arg("tap")
@@ -38,7 +25,7 @@ fn tap(server: &Server, args: &[&str]) -> std::process::Child {
 
 #[test]
 fn tap_prints_sampled_events_of_a_named_output_that_match_its_condition() {
-    let mut server = Server::start(ROUTED);
+    let mut server = Server::start(&routed_config(""));
     let mut child = tap(
         &server,
         &[
@@ -99,7 +86,7 @@ fn tap_prints_sampled_events_of_a_named_output_that_match_its_condition() {
 fn tapping_everything_under_load_changes_nothing_else_and_shows_what_it_skipped() {
     const CONNECTIONS: u64 = 4;
     const PER_CONNECTION: u64 = 50_000;
-    let mut server = Server::start(ROUTED);
+    let mut server = Server::start(&routed_config(""));
     let mut child = tap(&server, &["--rate", "50/s", "--format", "logfmt"]);
     // Wait until the tap is attached (one event shows it).
     let deadline = Instant::now() + Duration::from_secs(30);

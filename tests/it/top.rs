@@ -81,20 +81,7 @@ fn rate_of(screen: &str, id: &str) -> Option<String> {
 
 #[test]
 fn top_shows_every_component_with_live_rates_and_q_restores_the_terminal() {
-    let mut server = Server::start(
-        r#"api: { address: "127.0.0.1:{API}" }
-sources:
-  in: { type: syslog, mode: tcp, address: "127.0.0.1:{TCP}" }
-transforms:
-  sev:
-    type: route
-    inputs: [in]
-    route:
-      errors: '.severity == "err"'
-sinks:
-  out: { type: file, inputs: [sev.errors, sev._unmatched], path: "{DIR}/out.jsonl", encoding: json, flush_interval: 100ms }
-"#,
-    );
+    let mut server = Server::start(&routed_config(""));
     let port = server.ports.tcp;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = {

@@ -14,20 +14,7 @@ use crate::harness::*;
 
 #[test]
 fn the_console_shows_every_component_with_moving_rates_and_a_wrong_token_gets_nothing() {
-    let mut server = Server::start_answering(
-        r#"api: { address: "127.0.0.1:{API}", token: "s3cret-token" }
-sources:
-  in: { type: syslog, mode: tcp, address: "127.0.0.1:{TCP}" }
-transforms:
-  sev:
-    type: route
-    inputs: [in]
-    route:
-      errors: '.severity == "err"'
-sinks:
-  out: { type: file, inputs: [sev.errors, sev._unmatched], path: "{DIR}/out.jsonl", encoding: json, flush_interval: 100ms }
-"#,
-    );
+    let mut server = Server::start_answering(&routed_config(", token: \"s3cret-token\""));
     let port = server.ports.tcp;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let load = {
