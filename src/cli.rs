@@ -194,20 +194,33 @@ pub struct TapArgs {
     #[arg(long, default_value = "100/s")]
     pub rate: String,
     /// How events are printed.
-    #[arg(long, value_enum, default_value_t = TapFormat::Json)]
-    pub format: TapFormat,
+    #[arg(long, value_enum, default_value_t = loghaul::tap_client::Format::Json)]
+    pub format: loghaul::tap_client::Format,
     #[command(flatten)]
     pub api: ApiArgs,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TapFormat {
-    /// `{"output": ..., "event": {...}}`, one per line.
-    Json,
-    /// One YAML document per event, its output in a comment.
-    Yaml,
-    /// `output=... key=value ...`, one line per event, nested keys joined by dots.
-    Logfmt,
+impl From<ApiArgs> for loghaul::tap_client::Api {
+    fn from(a: ApiArgs) -> Self {
+        loghaul::tap_client::Api {
+            url: a.api,
+            token: a.token,
+            config: a.config,
+        }
+    }
+}
+
+impl From<TapArgs> for loghaul::tap_client::Request {
+    fn from(a: TapArgs) -> Self {
+        loghaul::tap_client::Request {
+            outputs: a.outputs,
+            condition: a.condition,
+            limit: a.limit,
+            rate: a.rate,
+            format: a.format,
+            api: a.api.into(),
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]

@@ -8,6 +8,7 @@ pub mod api;
 pub mod config;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+pub mod logging;
 pub mod metrics;
 pub mod net;
 pub mod pipeline;

@@ -43,9 +43,13 @@ unsafe impl Sync for MallocConf {}
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Run { .. }) {
-        quiet_broken_pipe();
+        loghaul::logging::quiet_broken_pipe();
     }
-    init_logging(cli.verbose, cli.quiet, cli.log_format);
+    loghaul::logging::init(
+        cli.verbose,
+        cli.quiet,
+        cli.log_format == cli::LogFormat::Json,
+    );
     let result = match cli.command {
         Command::Run {
             config,
@@ -99,27 +103,8 @@ fn main() -> ExitCode {
             .with_context(|| format!("cannot inspect {}", path.display())),
         Command::Bench { command } => loghaul_bench::cli::run(command),
         Command::Generate { what } => generate(what),
-        Command::Top { api } => loghaul::top::run(&loghaul::tap_client::Api {
-            url: api.api,
-            token: api.token,
-            config: api.config,
-        }),
-        Command::Tap(args) => loghaul::tap_client::run(&loghaul::tap_client::Request {
-            outputs: args.outputs,
-            condition: args.condition,
-            limit: args.limit,
-            rate: args.rate,
-            format: match args.format {
-                cli::TapFormat::Json => loghaul::tap_client::Format::Json,
-                cli::TapFormat::Yaml => loghaul::tap_client::Format::Yaml,
-                cli::TapFormat::Logfmt => loghaul::tap_client::Format::Logfmt,
-            },
-            api: loghaul::tap_client::Api {
-                url: args.api.api,
-                token: args.api.token,
-                config: args.api.config,
-            },
-        }),
+        Command::Top { api } => loghaul::top::run(&api.into()),
+        Command::Tap(args) => loghaul::tap_client::run(&args.into()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -127,18 +112,6 @@ fn main() -> ExitCode {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// A command whose output goes into `| head` ends quietly when the pipe closes, as Unix tools
-/// do, instead of panicking on the failed write. Not for `run`: a server's sockets report a
-/// closed peer as an error to handle, never as a signal.
-#[allow(unsafe_code)]
-fn quiet_broken_pipe() {
-    // SAFETY: restores the default disposition of one signal before any thread is started; no
-    // handler of ours is replaced.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 
@@ -161,31 +134,5 @@ fn generate(what: GenerateCommand) -> anyhow::Result<()> {
             println!("{}", path.display());
             Ok(())
         }
-    }
-}
-
-fn init_logging(verbose: u8, quiet: u8, format: cli::LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let default = match (verbose, quiet) {
-        (0, 0) => "info",
-        (0, 1) => "warn",
-        (0, _) => "error",
-        (1, _) => "info,loghaul=debug",
-        _ => "trace",
-    };
-    let filter = EnvFilter::try_from_env("LOGHAUL_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false);
-    match format {
-        cli::LogFormat::Json => builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .init(),
-        cli::LogFormat::Text => builder
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
     }
 }

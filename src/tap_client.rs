@@ -10,10 +10,13 @@ use anyhow::Context as _;
 use serde_json::Value;
 
 /// How `tap` prints events.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
+    /// `{"output": ..., "event": {...}}`, one per line.
     Json,
+    /// One YAML document per event, its output in a comment.
     Yaml,
+    /// `output=... key=value ...`, one line per event, nested keys joined by dots.
     Logfmt,
 }
 
