@@ -974,20 +974,23 @@ fn reload_figures(
         let f = (t - t0) as f64 / (t1 - t0).max(1) as f64;
         Some(s0 as f64 + f * (s1 as f64 - s0 as f64))
     };
+    // The second around the reload, and the three seconds before it (from the load's start
+    // at the earliest).
     let half = 500_000;
-    let around = size_at(at + half).zip(size_at(at.saturating_sub(half)));
-    let before = size_at(at.saturating_sub(half))
-        .zip(size_at(at.saturating_sub(3 * 1_000_000 + half).max(start)));
+    let (around_from, around_to) = (at.saturating_sub(half), at + half);
+    let before_from = at.saturating_sub(3 * 1_000_000 + half).max(start);
     rec.extra.insert(
         "reload_at_secs".into(),
         (((at.saturating_sub(start)) as f64 / 1e6 * 100.0).round() / 100.0).into(),
     );
-    if let (Some((a1, a0)), Some((b1, b0))) = (around, before) {
-        let before_secs = (at.saturating_sub(half)
-            - at.saturating_sub(3 * 1_000_000 + half).max(start)) as f64
-            / 1e6;
+    if let (Some(a1), Some(a0), Some(b0)) = (
+        size_at(around_to),
+        size_at(around_from),
+        size_at(before_from),
+    ) {
+        let before_secs = (around_from.saturating_sub(before_from)) as f64 / 1e6;
         let around_rate = a1 - a0;
-        let before_rate = (b1 - b0) / before_secs.max(1e-3);
+        let before_rate = (a0 - b0) / before_secs.max(1e-3);
         if before_rate > 0.0 {
             rec.extra.insert(
                 "reload_flow_ratio".into(),
@@ -996,14 +999,10 @@ fn reload_figures(
         }
     }
     let ms = |v: Option<u64>| v.map(|us| (us as f64 / 10.0).round() / 100.0);
-    if let Some(p99) = ms(samples.latency_between(at.saturating_sub(half), at + half, 0.99)) {
+    if let Some(p99) = ms(samples.latency_between(around_from, around_to, 0.99)) {
         rec.extra.insert("reload_p99_ms".into(), p99.into());
     }
-    if let Some(p99) = ms(samples.latency_between(
-        at.saturating_sub(3 * 1_000_000 + half),
-        at.saturating_sub(half),
-        0.99,
-    )) {
+    if let Some(p99) = ms(samples.latency_between(before_from, around_from, 0.99)) {
         rec.extra.insert("before_reload_p99_ms".into(), p99.into());
     }
 }
