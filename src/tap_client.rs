@@ -72,6 +72,31 @@ impl Api {
     }
 }
 
+/// Connects to the API at `authority` and sends `GET path` (with the bearer `token`, closing
+/// after the answer); the answer is read from the returned stream.
+///
+/// # Errors
+///
+/// The API cannot be reached or the request cannot be written.
+pub(crate) fn send_get(
+    authority: &str,
+    token: Option<&str>,
+    path: &str,
+) -> anyhow::Result<TcpStream> {
+    let mut stream = TcpStream::connect(authority)
+        .with_context(|| format!("cannot reach the API at {authority}"))?;
+    stream.set_write_timeout(Some(Duration::from_secs(10)))?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .context("cannot send the request")?;
+    Ok(stream)
+}
+
 /// Runs `loghaul tap` until the limit is reached, the server stops, or the user interrupts.
 ///
 /// # Errors
@@ -91,17 +116,7 @@ pub fn run(request: &Request) -> anyhow::Result<()> {
     }
     query.append_pair("rate", &request.rate);
     let query = query.finish();
-    let mut stream = TcpStream::connect(&authority)
-        .with_context(|| format!("cannot reach the API at {authority}"))?;
-    stream.set_write_timeout(Some(Duration::from_secs(10)))?;
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "GET /tap?{query} HTTP/1.1\r\nHost: {authority}\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .context("cannot send the request")?;
+    let stream = send_get(&authority, token.as_deref(), &format!("/tap?{query}"))?;
     let mut reader = BufReader::new(stream);
     let mut status = String::new();
     reader.read_line(&mut status)?;

@@ -214,18 +214,9 @@ fn bytes(v: f64) -> String {
 ///
 /// The API cannot be reached, or answers another status (the message has its body).
 pub fn get(authority: &str, token: Option<&str>, path: &str) -> anyhow::Result<String> {
-    use std::io::{Read as _, Write as _};
-    let mut s = std::net::TcpStream::connect(authority)
-        .with_context(|| format!("cannot reach the API at {authority}"))?;
+    use std::io::Read as _;
+    let mut s = crate::tap_client::send_get(authority, token, path)?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    s.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {authority}\r\n{auth}Connection: close\r\n\r\n"
-    )?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
     let text = String::from_utf8_lossy(&raw);
