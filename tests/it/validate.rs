@@ -266,11 +266,18 @@ fn bad_input_sink_reads_missing_input() {
 #[test]
 fn run_with_unknown_key_fails_with_located_error_and_binds_nothing() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let ports = Ports::new();
+    // Taken first, then written into the config: a port picked free and bound later can be
+    // taken meanwhile by another process of the suite.
+    let tcp = TcpListener::bind("127.0.0.1:0").expect("occupy a source port");
+    let api = TcpListener::bind("127.0.0.1:0").expect("occupy an API port");
+    let port = |l: &TcpListener| l.local_addr().expect("local address").port();
+    let ports = Ports {
+        tcp: port(&tcp),
+        udp: port(&tcp),
+        api: port(&api),
+    };
     let path = dir.path().join("unknown.yaml");
     std::fs::write(&path, render(UNKNOWN_KEY, &ports, dir.path())).expect("write config");
-    let _tcp = TcpListener::bind(("127.0.0.1", ports.tcp)).expect("occupy the source port");
-    let _api = TcpListener::bind(("127.0.0.1", ports.api)).expect("occupy the API port");
     let shown = path.display().to_string();
     let out = run_bounded(
         std::process::Command::new(BIN)
