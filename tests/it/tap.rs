@@ -122,7 +122,7 @@ fn tapping_everything_under_load_changes_nothing_else_and_shows_what_it_skipped(
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         seen.iter_mut().for_each(|c| *c = 0);
-        for_each_line(&server.out(), |e| {
+        for_each_written_line(&server.out(), |e| {
             if let Some(n) = message(&e).strip_prefix("load seq ") {
                 let n: usize = n.parse().expect("a number");
                 seen[n] = seen[n].saturating_add(1);
