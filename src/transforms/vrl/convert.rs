@@ -18,7 +18,7 @@ use loghaul_core::batch::{Field, SdElement, SdParam, Value};
 use loghaul_core::{Event, EventBatch, Flags, Span, Timestamp, names};
 use vrl::value::{KeyString, ObjectMap, Value as Vrl};
 
-use super::fast::{Arena, Key, Machine, V, original_field};
+use super::fast::{Arena, Key, Machine, Name, V, original_field};
 
 /// Deeper than any decoder builds (they stop well before); a guard, not a limit users meet.
 const MAX_DEPTH: usize = 128;
@@ -230,9 +230,8 @@ pub struct Builder<'a> {
     /// Spans of the fast path's literals already appended, by literal index.
     lits: Vec<Option<Span>>,
     /// Reused per event by the fast path's output.
-    scratch_own: Vec<Option<usize>>,
     scratch_entries: Vec<(Option<Field>, Key, V)>,
-    scratch_new: Vec<(Key, V)>,
+    scratch_new: Vec<(Key, Name, V)>,
 }
 
 /// A read-only view of the output arena.
@@ -274,7 +273,6 @@ impl<'a> Builder<'a> {
             sd_params: Vec::new(),
             peers: input.peers.clone(),
             lits: Vec::new(),
-            scratch_own: Vec::new(),
             scratch_entries: Vec::new(),
             scratch_new: Vec::new(),
         }
@@ -320,24 +318,18 @@ impl<'a> Builder<'a> {
     pub fn push_fast(&mut self, orig: &Event, m: &Machine, literals: &[Box<[u8]>]) {
         let input = self.input;
         let orig_fields = input.fields_of(orig);
-        let shadowed = |name: &[u8]| orig_fields.iter().any(|f| input.str(f.name) == name);
-        // One pass over the overlay: which entries name loghaul's own fields (by index into
-        // OWN), so that the fields below are found without comparing names again.
+        // loghaul's own fields a key of the sender's record shadows.
+        let mut shadow = [false; OWN.len()];
+        for f in orig_fields {
+            if let Some(i) = own_index(input.str(f.name)) {
+                shadow[i] = true;
+            }
+        }
+        // What the program did to each own field (the overlay knows which names are own).
         let mut own_over: [Option<Option<V>>; OWN.len()] = [None; OWN.len()];
-        let mut overlay_own: Vec<Option<usize>> = std::mem::take(&mut self.scratch_own);
-        overlay_own.clear();
-        {
-            let view = ArenaView {
-                input: &input.arena,
-                extra: &self.extra,
-            };
-            for (k, v) in &m.overlay {
-                let name = view.key(literals, *k);
-                let i = own_index(name);
-                if let Some(i) = i {
-                    own_over[i] = Some(*v);
-                }
-                overlay_own.push(i);
+        for slot in &m.overlay {
+            if let Some(i) = slot.own {
+                own_over[usize::from(i)] = Some(slot.value);
             }
         }
         let mut event = Event {
@@ -345,18 +337,17 @@ impl<'a> Builder<'a> {
             ..Event::default()
         };
         let mut taken = [false; OWN.len()];
-        let mut shadow = [false; OWN.len()];
-        for (i, name) in OWN.iter().enumerate() {
-            shadow[i] = !orig_fields.is_empty() && shadowed(name.as_bytes());
+        for i in 0..OWN.len() {
             if shadow[i] {
                 continue;
             }
-            let v = match own_over[i] {
-                Some(v) => v,
-                None => original_field(input, orig, name.as_bytes()),
+            taken[i] = match own_over[i] {
+                // Untouched: as it was. (Every own field an event has is of its own kind, so
+                // none is left over for the record.)
+                None => self.copy_own(&mut event, orig, i),
+                Some(None) => false,
+                Some(Some(v)) => self.own_field_fast(&mut event, orig, i, v, literals),
             };
-            let Some(v) = v else { continue };
-            taken[i] = self.own_field_fast(&mut event, orig, name, v, literals);
         }
         if !taken[0] {
             event.timestamp = None;
@@ -364,7 +355,7 @@ impl<'a> Builder<'a> {
         // The record: the input record's keys in its order, then new keys in VRL's order.
         let mut entries: Vec<(Option<Field>, Key, V)> = std::mem::take(&mut self.scratch_entries);
         entries.clear();
-        let mut new: Vec<(Key, V)> = std::mem::take(&mut self.scratch_new);
+        let mut new: Vec<(Key, Name, V)> = std::mem::take(&mut self.scratch_new);
         new.clear();
         {
             let view = ArenaView {
@@ -372,9 +363,10 @@ impl<'a> Builder<'a> {
                 extra: &self.extra,
             };
             let current = |name: &[u8]| -> Option<V> {
-                for (k, v) in m.overlay.iter().rev() {
-                    if view.key(literals, *k) == name {
-                        return *v;
+                let n = Name::of(name);
+                for slot in m.overlay.iter().rev() {
+                    if slot.name.same(|| view.key(literals, slot.key), n, || name) {
+                        return slot.value;
                     }
                 }
                 original_field(input, orig, name)
@@ -388,52 +380,110 @@ impl<'a> Builder<'a> {
                     entries.push((Some(*f), Key::Span(f.name), v));
                 }
             }
-            for ((k, v), own) in m.overlay.iter().zip(&overlay_own) {
-                let Some(v) = v else { continue };
-                if own.is_some_and(|i| taken[i] || shadow[i]) {
+            for slot in &m.overlay {
+                let Some(v) = slot.value else { continue };
+                if slot
+                    .own
+                    .is_some_and(|i| taken[usize::from(i)] || shadow[usize::from(i)])
+                {
                     continue;
                 }
                 if !orig_fields.is_empty() {
-                    let name = view.key(literals, *k);
+                    let name = view.key(literals, slot.key);
                     if orig_fields.iter().any(|f| input.str(f.name) == name) {
                         continue;
                     }
                 }
-                new.push((*k, *v));
-            }
-            // loghaul's own fields the program left of another kind stay as record keys.
-            for (i, name) in OWN.iter().enumerate() {
-                if taken[i] || shadow[i] || own_over[i].is_some() {
-                    continue;
-                }
-                if let Some(v) = original_field(input, orig, name.as_bytes()) {
-                    new.push((Key::Static(name.as_bytes()), v));
-                }
+                new.push((slot.key, slot.name, v));
             }
             if new.len() > 1 {
-                new.sort_by(|a, b| view.key(literals, a.0).cmp(view.key(literals, b.0)));
+                new.sort_by(|a, b| {
+                    a.1.order(|| view.key(literals, a.0), b.1, || view.key(literals, b.0))
+                });
             }
         }
-        entries.extend(new.drain(..).map(|(k, v)| (None, k, v)));
+        entries.extend(new.drain(..).map(|(k, _, v)| (None, k, v)));
         let start = self.fields.len();
         let n = entries.len();
-        self.fields.extend(entries.iter().map(|_| Field {
-            name: Span::EMPTY,
-            value: Value::Null,
-        }));
+        self.fields.reserve(n);
+        // Scalars go straight in; a nested value's children are appended after the top level,
+        // so its entries are reserved first.
+        let nested = entries.iter().any(|(_, _, v)| {
+            matches!(
+                v,
+                V::Obj(_) | V::Arr(_) | V::Rec(Value::Map(..) | Value::Array(..))
+            )
+        });
+        if nested {
+            self.fields.extend(entries.iter().map(|_| Field {
+                name: Span::EMPTY,
+                value: Value::Null,
+            }));
+        }
         for (i, (of, k, v)) in entries.drain(..).enumerate() {
             let name = match (of, k) {
                 (Some(f), _) => f.name,
                 (None, k) => self.key_span(k, literals),
             };
             let value = self.value_fast(v, of.map(|f| f.value), m, literals);
-            self.fields[start + i] = Field { name, value };
+            if nested {
+                self.fields[start + i] = Field { name, value };
+            } else {
+                self.fields.push(Field { name, value });
+            }
         }
         event.fields = (start as u32, (start + n) as u32);
         self.events.push(event);
-        self.scratch_own = overlay_own;
         self.scratch_entries = entries;
         self.scratch_new = new;
+    }
+
+    /// Copies loghaul's own field `i` of `orig` unchanged; whether the event has it.
+    fn copy_own(&mut self, event: &mut Event, orig: &Event, i: usize) -> bool {
+        match i {
+            0 => {
+                event.timestamp = orig.timestamp;
+                true
+            }
+            1 => copy_span(&mut event.hostname, orig.hostname),
+            2 => copy_span(&mut event.appname, orig.appname),
+            3 => copy_span(&mut event.procid, orig.procid),
+            4 => copy_span(&mut event.msgid, orig.msgid),
+            5 => {
+                event.facility = orig.facility.filter(|c| names::facility_name(*c).is_some());
+                event.facility.is_some()
+            }
+            6 => {
+                event.severity = orig.severity.filter(|c| names::severity_name(*c).is_some());
+                event.severity.is_some()
+            }
+            7 => {
+                event.version = orig.version;
+                orig.version.is_some()
+            }
+            8 => match orig.structured_data {
+                Some(_) => {
+                    self.copy_sd(event, orig);
+                    true
+                }
+                None => false,
+            },
+            9 => copy_span(&mut event.message, orig.message),
+            10 => match self.input.source_ip(orig) {
+                Some(_) => {
+                    event.peer = orig.peer;
+                    true
+                }
+                None => false,
+            },
+            11 => true,
+            12 => copy_span(&mut event.tag, orig.tag),
+            13 => {
+                event.flags = orig.flags;
+                !orig.flags.is_empty()
+            }
+            _ => false,
+        }
     }
 
     fn key_span(&mut self, k: Key, literals: &[Box<[u8]>]) -> Span {
@@ -486,11 +536,12 @@ impl<'a> Builder<'a> {
         &mut self,
         event: &mut Event,
         orig: &Event,
-        name: &str,
+        i: usize,
         v: V,
         literals: &[Box<[u8]>],
     ) -> bool {
         let input = self.input;
+        let name = OWN.get(i).copied().unwrap_or_default();
         match name {
             "timestamp" => {
                 let V::Ts(nanos) = v else { return false };
@@ -644,7 +695,7 @@ impl<'a> Builder<'a> {
             extra: &self.extra,
         };
         let mut obj = ObjectMap::new();
-        for (k, v) in m.obj(i) {
+        for (k, _, v) in m.obj(i) {
             let name = String::from_utf8_lossy(view.key(literals, *k)).into_owned();
             obj.insert(KeyString::from(name), self.fast_to_vrl(m, *v, literals));
         }
@@ -1041,11 +1092,13 @@ fn set_version(event: &mut Event, v: i64) -> bool {
 
 /// The index in OWN of a name, if it is one of loghaul's own fields.
 fn own_index(name: &[u8]) -> Option<usize> {
-    // Own names are 3 to 15 bytes of lower case: most keys are ruled out by length or first byte.
-    if !(3..=15).contains(&name.len()) || !name[0].is_ascii_lowercase() {
-        return None;
-    }
-    OWN.iter().position(|o| o.as_bytes() == name)
+    super::fast::own_of(Name::of(name), name).map(usize::from)
+}
+
+/// Copies an optional text field; whether there was one.
+fn copy_span(slot: &mut loghaul_core::OptSpan, from: loghaul_core::OptSpan) -> bool {
+    *slot = from;
+    from.is_some()
 }
 
 /// The bytes of a string value.

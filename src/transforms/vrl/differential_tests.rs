@@ -23,6 +23,8 @@ const FAST: &[&str] = &[
     ". |= parse_key_value!(.message)",
     ". |= parse_key_value!(.message)\n.user_name = del(.user)\ndel(.password)\n.env = \"prod\"",
     "pairs, err = parse_key_value(.message)\nif err == null { . |= pairs }\n.n = length!(.message)",
+    // A parsed object nested, read by name, and merged into an event already changed.
+    ".kv = parse_key_value!(.message)\n.first = .kv.user\n.z = 1\n. |= parse_key_value!(.message)",
     ".x = 1\ndel(.x)",
     ".a = del(.hostname)",
     ".appname = upcase!(.appname)",

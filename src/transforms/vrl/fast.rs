@@ -149,6 +149,8 @@ pub struct FastProgram {
     body: Vec<Expr>,
     vars: usize,
     pub literals: Arc<[Box<[u8]>]>,
+    /// Each literal's [`Name`], for the field names the program sets and deletes.
+    names: Arc<[Name]>,
 }
 
 /// Lowers `source` (already accepted by VRL's compiler) onto the fast path.
@@ -178,10 +180,12 @@ pub fn lower(source: &str) -> Result<FastProgram, Unsupported> {
             }
         }
     }
+    let names = cx.literals.iter().map(|l| Name::of(l)).collect();
     Ok(FastProgram {
         body,
         vars: cx.vars.len(),
         literals: cx.literals.into(),
+        names,
     })
 }
 
@@ -615,12 +619,12 @@ const INDEX_FROM: usize = 32;
 #[derive(Default)]
 pub struct Machine {
     vars: Vec<V>,
-    /// The event's changes: field name → value (`None`: deleted).
-    pub overlay: Vec<(Key, Option<V>)>,
+    /// The event's changes, in the order they were first made.
+    pub overlay: Vec<Slot>,
     /// Where each name is in `overlay`, once it holds more than [`INDEX_FROM`] entries (a line
     /// of many key=value pairs merged into the event): lookups stay constant-time.
     index: std::collections::HashMap<Box<[u8]>, usize>,
-    objs: Vec<Vec<(Key, V)>>,
+    objs: Vec<Vec<(Key, Name, V)>>,
     nobjs: usize,
     arrs: Vec<Vec<V>>,
     narrs: usize,
@@ -636,6 +640,99 @@ pub enum Key {
     Static(&'static [u8]),
     /// A literal of the program (a field name it assigns).
     Lit(u32),
+}
+
+/// One change of the overlay: field `key` is now `value` (`None`: deleted).
+#[derive(Debug, Clone, Copy)]
+pub struct Slot {
+    pub key: Key,
+    pub name: Name,
+    /// The index of the name in loghaul's own fields ([`OWN_NAMES`]), when it is one.
+    pub own: Option<u8>,
+    pub value: Option<V>,
+}
+
+/// A field name's first eight bytes (big-endian, zero-padded) and its length. Names are
+/// compared by these two integers first, so looking a name up among the overlay's or sorting
+/// a parsed line's keys rarely reads the bytes: most names differ in their first eight bytes
+/// or their length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Name {
+    pre: u64,
+    len: u32,
+}
+
+impl Name {
+    #[inline]
+    pub const fn of(b: &[u8]) -> Name {
+        let mut buf = [0u8; 8];
+        let mut i = 0;
+        while i < b.len() && i < 8 {
+            buf[i] = b[i];
+            i += 1;
+        }
+        Name {
+            pre: u64::from_be_bytes(buf),
+            len: b.len() as u32,
+        }
+    }
+
+    /// Whether the name `a` (named `self`) is `b` (named `other`); the bytes are read only when
+    /// the two integers cannot tell.
+    #[inline]
+    pub fn same<'a, 'b>(
+        self,
+        a: impl FnOnce() -> &'a [u8],
+        other: Name,
+        b: impl FnOnce() -> &'b [u8],
+    ) -> bool {
+        self == other && (self.len <= 8 || a().get(8..) == b().get(8..))
+    }
+
+    /// The byte order of the names `a` (named `self`) and `b` (named `other`).
+    #[inline]
+    pub fn order<'a, 'b>(
+        self,
+        a: impl FnOnce() -> &'a [u8],
+        other: Name,
+        b: impl FnOnce() -> &'b [u8],
+    ) -> std::cmp::Ordering {
+        self.pre.cmp(&other.pre).then_with(|| a().cmp(b()))
+    }
+}
+
+/// loghaul's own fields' names, in the order of [`loghaul_codec::encode::FIXED_FIELDS`].
+pub const OWN_NAMES: [Name; 14] = {
+    let own = loghaul_codec::encode::FIXED_FIELDS;
+    let mut names = [Name { pre: 0, len: 0 }; 14];
+    let mut i = 0;
+    while i < 14 {
+        names[i] = Name::of(own[i].as_bytes());
+        i += 1;
+    }
+    names
+};
+
+/// The index of `bytes` (named `name`) among loghaul's own fields.
+#[inline]
+pub fn own_of(name: Name, bytes: &[u8]) -> Option<u8> {
+    // By length first: at most three names share one, most keys have none of theirs.
+    let candidates: &[u8] = match name.len {
+        3 => &[12],
+        5 => &[4, 13],
+        6 => &[3],
+        7 => &[2, 9, 7],
+        8 => &[1, 5, 6],
+        9 => &[0, 10],
+        11 => &[11],
+        15 => &[8],
+        _ => return None,
+    };
+    let own = loghaul_codec::encode::FIXED_FIELDS;
+    candidates.iter().copied().find(|i| {
+        OWN_NAMES[usize::from(*i)].pre == name.pre
+            && (name.len <= 8 || own[usize::from(*i)].as_bytes() == bytes)
+    })
 }
 
 /// The bytes of the output arena: the input's, then what this batch appended.
@@ -741,7 +838,7 @@ impl Machine {
         i as u32
     }
 
-    pub fn obj(&self, i: u32) -> &[(Key, V)] {
+    pub fn obj(&self, i: u32) -> &[(Key, Name, V)] {
         self.objs.get(i as usize).map_or(&[], |o| &o[..])
     }
 
@@ -783,7 +880,7 @@ impl Machine {
                 for (k, item) in map {
                     let key = Key::Span(cx.arena.push(k.as_bytes()));
                     let item = self.vrl_to_fast(cx, item, depth + 1)?;
-                    self.objs[o as usize].push((key, item));
+                    self.objs[o as usize].push((key, Name::of(k.as_bytes()), item));
                 }
                 V::Obj(o)
             }
@@ -801,36 +898,48 @@ impl Machine {
 
     /// A top-level field of the event as the program sees it now.
     pub fn field(&self, cx: &Cx<'_, '_>, name: &[u8]) -> Option<V> {
-        if let Some(i) = self.find(cx, name) {
-            return self.overlay[i].1;
+        let n = Name::of(name);
+        if let Some(i) = self.find(cx, n, name) {
+            return self.overlay[i].value;
         }
         original_field(cx.batch, cx.event, name)
     }
 
-    /// Where `name` is in the overlay.
-    fn find(&self, cx: &Cx<'_, '_>, name: &[u8]) -> Option<usize> {
+    /// Where `bytes` (named `name`) is in the overlay.
+    fn find(&self, cx: &Cx<'_, '_>, name: Name, bytes: &[u8]) -> Option<usize> {
         if self.overlay.len() > INDEX_FROM {
-            return self.index.get(name).copied();
+            return self.index.get(bytes).copied();
         }
         self.overlay
             .iter()
-            .position(|(k, _)| cx.key_bytes(*k) == name)
+            .position(|s| s.name.same(|| cx.key_bytes(s.key), name, || bytes))
     }
 
-    fn set(&mut self, cx: &Cx<'_, '_>, key: Key, value: Option<V>) {
-        let name = cx.key_bytes(key);
-        if let Some(i) = self.find(cx, name) {
-            self.overlay[i].1 = value;
+    fn set(&mut self, cx: &Cx<'_, '_>, key: Key, name: Name, value: Option<V>) {
+        let bytes = cx.key_bytes(key);
+        if let Some(i) = self.find(cx, name, bytes) {
+            self.overlay[i].value = value;
             return;
         }
-        self.overlay.push((key, value));
+        self.push_slot(cx, key, name, value);
+    }
+
+    /// Adds a name the overlay does not hold yet.
+    fn push_slot(&mut self, cx: &Cx<'_, '_>, key: Key, name: Name, value: Option<V>) {
+        let bytes = cx.key_bytes(key);
+        self.overlay.push(Slot {
+            key,
+            name,
+            own: own_of(name, bytes),
+            value,
+        });
         if self.overlay.len() > INDEX_FROM {
             if self.index.is_empty() {
-                for (i, (k, _)) in self.overlay.iter().enumerate() {
-                    self.index.insert(cx.key_bytes(*k).into(), i);
+                for (i, s) in self.overlay.iter().enumerate() {
+                    self.index.insert(cx.key_bytes(s.key).into(), i);
                 }
             } else {
-                self.index.insert(name.into(), self.overlay.len() - 1);
+                self.index.insert(bytes.into(), self.overlay.len() - 1);
             }
         }
     }
@@ -854,8 +963,8 @@ impl Machine {
                 V::Obj(i) => self
                     .obj(i)
                     .iter()
-                    .find(|(k, _)| cx.key_bytes(*k) == seg.as_bytes())
-                    .map(|(_, v)| *v)?,
+                    .find(|(k, _, _)| cx.key_bytes(*k) == seg.as_bytes())
+                    .map(|(_, _, v)| *v)?,
                 // Reading into anything else finds nothing.
                 V::Sd | V::Peer | V::Flags => return Some(V::Sd),
                 _ => return None,
@@ -940,16 +1049,24 @@ impl Machine {
             }
             Expr::SetField(name, x) => {
                 let v = self.eval(cx, x)?;
-                self.set(cx, Key::Lit(*name), Some(v));
+                let n = cx.program.names.get(*name as usize).copied();
+                self.set(cx, Key::Lit(*name), n.unwrap_or_default(), Some(v));
                 v
             }
             Expr::MergeRoot(x) => {
                 let V::Obj(i) = self.eval(cx, x)? else {
                     return Err(Flow::Bail);
                 };
+                // An object's keys are unique, so into an unchanged event (`. |= parse_...`
+                // first) its entries go without looking each up.
+                let fresh = self.overlay.is_empty();
                 for j in 0..self.obj(i).len() {
-                    let (k, v) = self.objs[i as usize][j];
-                    self.set(cx, k, Some(v));
+                    let (k, n, v) = self.objs[i as usize][j];
+                    if fresh {
+                        self.push_slot(cx, k, n, Some(v));
+                    } else {
+                        self.set(cx, k, n, Some(v));
+                    }
                 }
                 V::Obj(i)
             }
@@ -977,12 +1094,20 @@ impl Machine {
                     .literals
                     .get(*name as usize)
                     .map_or(&[][..], |b| &b[..]);
-                let old = self.field(cx, bytes);
+                let n = cx.program.names.get(*name as usize).copied();
+                let n = n.unwrap_or_default();
+                let at = self.find(cx, n, bytes);
+                let old = match at {
+                    Some(i) => self.overlay[i].value,
+                    None => original_field(cx.batch, cx.event, bytes),
+                };
                 if matches!(old, Some(V::Sd | V::Peer | V::Flags)) {
                     return Err(Flow::Bail);
                 }
-                if old.is_some() {
-                    self.set(cx, Key::Lit(*name), None);
+                match (at, old) {
+                    (_, None) => {}
+                    (Some(i), Some(_)) => self.overlay[i].value = None,
+                    (None, Some(_)) => self.push_slot(cx, Key::Lit(*name), n, None),
                 }
                 old.map_or(V::Null, normalize)
             }
@@ -1131,7 +1256,7 @@ impl Machine {
                 let o = self.new_obj();
                 for (name, v) in entries {
                     let key = Key::Span(cx.arena.push(name.as_bytes()));
-                    self.objs[o as usize].push((key, v));
+                    self.objs[o as usize].push((key, Name::of(name.as_bytes()), v));
                 }
                 V::Obj(o)
             }
@@ -1142,18 +1267,31 @@ impl Machine {
                 };
                 let o = self.new_obj();
                 let mut pairs = std::mem::take(&mut self.objs[o as usize]);
-                let ok = parse_key_value(cx.arena.get(s), s, &mut pairs);
-                if ok {
-                    // VRL objects are ordered by key.
-                    let literals = &cx.program.literals;
-                    let bytes = |k: Key| key_bytes(&cx.arena, literals, k);
-                    pairs.sort_by(|a, b| bytes(a.0).cmp(bytes(b.0)));
-                }
-                let repeated = {
-                    let literals = &cx.program.literals;
-                    let bytes = |k: Key| key_bytes(&cx.arena, literals, k);
-                    pairs.windows(2).any(|w| bytes(w[0].0) == bytes(w[1].0))
+                let line = cx.arena.get(s);
+                let ok = parse_key_value(line, s, &mut pairs);
+                // The keys are spans of `line`.
+                let key = |k: Key| match k {
+                    Key::Span(k) => line
+                        .get((k.start - s.start) as usize..(k.end - s.start) as usize)
+                        .unwrap_or_default(),
+                    _ => &[],
                 };
+                // VRL orders an object by key, but no reader of the fast path's objects sees
+                // their order (lookups are by name, the output sorts what it writes and VRL
+                // values sort themselves), so the pairs stay in the line's order unless many.
+                let mut repeated = false;
+                if ok && pairs.len() <= 32 {
+                    for (j, a) in pairs.iter().enumerate() {
+                        repeated |= pairs[..j]
+                            .iter()
+                            .any(|b| a.1.same(|| key(a.0), b.1, || key(b.0)));
+                    }
+                } else if ok {
+                    pairs.sort_by(|a, b| a.1.order(|| key(a.0), b.1, || key(b.0)));
+                    repeated = pairs
+                        .windows(2)
+                        .any(|w| w[0].1.same(|| key(w[0].0), w[1].1, || key(w[1].0)));
+                }
                 self.objs[o as usize] = pairs;
                 // Repeated keys become arrays in VRL: the runtime's case.
                 if !ok || repeated {
@@ -1281,28 +1419,33 @@ pub fn original_field(batch: &EventBatch, event: &Event, name: &[u8]) -> Option<
     {
         return Some(V::Rec(f.value));
     }
+    own_of(Name::of(name), name).and_then(|i| original_own(batch, event, usize::from(i)))
+}
+
+/// loghaul's own field `i` ([`OWN_NAMES`]) of the unchanged event, ignoring the record.
+pub fn original_own(batch: &EventBatch, event: &Event, i: usize) -> Option<V> {
     let span = |s: loghaul_core::OptSpan| s.get().map(V::Str);
-    match name {
-        b"timestamp" => Some(V::Ts(batch.time_of(event).nanos)),
-        b"hostname" => span(event.hostname),
-        b"appname" => span(event.appname),
-        b"procid" => span(event.procid),
-        b"msgid" => span(event.msgid),
-        b"message" => span(event.message),
-        b"tag" => span(event.tag),
-        b"facility" => event
+    match i {
+        0 => Some(V::Ts(batch.time_of(event).nanos)),
+        1 => span(event.hostname),
+        2 => span(event.appname),
+        3 => span(event.procid),
+        4 => span(event.msgid),
+        5 => event
             .facility
             .and_then(names::facility_name)
             .map(|n| V::Static(n.as_bytes())),
-        b"severity" => event
+        6 => event
             .severity
             .and_then(names::severity_name)
             .map(|n| V::Static(n.as_bytes())),
-        b"version" => event.version.map(|v| V::Int(i64::from(v))),
-        b"structured_data" => event.structured_data.map(|_| V::Sd),
-        b"source_ip" => batch.source_ip(event).map(|_| V::Peer),
-        b"source_type" => Some(V::Static(static_source_type(batch.source_type))),
-        b"flags" => (!event.flags.is_empty()).then_some(V::Flags),
+        7 => event.version.map(|v| V::Int(i64::from(v))),
+        8 => event.structured_data.map(|_| V::Sd),
+        9 => span(event.message),
+        10 => batch.source_ip(event).map(|_| V::Peer),
+        11 => Some(V::Static(static_source_type(batch.source_type))),
+        12 => span(event.tag),
+        13 => (!event.flags.is_empty()).then_some(V::Flags),
         _ => None,
     }
 }
@@ -1316,12 +1459,15 @@ fn static_source_type(s: &'static str) -> &'static [u8] {
 /// of printable ASCII or UTF-8 without backslashes, single quotes, tabs or spaces around `=`.
 /// Anything else returns false: the runtime parses it (VRL's grammar has many corners).
 /// Pairs are spans relative to `base` (the string's place in its arena).
-fn parse_key_value(s: &[u8], base: Span, out: &mut Vec<(Key, V)>) -> bool {
+fn parse_key_value(s: &[u8], base: Span, out: &mut Vec<(Key, Name, V)>) -> bool {
     out.clear();
-    if std::str::from_utf8(s).is_err()
-        || s.iter()
-            .any(|b| *b < 0x20 || *b == b'\\' || *b == b'\'' || *b == 0x7f)
-    {
+    // The bytes that make a line unusual, in folds without an early exit (which the compiler
+    // vectorises); UTF-8 is checked only past ASCII.
+    let odd = s.iter().fold(false, |odd, b| {
+        odd | (*b < 0x20) | (*b == b'\\') | (*b == b'\'') | (*b == 0x7f)
+    });
+    let wide = s.iter().fold(0u8, |w, b| w | *b);
+    if odd || (wide >= 0x80 && std::str::from_utf8(s).is_err()) {
         return false;
     }
     let at = |a: usize, b: usize| Span::new(base.start as usize + a, base.start as usize + b);
@@ -1336,32 +1482,29 @@ fn parse_key_value(s: &[u8], base: Span, out: &mut Vec<(Key, V)>) -> bool {
     while i < n {
         let start = i;
         // The token up to the next space.
-        let mut end = i;
-        while end < n && s[end] != b' ' {
-            end += 1;
-        }
+        let end = memchr::memchr(b' ', &s[start..]).map_or(n, |e| start + e);
         let token = &s[start..end];
         if token[0] == b'"' || token[0] == b'=' {
             return false;
         }
-        match token.iter().position(|b| *b == b'=') {
+        match memchr::memchr(b'=', token) {
             None => {
-                if token.contains(&b'"') || !plain_edges(token) {
+                if memchr::memchr(b'"', token).is_some() || !plain_edges(token) {
                     return false;
                 }
                 // A standalone key; the next token must not begin with `=` (lenient spacing).
-                out.push((Key::Span(at(start, end)), V::Bool(true)));
+                out.push((Key::Span(at(start, end)), Name::of(token), V::Bool(true)));
                 i = end;
             }
             Some(eq) => {
                 let key = &token[..eq];
-                if key.contains(&b'"') || !plain_edges(key) {
+                if memchr::memchr(b'"', key).is_some() || !plain_edges(key) {
                     return false;
                 }
                 let vstart = start + eq + 1;
                 if vstart < n && s[vstart] == b'"' {
                     // A quoted value: up to the next quote, which must end the token.
-                    let Some(close) = s[vstart + 1..].iter().position(|b| *b == b'"') else {
+                    let Some(close) = memchr::memchr(b'"', &s[vstart + 1..]) else {
                         return false;
                     };
                     let close = vstart + 1 + close;
@@ -1370,6 +1513,7 @@ fn parse_key_value(s: &[u8], base: Span, out: &mut Vec<(Key, V)>) -> bool {
                     }
                     out.push((
                         Key::Span(at(start, start + eq)),
+                        Name::of(key),
                         V::Str(at(vstart + 1, close)),
                     ));
                     i = close + 1;
@@ -1381,10 +1525,14 @@ fn parse_key_value(s: &[u8], base: Span, out: &mut Vec<(Key, V)>) -> bool {
                         if end < n {
                             return false;
                         }
-                    } else if value.contains(&b'"') || !plain_edges(value) {
+                    } else if memchr::memchr(b'"', value).is_some() || !plain_edges(value) {
                         return false;
                     }
-                    out.push((Key::Span(at(start, start + eq)), V::Str(at(vstart, end))));
+                    out.push((
+                        Key::Span(at(start, start + eq)),
+                        Name::of(key),
+                        V::Str(at(vstart, end)),
+                    ));
                     i = end;
                 }
             }
@@ -1413,5 +1561,53 @@ pub fn key_bytes<'a>(arena: &'a Arena<'_>, literals: &'a [Box<[u8]>], k: Key) ->
         Key::Span(s) => arena.get(s),
         Key::Static(s) => s,
         Key::Lit(i) => literals.get(i as usize).map_or(&[][..], |b| &b[..]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Name, own_of};
+
+    #[test]
+    fn own_names_are_found_by_name_and_length() {
+        for (i, own) in loghaul_codec::encode::FIXED_FIELDS.iter().enumerate() {
+            assert_eq!(
+                own_of(Name::of(own.as_bytes()), own.as_bytes()),
+                Some(i as u8)
+            );
+            // The same first eight bytes, another tail or length: not an own name.
+            let longer = format!("{own}x");
+            assert_eq!(own_of(Name::of(longer.as_bytes()), longer.as_bytes()), None);
+            let mut other = own.as_bytes().to_vec();
+            if let Some(last) = other.last_mut() {
+                *last ^= 1;
+            }
+            assert_eq!(own_of(Name::of(&other), &other), None, "{own}");
+        }
+        for key in ["user", "status", "Message", "", "latency_ms", "sourceip"] {
+            assert_eq!(own_of(Name::of(key.as_bytes()), key.as_bytes()), None);
+        }
+    }
+
+    #[test]
+    fn names_order_as_their_bytes() {
+        let keys: [&[u8]; 9] = [
+            b"",
+            b"a",
+            b"a\0",
+            b"ab",
+            b"abcdefgh",
+            b"abcdefgh\0",
+            b"abcdefghi",
+            b"abcdefgi",
+            b"b",
+        ];
+        for a in keys {
+            for b in keys {
+                let (x, y) = (Name::of(a), Name::of(b));
+                assert_eq!(x.order(|| a, y, || b), a.cmp(b), "{a:?} {b:?}");
+                assert_eq!(x.same(|| a, y, || b), a == b, "{a:?} {b:?}");
+            }
+        }
     }
 }
