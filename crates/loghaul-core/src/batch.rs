@@ -317,18 +317,29 @@ impl EventBatch {
     /// A batch holding only the events `keep` accepts, sharing this batch's arena, side tables
     /// and finalizer (filters use it; no event data is copied).
     pub fn retain_view(&self, mut keep: impl FnMut(&EventBatch, &Event) -> bool) -> EventBatch {
-        let events = self
+        let mut events: Vec<Event> = self
             .events
             .iter()
             .filter(|e| keep(self, e))
             .copied()
             .collect();
+        // A view of part of a batch of records takes only its events' entries (a route's
+        // outputs would otherwise each copy the whole table); all of it, the table as it is.
+        let fields = if events.len() == self.events.len() || self.fields.is_empty() {
+            self.fields.clone()
+        } else {
+            let mut fields = Vec::new();
+            for e in &mut events {
+                e.fields = copy_entries(self, self.fields_of(e), &mut fields, 0);
+            }
+            fields
+        };
         EventBatch {
             arena: self.arena.clone(),
             events,
             sd_elements: self.sd_elements.clone(),
             sd_params: self.sd_params.clone(),
-            fields: self.fields.clone(),
+            fields,
             received: self.received,
             peers: self.peers.clone(),
             source: self.source.clone(),
@@ -337,6 +348,35 @@ impl EventBatch {
             charge: self.charge.clone(),
         }
     }
+}
+
+/// Copies `entries` of `from` (and their children) into `out`, next to each other with their
+/// children after them, as decoders lay records out; returns their range. Spans still point
+/// into `from`'s arena.
+fn copy_entries(
+    from: &EventBatch,
+    entries: &[Field],
+    out: &mut Vec<Field>,
+    depth: usize,
+) -> (u32, u32) {
+    let start = out.len();
+    out.extend_from_slice(entries);
+    for (i, f) in entries.iter().enumerate() {
+        let value = match f.value {
+            Value::Map(..) | Value::Array(..) if depth >= MAX_COPY_DEPTH => Value::Null,
+            Value::Map(..) => {
+                let (a, b) = copy_entries(from, from.children(f.value), out, depth + 1);
+                Value::Map(a, b)
+            }
+            Value::Array(..) => {
+                let (a, b) = copy_entries(from, from.children(f.value), out, depth + 1);
+                Value::Array(a, b)
+            }
+            _ => continue,
+        };
+        out[start + i].value = value;
+    }
+    (start as u32, (start + entries.len()) as u32)
 }
 
 /// Deeper than any decoder builds; a guard on the recursion of [`BatchCopy`], not a limit users
@@ -706,6 +746,76 @@ mod tests {
         assert_eq!(batch.time_of(&with), own);
         assert_eq!(batch.time_of(&Event::default()), batch.received);
         assert_eq!(batch.retain_view(|_, _| true).received, batch.received);
+    }
+
+    /// A view of some events of a batch of records holds only their entries, nested ones
+    /// included, and reads the same values through them.
+    #[test]
+    fn a_partial_view_takes_only_its_events_entries() {
+        let mut b = EventBatch::new(Bytes::from_static(b"abcxyz"), "src".into(), "test");
+        let name = |i: usize| Span::new(i, i + 1);
+        // Event 0: {a: 1}; event 1: {b: {c: [x]}, a: "y"}; event 2: {z: true}.
+        b.fields = vec![
+            Field {
+                name: name(0),
+                value: Value::Int(1),
+            },
+            Field {
+                name: name(1),
+                value: Value::Map(3, 4),
+            },
+            Field {
+                name: name(0),
+                value: Value::Str(name(4)),
+            },
+            Field {
+                name: name(2),
+                value: Value::Array(4, 5),
+            },
+            Field {
+                name: Span::EMPTY,
+                value: Value::Str(name(3)),
+            },
+            Field {
+                name: name(5),
+                value: Value::Bool(true),
+            },
+        ];
+        for fields in [(0, 1), (1, 3), (5, 6)] {
+            b.events.push(Event {
+                fields,
+                ..Event::default()
+            });
+        }
+        let mut i = 0;
+        let view = b.retain_view(|_, _| {
+            i += 1;
+            i == 2
+        });
+        assert_eq!(view.len(), 1);
+        assert_eq!(
+            view.fields.len(),
+            4,
+            "only event 1's entries: {:?}",
+            view.fields
+        );
+        let e = &view.events[0];
+        assert_eq!(view.lookup(e, "a"), Some(Value::Str(name(4))));
+        let Some(Value::Map(..)) = view.lookup(e, "b") else {
+            panic!("b is a map")
+        };
+        let c = view.lookup(e, "b.c").map(|v| view.children(v).to_vec());
+        assert_eq!(
+            c,
+            Some(vec![Field {
+                name: Span::EMPTY,
+                value: Value::Str(name(3))
+            }])
+        );
+        // The events it leaves out are not read (their entries are gone).
+        assert_eq!(view.lookup(e, "z"), None);
+        // All of the batch: the table as it is.
+        assert_eq!(b.retain_view(|_, _| true).fields, b.fields);
     }
 
     /// `{"a": {"b": [10, {"c": true}]}, "d": 1}` flattened as a decoder lays it out: a container's
