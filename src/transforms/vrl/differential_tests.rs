@@ -260,8 +260,55 @@ fn every_corpus_program_is_on_the_fast_path() {
     );
 }
 
+/// Conditions (a route's, a filter's) on the fast path, which reads a field once per event.
+const CONDITIONS: &[&str] = &[
+    ".severity == \"err\" || .severity == \"crit\" || .severity == \"alert\"",
+    ".severity != \"err\" && .severity != \"crit\"",
+    "exists(.hostname) && .hostname == \"h1\" || .appname == \"app\"",
+    "starts_with(string(.message) ?? \"\", \"a\") || .severity == \"info\" || .message == \"x\"",
+    ".status == 200 || .status == \"200\" || .level == \"error\"",
+    "x = .severity\nx == \"warning\" || .severity == \"notice\"",
+    // Names of one length, read in turn (each read is its own).
+    ".hostname == .severity || .appname == .message || .severity == \"info\"",
+    "length(string(.hostname) ?? \"\") > 1 && .severity != \"err\" && .hostname != .facility",
+];
+
+/// Each condition on each event, on the fast path and on the VRL runtime.
+fn conditions_agree(batch: &EventBatch) -> Result<(), TestCaseError> {
+    let mut runner = Runner::new(vrl::compiler::TimeZone::Local);
+    for source in CONDITIONS {
+        let program = super::compile_condition(source).unwrap();
+        prop_assert!(program.fast.is_ok(), "{source} is on the fast path");
+        for event in &batch.events {
+            let fast = runner.condition(&program, batch, event, &mut None);
+            let mut target = super::target(batch, event);
+            let slow = runner.test(&program, &mut target);
+            prop_assert_eq!(
+                fast.is_ok(),
+                slow.is_ok(),
+                "{}: {:?} {:?}",
+                source,
+                fast,
+                slow
+            );
+            prop_assert_eq!(fast.unwrap_or(false), slow.unwrap_or(false), "{}", source);
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn conditions_agree_on_syslog(lines in prop::collection::vec(syslog_line(), 1..12)) {
+        conditions_agree(&syslog_batch(&lines))?;
+    }
+
+    #[test]
+    fn conditions_agree_on_records(records in prop::collection::vec(json_record(), 1..8)) {
+        conditions_agree(&json_batch(&records))?;
+    }
 
     #[test]
     fn fast_path_and_runtime_agree_on_syslog(lines in prop::collection::vec(syslog_line(), 1..12)) {

@@ -151,6 +151,9 @@ pub struct FastProgram {
     pub literals: Arc<[Box<[u8]>]>,
     /// Each literal's [`Name`], for the field names the program sets and deletes.
     names: Arc<[Name]>,
+    /// The program changes no field of the event (a condition): what it reads of the event
+    /// stays what it read first.
+    reads_only: bool,
 }
 
 /// Lowers `source` (already accepted by VRL's compiler) onto the fast path.
@@ -167,6 +170,7 @@ pub fn lower(source: &str) -> Result<FastProgram, Unsupported> {
         source,
         vars: Vec::new(),
         literals: Vec::new(),
+        writes: false,
     };
     let mut body = Vec::new();
     for root in program.0 {
@@ -186,6 +190,7 @@ pub fn lower(source: &str) -> Result<FastProgram, Unsupported> {
         vars: cx.vars.len(),
         literals: cx.literals.into(),
         names,
+        reads_only: !cx.writes,
     })
 }
 
@@ -193,6 +198,8 @@ struct Lower<'s> {
     source: &'s str,
     vars: Vec<String>,
     literals: Vec<Box<[u8]>>,
+    /// Some expression sets or deletes a field of the event.
+    writes: bool,
 }
 
 impl Lower<'_> {
@@ -365,10 +372,14 @@ impl Lower<'_> {
                         let V::Lit(name) = self.literal(p[0].as_bytes()) else {
                             return self.no(node, "this assignment target");
                         };
+                        self.writes = true;
                         Ok(Expr::SetField(name, value))
                     }
                     (Some(Target::Var(v)), ast::AssignmentOp::Assign) => Ok(Expr::SetVar(v, value)),
-                    (Some(Target::Root), ast::AssignmentOp::Merge) => Ok(Expr::MergeRoot(value)),
+                    (Some(Target::Root), ast::AssignmentOp::Merge) => {
+                        self.writes = true;
+                        Ok(Expr::MergeRoot(value))
+                    }
                     (Some(Target::Root), ast::AssignmentOp::Assign) => match *value {
                         // `. = merge(., x)` is `. |= x`.
                         Expr::Call(Func::ParseKeyValue, _) => {
@@ -551,6 +562,7 @@ impl Lower<'_> {
                         let V::Lit(name) = self.literal(p[0].as_bytes()) else {
                             return self.no(node, "this path");
                         };
+                        self.writes = true;
                         Ok(Expr::Del(name))
                     }
                     ("exists", Some(Target::Path(p))) => Ok(Expr::Exists(p)),
@@ -625,6 +637,10 @@ pub struct Machine {
     /// of many key=value pairs merged into the event): lookups stay constant-time.
     index: std::collections::HashMap<Box<[u8]>, usize>,
     objs: Vec<Vec<(Key, Name, V)>>,
+    /// For a program that only reads the event: the top-level fields of up to eight bytes it
+    /// read on this event (a route's `.severity == "err" || .severity == "crit"` looks once).
+    read: Vec<(Name, Option<V>)>,
+    reads_only: bool,
     nobjs: usize,
     arrs: Vec<Vec<V>>,
     narrs: usize,
@@ -793,6 +809,7 @@ impl Machine {
     ///
     /// [`Bail`]: the event must run on the VRL runtime.
     pub fn run(&mut self, cx: &mut Cx<'_, '_>) -> Result<Done, Bail> {
+        self.reads_only = false;
         self.vars.clear();
         self.vars.resize(cx.program.vars, V::Null);
         self.overlay.clear();
@@ -821,11 +838,17 @@ impl Machine {
         self.index.clear();
         self.nobjs = 0;
         self.narrs = 0;
-        let mut last = V::Null;
+        self.read.clear();
+        self.reads_only = cx.program.reads_only;
+        let mut last = Ok(V::Null);
         for e in &cx.program.body {
-            last = self.eval(cx, e).map_err(|_| Bail)?;
+            last = self.eval(cx, e);
+            if last.is_err() {
+                break;
+            }
         }
-        Ok(last == V::Bool(true))
+        self.reads_only = false;
+        Ok(last.map_err(|_| Bail)? == V::Bool(true))
     }
 
     fn new_obj(&mut self) -> u32 {
@@ -944,9 +967,23 @@ impl Machine {
         }
     }
 
-    fn get_path(&self, cx: &Cx<'_, '_>, path: &[Box<str>]) -> Option<V> {
+    fn get_path(&mut self, cx: &Cx<'_, '_>, path: &[Box<str>]) -> Option<V> {
         let (first, rest) = path.split_first()?;
-        let v = self.field(cx, first.as_bytes())?;
+        let first = first.as_bytes();
+        let v = if self.reads_only && first.len() <= 8 {
+            // A name of up to eight bytes is its `Name`: the integers alone tell.
+            let name = Name::of(first);
+            match self.read.iter().find(|(n, _)| *n == name) {
+                Some((_, v)) => *v,
+                None => {
+                    let v = self.field(cx, first);
+                    self.read.push((name, v));
+                    v
+                }
+            }
+        } else {
+            self.field(cx, first)
+        }?;
         self.descend(cx, v, rest)
     }
 
