@@ -405,6 +405,11 @@ impl<'a> Builder<'a> {
         entries.extend(new.drain(..).map(|(k, _, v)| (None, k, v)));
         let start = self.fields.len();
         let n = entries.len();
+        if self.events.is_empty() {
+            // The batch's events are usually alike: room for as many entries each as the first
+            // has, rather than growing (and copying) the table a dozen times.
+            self.fields.reserve(n * self.input.len());
+        }
         self.fields.reserve(n);
         // Scalars go straight in; a nested value's children are appended after the top level,
         // so its entries are reserved first.
