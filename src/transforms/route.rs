@@ -289,10 +289,19 @@ async fn run(
 ) {
     metrics.set_health(Health::Running, None);
     let mut runner = Runner::new(vrl::compiler::TimeZone::Local);
+    // Conditions on the fast path take a fraction of a microsecond an event: they run where the
+    // batch is (handing the worker's other tasks on, as `cpu_heavy` does, costs more than
+    // that). On the VRL runtime they take several, and the worker's other tasks go on first.
+    let inline = config
+        .rules
+        .iter()
+        .all(|r| r.condition.as_ref().is_none_or(|c| c.fast.is_ok()));
     while let Some(delivery) = input.recv().await {
-        // A fraction of a microsecond an event: run where the batch is (handing the worker's
-        // other tasks on, as `cpu_heavy` does, costs more than that).
-        let routes = decide(&config, &mut runner, &delivery.batch, &metrics);
+        let routes = if inline {
+            decide(&config, &mut runner, &delivery.batch, &metrics)
+        } else {
+            crate::pipeline::cpu_heavy(|| decide(&config, &mut runner, &delivery.batch, &metrics))
+        };
         for (keep, output) in routes.iter().zip(&outputs) {
             send_on(output, view(&delivery.batch, keep), &metrics).await;
         }
