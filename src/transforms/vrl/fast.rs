@@ -669,9 +669,9 @@ pub struct Slot {
 }
 
 /// A field name's first eight bytes (big-endian, zero-padded) and its length. Names are
-/// compared by these two integers first, so looking a name up among the overlay's or sorting
-/// a parsed line's keys rarely reads the bytes: most names differ in their first eight bytes
-/// or their length.
+/// compared by these two integers first, so looking a name up in the overlay or ordering the
+/// keys of an output record rarely reads the bytes: most names differ in their first eight
+/// bytes or their length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Name {
     pre: u64,
