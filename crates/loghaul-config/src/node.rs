@@ -280,13 +280,45 @@ impl de::Error for DeError {
     }
 
     fn unknown_field(field: &str, expected: &'static [&'static str]) -> Self {
+        // A Fluentd user's spelling names loghaul's key, where this map has it.
+        let fluentd = FLUENTD_SPELLINGS
+            .iter()
+            .find(|(theirs, ours, _)| *theirs == field && expected.contains(ours))
+            .map(|(_, ours, why)| {
+                format!("`{field}` is Fluentd's name; loghaul's is '{ours}'{why}")
+            });
         DeError {
             message: format!("unknown key `{field}`"),
-            hint: Some(did_you_mean(field, expected, "valid keys")),
+            hint: Some(fluentd.unwrap_or_else(|| did_you_mean(field, expected, "valid keys"))),
             ..DeError::custom("")
         }
     }
 }
+
+/// Fluentd's names for keys loghaul spells otherwise (`out_forward`, `<transport tls>`), with
+/// loghaul's and what to know: the hint an unknown key gets where its map has loghaul's key.
+const FLUENTD_SPELLINGS: &[(&str, &str, &str)] = &[
+    ("require_ack_response", "require_ack", ""),
+    ("ack_response_timeout", "ack_timeout", ""),
+    ("compress", "compression", " (`gzip`)"),
+    ("tls_cert_path", "ca", " (the CA certificate to trust)"),
+    ("ca_path", "ca", ""),
+    ("cert_path", "cert", ""),
+    ("tls_client_cert_path", "cert", ""),
+    ("private_key_path", "key", ""),
+    ("tls_client_private_key_path", "key", ""),
+    ("client_cert_auth", "verify_client", ""),
+    (
+        "tls_verify_hostname",
+        "server_name",
+        ": the server's name is always checked against its certificate, `server_name` says which name to expect",
+    ),
+    (
+        "verify_hostname",
+        "server_name",
+        ": the server's name is always checked against its certificate, `server_name` says which name to expect",
+    ),
+];
 
 /// Unknown keys found while deserializing; recorded instead of returned so one typo does not hide
 /// the rest of the component's errors.

@@ -142,3 +142,36 @@ fn tls_is_the_client_end() {
     let t = sink(&format!("{BASE}tls:\n  ca: /no/such/ca.pem"));
     error_at(&t, "ca:", "cannot read");
 }
+
+/// A Fluentd user's spellings name loghaul's keys (and `verify_hostname` no longer suggests
+/// the server-side `verify_client`).
+#[test]
+fn fluentd_spellings_name_loghauls_keys() {
+    let hint = |body: &str| {
+        crate::config::testing::load(&sink(&format!("{BASE}{body}")))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    for (body, want) in [
+        ("require_ack_response: true", "loghaul's is 'require_ack'"),
+        ("compress: gzip", "loghaul's is 'compression'"),
+        ("tls:\n  tls_cert_path: /c.pem", "loghaul's is 'ca'"),
+        ("tls:\n  private_key_path: /k.pem", "loghaul's is 'key'"),
+        (
+            "tls:\n  tls_verify_hostname: false",
+            "loghaul's is 'server_name'",
+        ),
+        (
+            "tls:\n  verify_hostname: false",
+            "always checked against its certificate",
+        ),
+    ] {
+        let e = hint(body);
+        assert!(e.contains("unknown key") && e.contains(want), "{body}: {e}");
+        assert!(!e.contains("verify_client"), "{body}: {e}");
+    }
+    // Elsewhere the usual suggestion stands.
+    let e = hint("requre_ack: true");
+    assert!(e.contains("did you mean 'require_ack'?"), "{e}");
+}
