@@ -1191,7 +1191,10 @@ fn file_source_acknowledgements_hold_the_checkpoint_until_delivery() {
         fs::read_to_string(&checkpoints).unwrap_or_default()
     );
 
-    let sender = work.start_unhealthy(&cfg);
+    // Now the server is up: its stop at the end must flush (exit 0), and a loaded machine may
+    // take longer than the first stop's 2 s, which only had to pass.
+    let sender =
+        work.start_unhealthy(&cfg.replace("shutdown_timeout: 2s", "shutdown_timeout: 10s"));
     append(&a, "a", 200..250);
     let receiver = Server::start(
         &r#"api: { address: "127.0.0.1:{API}" }
