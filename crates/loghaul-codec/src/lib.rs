@@ -11,6 +11,7 @@
 //! - [`forward`]: the Fluentd forward protocol (all modes, gzip and zstd entries).
 //! - [`http_body`]: HTTP request bodies (JSON, NDJSON, text).
 //! - [`inflate`]: bounded, incremental gzip and zstd decompression (HTTP bodies, forward entries).
+//! - [`otlp`]: OTLP logs requests (protobuf, JSON, gRPC frames) and the answers to them.
 //! - [`record`]: JSON records into a batch's fields table (HTTP bodies, Kafka messages).
 //! - [`encode`]: hand-written JSON and text encoders.
 //!
@@ -22,6 +23,7 @@ pub mod forward;
 pub mod framing;
 pub mod http_body;
 pub mod inflate;
+pub mod otlp;
 pub mod record;
 mod scan;
 pub use scan::is_ascii;

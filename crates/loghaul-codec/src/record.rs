@@ -136,9 +136,51 @@ impl RecordBuilder {
         Ok(())
     }
 
+    /// A builder whose arena starts with `wire` (a request's bytes), so that a decoder's spans
+    /// into the request are spans into the arena, with no copy of each string.
+    pub fn over(wire: Vec<u8>) -> RecordBuilder {
+        RecordBuilder {
+            arena: wire,
+            ..RecordBuilder::default()
+        }
+    }
+
     /// An empty vector for a container's entries.
-    fn scratch(&mut self) -> Vec<Field> {
+    pub fn scratch(&mut self) -> Vec<Field> {
         self.spare.pop().unwrap_or_default()
+    }
+
+    /// A closed nested map, set aside until its record is placed (see
+    /// [`RecordBuilder::push_record`]).
+    pub fn close_map(&mut self, entries: Vec<Field>) -> Value {
+        let (a, b) = self.nest(entries);
+        Value::Map(a, b)
+    }
+
+    /// A closed nested array, as [`RecordBuilder::close_map`].
+    pub fn close_array(&mut self, items: Vec<Field>) -> Value {
+        let (a, b) = self.nest(items);
+        Value::Array(a, b)
+    }
+
+    /// How many entries are set aside: containers closed from now on and forgotten once a record
+    /// is placed are those past this mark.
+    pub fn nested_mark(&self) -> usize {
+        self.nested.len()
+    }
+
+    /// Forgets containers set aside past `mark` (shared ones, e.g. `extra`'s maps, no longer
+    /// needed).
+    pub fn forget_nested(&mut self, mark: usize) {
+        self.nested.truncate(mark);
+    }
+
+    /// One event from `base` with the record `entries` then `extra` (whose containers were
+    /// closed before `mark` and stay for the next records; the record's own, closed after it,
+    /// are forgotten).
+    pub fn push_record(&mut self, base: Event, entries: Vec<Field>, extra: &[Field], mark: usize) {
+        let fields = self.place(entries, extra, mark);
+        self.events.push(Event { fields, ..base });
     }
 
     /// Moves a closed nested container's entries to the end of the `nested` table; returns

@@ -1,0 +1,413 @@
+//! OTLP/JSON (protobuf's JSON mapping with OTLP's deviations: hex trace and span ids, integer
+//! enums, 64-bit integers as strings or numbers) into the binary form, so that both encodings
+//! take the one decoder in [`super::logs`].
+//!
+//! Keys are lowerCamelCase as the specification requires; the original snake_case names are
+//! accepted too, as protobuf's own JSON parsers accept them. Unknown keys are ignored, as the
+//! specification requires.
+
+use base64::Engine as _;
+use serde_json::{Map, Value};
+
+use super::wire::Writer;
+
+/// Why a JSON request does not convert.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonError(pub String);
+
+impl std::fmt::Display for JsonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for JsonError {}
+
+/// Deepest nesting of JSON the conversion follows (serde_json stops at 128 levels itself).
+const MAX_DEPTH: usize = 100;
+
+/// An `ExportLogsServiceRequest` in OTLP/JSON as binary protobuf.
+///
+/// # Errors
+///
+/// The body is not JSON, or a field has a type the schema does not allow; the message names
+/// the field's path.
+pub fn logs_request(body: &[u8]) -> Result<Vec<u8>, JsonError> {
+    let root: Value =
+        serde_json::from_slice(body).map_err(|e| JsonError(format!("not JSON: {e}")))?;
+    let root = object(&root, "the request")?;
+    // Checked whole first: the writers below run in closures that cannot return errors.
+    check(root)?;
+    let mut w = Writer::default();
+    for (i, rl) in list(root, &["resourceLogs", "resource_logs"], "resourceLogs")?
+        .iter()
+        .enumerate()
+    {
+        let path = format!("resourceLogs[{i}]");
+        let rl = object(rl, &path)?;
+        w.message(1, |w| resource_logs(w, rl, &path));
+    }
+    Ok(w.buf)
+}
+
+fn get<'a>(o: &'a Map<String, Value>, names: &[&str]) -> Option<&'a Value> {
+    names.iter().find_map(|n| o.get(*n)).filter(|v| !v.is_null())
+}
+
+fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, JsonError> {
+    v.as_object()
+        .ok_or_else(|| JsonError(format!("{path} is not an object")))
+}
+
+fn list<'a>(
+    o: &'a Map<String, Value>,
+    names: &[&str],
+    path: &str,
+) -> Result<&'a [Value], JsonError> {
+    match get(o, names) {
+        None => Ok(&[]),
+        Some(Value::Array(a)) => Ok(a),
+        Some(_) => Err(JsonError(format!("{path} is not an array"))),
+    }
+}
+
+/// A 64-bit integer written as a number or a decimal string.
+fn integer(v: &Value, path: &str) -> Result<i128, JsonError> {
+    let n = match v {
+        Value::Number(n) => n
+            .as_i64()
+            .map(i128::from)
+            .or_else(|| n.as_u64().map(i128::from)),
+        Value::String(s) => s.trim().parse::<i128>().ok(),
+        _ => None,
+    };
+    n.ok_or_else(|| JsonError(format!("{path} is not an integer")))
+}
+
+fn uint64(o: &Map<String, Value>, names: &[&str], path: &str) -> Result<u64, JsonError> {
+    match get(o, names) {
+        None => Ok(0),
+        Some(v) => u64::try_from(integer(v, path)?)
+            .map_err(|_| JsonError(format!("{path} is out of range"))),
+    }
+}
+
+fn string<'a>(o: &'a Map<String, Value>, names: &[&str], path: &str) -> Result<&'a str, JsonError> {
+    match get(o, names) {
+        None => Ok(""),
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(JsonError(format!("{path} is not a string"))),
+    }
+}
+
+fn hex(s: &str, path: &str) -> Result<Vec<u8>, JsonError> {
+    let s = s.as_bytes();
+    if s.len() % 2 != 0 {
+        return Err(JsonError(format!("{path} is not hex")));
+    }
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    s.chunks(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+        .collect::<Option<Vec<u8>>>()
+        .ok_or_else(|| JsonError(format!("{path} is not hex")))
+}
+
+/// Checks every field the writers below read, so that writing cannot fail.
+fn check(root: &Map<String, Value>) -> Result<(), JsonError> {
+    for (i, rl) in list(root, &["resourceLogs", "resource_logs"], "resourceLogs")?
+        .iter()
+        .enumerate()
+    {
+        let path = format!("resourceLogs[{i}]");
+        let rl = object(rl, &path)?;
+        if let Some(r) = get(rl, &["resource"]) {
+            let r = object(r, &format!("{path}.resource"))?;
+            check_attributes(r, &format!("{path}.resource"))?;
+            uint64(r, DROPPED, &format!("{path}.resource.droppedAttributesCount"))?;
+        }
+        for (j, sl) in list(rl, &["scopeLogs", "scope_logs"], &format!("{path}.scopeLogs"))?
+            .iter()
+            .enumerate()
+        {
+            let path = format!("{path}.scopeLogs[{j}]");
+            let sl = object(sl, &path)?;
+            if let Some(s) = get(sl, &["scope"]) {
+                let sp = format!("{path}.scope");
+                let s = object(s, &sp)?;
+                string(s, &["name"], &format!("{sp}.name"))?;
+                string(s, &["version"], &format!("{sp}.version"))?;
+                check_attributes(s, &sp)?;
+                uint64(s, DROPPED, &format!("{sp}.droppedAttributesCount"))?;
+            }
+            string(sl, SCHEMA, &format!("{path}.schemaUrl"))?;
+            for (k, lr) in list(sl, &["logRecords", "log_records"], &format!("{path}.logRecords"))?
+                .iter()
+                .enumerate()
+            {
+                let path = format!("{path}.logRecords[{k}]");
+                let lr = object(lr, &path)?;
+                check_record(lr, &path)?;
+            }
+        }
+        string(rl, SCHEMA, &format!("{path}.schemaUrl"))?;
+    }
+    Ok(())
+}
+
+const DROPPED: &[&str] = &["droppedAttributesCount", "dropped_attributes_count"];
+const SCHEMA: &[&str] = &["schemaUrl", "schema_url"];
+
+fn check_record(lr: &Map<String, Value>, path: &str) -> Result<(), JsonError> {
+    for names in [
+        &["timeUnixNano", "time_unix_nano"][..],
+        &["observedTimeUnixNano", "observed_time_unix_nano"],
+        DROPPED,
+        &["flags"],
+    ] {
+        uint64(lr, names, &format!("{path}.{}", names[0]))?;
+    }
+    if let Some(n) = get(lr, &["severityNumber", "severity_number"]) {
+        let n = integer(n, &format!("{path}.severityNumber"))?;
+        i32::try_from(n).map_err(|_| JsonError(format!("{path}.severityNumber is out of range")))?;
+    }
+    string(lr, &["severityText", "severity_text"], &format!("{path}.severityText"))?;
+    string(lr, &["eventName", "event_name"], &format!("{path}.eventName"))?;
+    for names in [&["traceId", "trace_id"][..], &["spanId", "span_id"]] {
+        hex(string(lr, names, &format!("{path}.{}", names[0]))?, &format!("{path}.{}", names[0]))?;
+    }
+    if let Some(b) = get(lr, &["body"]) {
+        check_any(b, &format!("{path}.body"), 1)?;
+    }
+    check_attributes(lr, path)
+}
+
+fn check_attributes(o: &Map<String, Value>, path: &str) -> Result<(), JsonError> {
+    for (i, kv) in list(o, &["attributes"], &format!("{path}.attributes"))?
+        .iter()
+        .enumerate()
+    {
+        check_kv(kv, &format!("{path}.attributes[{i}]"), 1)?;
+    }
+    Ok(())
+}
+
+fn check_kv(kv: &Value, path: &str, depth: usize) -> Result<(), JsonError> {
+    let kv = object(kv, path)?;
+    string(kv, &["key"], &format!("{path}.key"))?;
+    match get(kv, &["value"]) {
+        Some(v) => check_any(v, &format!("{path}.value"), depth),
+        None => Ok(()),
+    }
+}
+
+fn check_any(v: &Value, path: &str, depth: usize) -> Result<(), JsonError> {
+    if depth > MAX_DEPTH {
+        return Err(JsonError(format!("{path} nests deeper than {MAX_DEPTH} levels")));
+    }
+    let o = object(v, path)?;
+    if let Some(s) = get(o, &["stringValue", "string_value"]) {
+        s.as_str()
+            .ok_or_else(|| JsonError(format!("{path}.stringValue is not a string")))?;
+    }
+    if let Some(b) = get(o, &["boolValue", "bool_value"]) {
+        b.as_bool()
+            .ok_or_else(|| JsonError(format!("{path}.boolValue is not a boolean")))?;
+    }
+    if let Some(i) = get(o, &["intValue", "int_value"]) {
+        let n = integer(i, &format!("{path}.intValue"))?;
+        i64::try_from(n).map_err(|_| JsonError(format!("{path}.intValue is out of range")))?;
+    }
+    if let Some(d) = get(o, &["doubleValue", "double_value"]) {
+        double(d).ok_or_else(|| JsonError(format!("{path}.doubleValue is not a number")))?;
+    }
+    if let Some(b) = get(o, &["bytesValue", "bytes_value"]) {
+        let s = b
+            .as_str()
+            .ok_or_else(|| JsonError(format!("{path}.bytesValue is not a string")))?;
+        base64_bytes(s).ok_or_else(|| JsonError(format!("{path}.bytesValue is not base64")))?;
+    }
+    if let Some(a) = get(o, &["arrayValue", "array_value"]) {
+        let ap = format!("{path}.arrayValue");
+        let a = object(a, &ap)?;
+        for (i, item) in list(a, &["values"], &ap)?.iter().enumerate() {
+            check_any(item, &format!("{ap}.values[{i}]"), depth + 1)?;
+        }
+    }
+    if let Some(m) = get(o, &["kvlistValue", "kvlist_value"]) {
+        let mp = format!("{path}.kvlistValue");
+        let m = object(m, &mp)?;
+        for (i, kv) in list(m, &["values"], &mp)?.iter().enumerate() {
+            check_kv(kv, &format!("{mp}.values[{i}]"), depth + 1)?;
+        }
+    }
+    Ok(())
+}
+
+/// A double: a number, or one of the strings protobuf's JSON mapping uses for what JSON
+/// numbers cannot say.
+fn double(v: &Value) -> Option<f64> {
+    match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => match s.as_str() {
+            "NaN" => Some(f64::NAN),
+            "Infinity" => Some(f64::INFINITY),
+            "-Infinity" => Some(f64::NEG_INFINITY),
+            s => s.parse().ok(),
+        },
+        _ => None,
+    }
+}
+
+fn base64_bytes(s: &str) -> Option<Vec<u8>> {
+    base64::engine::general_purpose::STANDARD
+        .decode(s)
+        .or_else(|_| base64::engine::general_purpose::URL_SAFE.decode(s))
+        .or_else(|_| base64::engine::general_purpose::STANDARD_NO_PAD.decode(s))
+        .ok()
+}
+
+// The writers below run after `check`: a value they cannot read is one `check` refused.
+
+fn resource_logs(w: &mut Writer, rl: &Map<String, Value>, _path: &str) {
+    if let Some(Value::Object(r)) = get(rl, &["resource"]) {
+        w.message(1, |w| {
+            attributes(w, r, 1);
+            let dropped = uint64(r, DROPPED, "").unwrap_or(0);
+            if dropped != 0 {
+                w.uint(2, dropped);
+            }
+        });
+    }
+    for sl in list(rl, &["scopeLogs", "scope_logs"], "").unwrap_or(&[]) {
+        if let Value::Object(sl) = sl {
+            w.message(2, |w| scope_logs(w, sl));
+        }
+    }
+    let schema = string(rl, SCHEMA, "").unwrap_or("");
+    if !schema.is_empty() {
+        w.bytes(3, schema.as_bytes());
+    }
+}
+
+fn scope_logs(w: &mut Writer, sl: &Map<String, Value>) {
+    if let Some(Value::Object(s)) = get(sl, &["scope"]) {
+        w.message(1, |w| {
+            for (n, name) in [(1, "name"), (2, "version")] {
+                let v = string(s, &[name], "").unwrap_or("");
+                if !v.is_empty() {
+                    w.bytes(n, v.as_bytes());
+                }
+            }
+            attributes(w, s, 3);
+            let dropped = uint64(s, DROPPED, "").unwrap_or(0);
+            if dropped != 0 {
+                w.uint(4, dropped);
+            }
+        });
+    }
+    for lr in list(sl, &["logRecords", "log_records"], "").unwrap_or(&[]) {
+        if let Value::Object(lr) = lr {
+            w.message(2, |w| log_record(w, lr));
+        }
+    }
+    let schema = string(sl, SCHEMA, "").unwrap_or("");
+    if !schema.is_empty() {
+        w.bytes(3, schema.as_bytes());
+    }
+}
+
+fn log_record(w: &mut Writer, lr: &Map<String, Value>) {
+    let time = uint64(lr, &["timeUnixNano", "time_unix_nano"], "").unwrap_or(0);
+    if time != 0 {
+        w.fixed64(1, time);
+    }
+    if let Some(n) = get(lr, &["severityNumber", "severity_number"]) {
+        let n = integer(n, "").unwrap_or(0) as i64;
+        if n != 0 {
+            w.int(2, n);
+        }
+    }
+    for (n, names) in [
+        (3, &["severityText", "severity_text"][..]),
+        (12, &["eventName", "event_name"]),
+    ] {
+        let v = string(lr, names, "").unwrap_or("");
+        if !v.is_empty() {
+            w.bytes(n, v.as_bytes());
+        }
+    }
+    if let Some(b) = get(lr, &["body"]) {
+        w.message(5, |w| any_value(w, b));
+    }
+    attributes(w, lr, 6);
+    let dropped = uint64(lr, DROPPED, "").unwrap_or(0);
+    if dropped != 0 {
+        w.uint(7, dropped);
+    }
+    let flags = uint64(lr, &["flags"], "").unwrap_or(0);
+    if flags != 0 {
+        w.fixed32(8, flags as u32);
+    }
+    for (n, names) in [(9, &["traceId", "trace_id"][..]), (10, &["spanId", "span_id"])] {
+        let id = hex(string(lr, names, "").unwrap_or(""), "").unwrap_or_default();
+        if !id.is_empty() {
+            w.bytes(n, &id);
+        }
+    }
+    let observed = uint64(lr, &["observedTimeUnixNano", "observed_time_unix_nano"], "").unwrap_or(0);
+    if observed != 0 {
+        w.fixed64(11, observed);
+    }
+}
+
+fn attributes(w: &mut Writer, o: &Map<String, Value>, number: u32) {
+    for kv in list(o, &["attributes"], "").unwrap_or(&[]) {
+        if let Value::Object(kv) = kv {
+            w.message(number, |w| key_value(w, kv));
+        }
+    }
+}
+
+fn key_value(w: &mut Writer, kv: &Map<String, Value>) {
+    let key = string(kv, &["key"], "").unwrap_or("");
+    if !key.is_empty() {
+        w.bytes(1, key.as_bytes());
+    }
+    if let Some(v) = get(kv, &["value"]) {
+        w.message(2, |w| any_value(w, v));
+    }
+}
+
+fn any_value(w: &mut Writer, v: &Value) {
+    let Value::Object(o) = v else { return };
+    if let Some(Value::String(s)) = get(o, &["stringValue", "string_value"]) {
+        w.bytes(1, s.as_bytes());
+    } else if let Some(Value::Bool(b)) = get(o, &["boolValue", "bool_value"]) {
+        w.uint(2, u64::from(*b));
+    } else if let Some(i) = get(o, &["intValue", "int_value"]) {
+        w.int(3, integer(i, "").unwrap_or(0) as i64);
+    } else if let Some(d) = get(o, &["doubleValue", "double_value"]) {
+        w.double(4, double(d).unwrap_or(0.0));
+    } else if let Some(Value::Object(a)) = get(o, &["arrayValue", "array_value"]) {
+        w.message(5, |w| {
+            for item in list(a, &["values"], "").unwrap_or(&[]) {
+                w.message(1, |w| any_value(w, item));
+            }
+        });
+    } else if let Some(Value::Object(m)) = get(o, &["kvlistValue", "kvlist_value"]) {
+        w.message(6, |w| {
+            for kv in list(m, &["values"], "").unwrap_or(&[]) {
+                if let Value::Object(kv) = kv {
+                    w.message(1, |w| key_value(w, kv));
+                }
+            }
+        });
+    } else if let Some(Value::String(s)) = get(o, &["bytesValue", "bytes_value"]) {
+        w.bytes(7, &base64_bytes(s).unwrap_or_default());
+    }
+}

@@ -1,0 +1,269 @@
+use std::sync::Arc;
+
+use bytes::Bytes;
+use proptest::prelude::*;
+
+use super::logs::{self, MAX_DEPTH};
+use super::wire::Writer;
+use super::{json, Code};
+use crate::encode::encode_json;
+
+fn any_str(w: &mut Writer, s: &str) {
+    w.bytes(1, s.as_bytes());
+}
+
+fn kv(w: &mut Writer, number: u32, key: &str, value: impl FnOnce(&mut Writer)) {
+    w.message(number, |w| {
+        w.bytes(1, key.as_bytes());
+        w.message(2, value);
+    });
+}
+
+/// A request as the OpenTelemetry SDKs send one: a resource, a scope, `n` records.
+fn request(n: usize) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.message(1, |w| {
+        w.message(1, |w| {
+            kv(w, 1, "service.name", |w| any_str(w, "checkout"));
+            kv(w, 1, "host.name", |w| any_str(w, "web-1"));
+        });
+        w.message(2, |w| {
+            w.message(1, |w| {
+                w.bytes(1, b"app.logger");
+                w.bytes(2, b"1.2");
+            });
+            for i in 0..n {
+                w.message(2, |w| {
+                    w.fixed64(1, 1_700_000_000_123_456_789 + i as u64);
+                    w.fixed64(11, 1_700_000_001_000_000_000);
+                    w.uint(2, 17);
+                    w.bytes(3, b"ERROR");
+                    w.message(5, |w| any_str(w, &format!("record {i}")));
+                    kv(w, 6, "n", |w| w.int(3, i as i64));
+                    kv(w, 6, "ratio", |w| w.double(4, 0.5));
+                    kv(w, 6, "tags", |w| {
+                        w.message(5, |w| {
+                            w.message(1, |w| any_str(w, "a"));
+                            w.message(1, |w| w.uint(2, 1));
+                        })
+                    });
+                    kv(w, 6, "http", |w| {
+                        w.message(6, |w| kv(w, 1, "status", |w| w.int(3, 503)))
+                    });
+                    w.fixed32(8, 1);
+                    w.bytes(9, &[0x5b, 0x8e, 0xff, 0xf7, 0x98, 0x03, 0x81, 0x03, 0xd2, 0x69, 0xb6, 0x33, 0x81, 0x3f, 0xc6, 0x0c]);
+                    w.bytes(10, &[0xee, 0xe1, 0x9b, 0x7e, 0xc3, 0xc1, 0xb1, 0x74]);
+                });
+            }
+        });
+    });
+    w.buf
+}
+
+fn lines(body: &[u8]) -> Vec<serde_json::Value> {
+    let body = Bytes::copy_from_slice(body);
+    logs::measure(&body).expect("measures");
+    let d = logs::decode(&body, Arc::from("otel")).expect("decodes");
+    d.batch
+        .events
+        .iter()
+        .map(|e| {
+            let mut out = Vec::new();
+            encode_json(&d.batch, e, &mut out);
+            serde_json::from_slice(&out).expect("json line")
+        })
+        .collect()
+}
+
+#[test]
+fn a_record_maps_to_the_documented_fields() {
+    let got = lines(&request(2));
+    assert_eq!(got.len(), 2);
+    let e = &got[1];
+    assert_eq!(e["timestamp"], "2023-11-14T22:13:20.123456790Z");
+    assert_eq!(e["message"], "record 1");
+    assert_eq!(e["severity"], "err");
+    assert_eq!(e["hostname"], "web-1");
+    assert_eq!(e["appname"], "checkout");
+    assert_eq!(e["source_type"], "opentelemetry");
+    assert_eq!(e["severity_number"], 17);
+    assert_eq!(e["severity_text"], "ERROR");
+    assert_eq!(
+        e["attributes"],
+        serde_json::json!({"n": 1, "ratio": 0.5, "tags": ["a", true], "http": {"status": 503}})
+    );
+    assert_eq!(
+        e["resources"],
+        serde_json::json!({"service.name": "checkout", "host.name": "web-1"})
+    );
+    assert_eq!(e["scope"], serde_json::json!({"name": "app.logger", "version": "1.2"}));
+    assert_eq!(e["trace_id"], "5b8efff798038103d269b633813fc60c");
+    assert_eq!(e["span_id"], "eee19b7ec3c1b174");
+    assert_eq!(e["flags"], 1);
+    assert_eq!(e["observed_timestamp"], "2023-11-14T22:13:21.000000000Z");
+}
+
+#[test]
+fn the_measure_bounds_the_batch() {
+    let body = request(50);
+    let m = logs::measure(&body).expect("measures");
+    let d = logs::decode(&Bytes::from(body), Arc::from("otel")).expect("decodes");
+    assert_eq!(m.records, 50);
+    assert!(m.fields >= d.batch.fields.len(), "{m:?} < {}", d.batch.fields.len());
+    assert_eq!(d.rejected, 0);
+}
+
+#[test]
+fn a_body_of_another_type_stays_in_the_record() {
+    let mut w = Writer::default();
+    w.message(1, |w| {
+        w.message(2, |w| {
+            w.message(2, |w| {
+                w.message(5, |w| w.message(6, |w| kv(w, 1, "k", |w| any_str(w, "v"))));
+            });
+            w.message(2, |w| w.message(5, |w| w.int(3, 7)));
+            // No body at all, no time: an event with neither.
+            w.message(2, |w| w.bytes(3, b"warning"));
+        });
+    });
+    let got = lines(&w.buf);
+    assert_eq!(got[0]["message"], serde_json::json!({"k": "v"}));
+    assert_eq!(got[1]["message"], 7);
+    assert_eq!(got[2]["severity"], "warning");
+    assert!(got[2].get("message").is_none());
+}
+
+fn nested(depth: usize) -> Vec<u8> {
+    // An AnyValue of `depth` arrays, innermost a string.
+    fn value(w: &mut Writer, depth: usize) {
+        if depth == 0 {
+            any_str(w, "deep");
+        } else {
+            w.message(5, |w| w.message(1, |w| value(w, depth - 1)));
+        }
+    }
+    let mut w = Writer::default();
+    w.message(1, |w| {
+        w.message(2, |w| {
+            w.message(2, |w| w.message(5, |w| value(w, depth)));
+            w.message(2, |w| w.message(5, |w| any_str(w, "kept")));
+        });
+    });
+    w.buf
+}
+
+#[test]
+fn a_record_nested_too_deep_is_rejected_and_the_rest_kept() {
+    let body = Bytes::from(nested(MAX_DEPTH + 5));
+    logs::measure(&body).expect("the structure is valid");
+    let d = logs::decode(&body, Arc::from("otel")).expect("decodes");
+    assert_eq!(d.rejected, 1);
+    assert_eq!(d.batch.len(), 1);
+    let ok = Bytes::from(nested(MAX_DEPTH - 2));
+    assert_eq!(logs::decode(&ok, Arc::from("otel")).expect("decodes").rejected, 0);
+}
+
+#[test]
+fn truncated_and_mistyped_requests_are_refused() {
+    let body = request(3);
+    for cut in [1, 7, body.len() / 2, body.len() - 1] {
+        assert!(logs::measure(&body[..cut]).is_err(), "cut at {cut}");
+    }
+    // resource_logs as a varint.
+    assert!(logs::measure(&[0x08, 0x01]).is_err());
+    // Unknown fields are skipped.
+    let mut w = Writer::default();
+    w.uint(99, 1);
+    w.message(1, |w| w.bytes(77, b"x"));
+    assert_eq!(logs::measure(&w.buf).expect("valid").records, 0);
+}
+
+#[test]
+fn json_requests_decode_like_protobuf() {
+    let body = br#"{"resourceLogs":[{"resource":{"attributes":[
+        {"key":"service.name","value":{"stringValue":"checkout"}},
+        {"key":"host.name","value":{"stringValue":"web-1"}}]},
+      "scopeLogs":[{"scope":{"name":"app.logger","version":"1.2"},"logRecords":[
+        {"timeUnixNano":"1700000000123456789","observedTimeUnixNano":1700000001000000000,
+         "severityNumber":17,"severityText":"ERROR","body":{"stringValue":"record 0"},
+         "attributes":[{"key":"n","value":{"intValue":"0"}},{"key":"ratio","value":{"doubleValue":0.5}},
+           {"key":"tags","value":{"arrayValue":{"values":[{"stringValue":"a"},{"boolValue":true}]}}},
+           {"key":"http","value":{"kvlistValue":{"values":[{"key":"status","value":{"intValue":503}}]}}}],
+         "flags":1,"traceId":"5B8EFFF798038103D269B633813FC60C","spanId":"eee19b7ec3c1b174",
+         "unknownField":{"ignored":true}}]}]}]}"#;
+    let proto = json::logs_request(body).expect("converts");
+    let from_json = lines(&proto);
+    let from_proto = lines(&request(1));
+    assert_eq!(from_json.len(), 1);
+    let strip = |mut v: serde_json::Value| {
+        v.as_object_mut().expect("object").remove("timestamp");
+        v
+    };
+    // The protobuf request's first record has the same fields, and its time ends in ...789.
+    assert_eq!(from_json[0]["timestamp"], "2023-11-14T22:13:20.123456789Z");
+    assert_eq!(strip(from_json[0].clone()), strip(from_proto[0].clone()));
+}
+
+#[test]
+fn bad_json_names_the_field() {
+    for (body, says) in [
+        (&br#"{"resourceLogs":{}}"#[..], "resourceLogs is not an array"),
+        (br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"soon"}]}]}]}"#, "resourceLogs[0].scopeLogs[0].logRecords[0].timeUnixNano is not an integer"),
+        (br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"traceId":"xyz1"}]}]}]}"#, "traceId is not hex"),
+        (br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"body":{"bytesValue":"%%%"}}]}]}]}"#, "bytesValue is not base64"),
+        (b"[1,2", "not JSON"),
+    ] {
+        let e = json::logs_request(body).expect_err("refused");
+        assert!(e.0.contains(says), "{} does not say {says}", e.0);
+    }
+}
+
+#[test]
+fn answers_are_the_messages_the_specification_names() {
+    assert!(super::logs_response(0, "", false).is_empty());
+    assert_eq!(super::logs_response(0, "", true), b"{}");
+    let partial = super::logs_response(2, "too deep", false);
+    // partial_success (1) { rejected_log_records (1) = 2, error_message (2) = "too deep" }
+    assert_eq!(partial, [&[0x0a, 12, 0x08, 2, 0x12, 8][..], b"too deep"].concat());
+    let s = super::status(Code::Unavailable, "busy", Some(1), false);
+    assert_eq!(&s[..2], &[0x08, 14]);
+    assert!(s.windows(9).any(|w| w == b"RetryInfo"));
+    let j: serde_json::Value =
+        serde_json::from_slice(&super::status(Code::InvalidArgument, "bad", None, true)).expect("json");
+    assert_eq!(j, serde_json::json!({"code": 3, "message": "bad"}));
+}
+
+#[test]
+fn grpc_frames_unwrap_exactly_one_message() {
+    let framed = super::grpc::frame(b"abc");
+    assert_eq!(super::grpc::unframe(&framed), Ok((false, &b"abc"[..])));
+    assert!(super::grpc::unframe(&framed[..6]).is_err());
+    assert!(super::grpc::unframe(&[framed.clone(), framed.clone()].concat()).is_err());
+    assert!(super::grpc::unframe(&[2, 0, 0, 0, 0]).is_err());
+    assert!(super::grpc::unframe(&[0, 0, 0]).is_err());
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..512)) {
+        let body = Bytes::from(body);
+        if logs::measure(&body).is_ok() {
+            let _ = logs::decode(&body, Arc::from("otel"));
+        }
+        let _ = json::logs_request(&body);
+    }
+
+    #[test]
+    fn a_mutated_request_never_panics(flip in 0usize..2000, to in any::<u8>(), cut in 0usize..2000) {
+        let mut body = request(3);
+        let at = flip % body.len();
+        body[at] = to;
+        body.truncate(cut.max(1).min(body.len()));
+        let body = Bytes::from(body);
+        if let Ok(m) = logs::measure(&body) {
+            let d = logs::decode(&body, Arc::from("otel")).expect("what measures decodes");
+            prop_assert!(d.batch.len() <= m.records);
+            prop_assert!(d.batch.fields.len() <= m.fields);
+        }
+    }
+}
