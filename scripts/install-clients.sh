@@ -2,7 +2,8 @@
 # Installs the real Fluentd forward-protocol clients (and the independent forward server) that the
 # integration tests drive, each beside its wrapper program under tests/clients/ (see its README.md):
 #
-#   PyPI fluent-logger, selenium  -> tests/clients/python/.venv  (pip, pinned in requirements.txt)
+#   PyPI fluent-logger, selenium, opentelemetry-sdk + OTLP exporters
+#                                 -> tests/clients/python/.venv  (pip, pinned in requirements.txt)
 #   npm  @fluent-org/logger       -> tests/clients/node/node_modules  (npm ci, package-lock.json)
 #   Go   fluent-logger-golang     -> tests/clients/go/bin/fluent-go-send  (go build, go.sum)
 #
@@ -53,6 +54,8 @@ py_version="$("$venv/bin/python" -c 'from importlib.metadata import version; imp
     die "fluent-logger does not import from $venv (delete it and run again)"
 "$venv/bin/python" -c 'import selenium.webdriver' ||
     die "selenium does not import from $venv (delete it and run again)"
+"$venv/bin/python" -c 'import opentelemetry.sdk._logs, opentelemetry.exporter.otlp.proto.http._log_exporter, opentelemetry.exporter.otlp.proto.grpc._log_exporter' ||
+    die "the OpenTelemetry SDK's OTLP exporters do not import from $venv (delete it and run again)"
 
 # --- Node: @fluent-org/logger from package-lock.json ------------------------------------------------
 nd="$clients/node"
@@ -85,6 +88,7 @@ go_version="$(go version -m "$bin" | awk '$1 == "dep" && $2 == "github.com/fluen
 
 echo "python sender:  $venv/bin/python $py/send.py  (PyPI fluent-logger $py_version)"
 echo "console driver: $venv/bin/python $py/console.py  (PyPI selenium, Debian chromium-driver)"
+echo "otlp sender:    $venv/bin/python $py/otlp_send.py  (PyPI opentelemetry-sdk, OTLP exporters)"
 echo "node sender:    $(command -v node) $nd/send.mjs  (npm @fluent-org/logger $node_version)"
 echo "node receiver:  $(command -v node) $nd/receive.mjs  (npm @fluent-org/logger $node_version, FluentServer)"
 echo "go sender:      $bin  (github.com/fluent/fluent-logger-golang $go_version)"

@@ -13,6 +13,7 @@ pub mod kafka;
 #[cfg(not(feature = "kafka"))]
 #[path = "kafka/unsupported.rs"]
 pub mod kafka;
+pub mod opentelemetry;
 pub mod syslog;
 
 use std::sync::Arc;
@@ -28,6 +29,7 @@ loghaul_config::component_set! {
         File(file::FileSourceConfig),
         HttpServer(http_server::HttpServerConfig),
         Kafka(kafka::KafkaSourceConfig),
+        Opentelemetry(opentelemetry::OpentelemetryConfig),
     }
 }
 

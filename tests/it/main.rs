@@ -36,6 +36,7 @@ mod kafka;
 mod listener;
 mod logger;
 mod memory;
+mod opentelemetry;
 mod operations;
 mod package;
 mod reload;

@@ -122,6 +122,17 @@ pub struct HttpServerConfig {
     pub request_timeout: Duration,
     pub ack_timeout: Duration,
     pub auth: Option<Auth>,
+    /// What the requests carry: set by the source type, never written in a config.
+    pub protocol: Protocol,
+}
+
+/// What an HTTP listener's requests carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// `http_server`: JSON, NDJSON or text events.
+    Events,
+    /// `opentelemetry`: OTLP logs over HTTP (protobuf, JSON) and gRPC.
+    Otlp,
 }
 
 impl ComponentConfig for HttpServerConfig {
@@ -226,6 +237,7 @@ impl ComponentConfig for HttpServerConfig {
             request_timeout: request_timeout?,
             ack_timeout: ack_timeout?,
             auth,
+            protocol: Protocol::Events,
         };
         ok.then_some(config)
     }

@@ -20,10 +20,15 @@
 //! for the budget is answered 503 with `Retry-After`.
 //!
 //! Every refusal has a JSON body saying what was wrong, and is counted.
+//!
+//! The `opentelemetry` source runs the same listener with [`config::Protocol::Otlp`]: its
+//! requests are handled by [`otlp`] after `/health` and auth, with the same body, memory and
+//! acknowledgement steps.
 
 mod chunks;
 pub mod config;
 mod idle;
+mod otlp;
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -44,7 +49,7 @@ use loghaul_core::budget::Charge;
 use loghaul_core::{BatchNotifier, BatchStatus, MemoryBudget};
 
 pub use config::HttpServerConfig;
-use config::{Auth, ResponseMode};
+use config::{Auth, Protocol, ResponseMode};
 
 use super::{BuildSource, RunningSource, SourceContext};
 use crate::metrics::{ComponentMetrics, ErrorKind, Health};
@@ -278,8 +283,11 @@ fn service(
             {
                 drain(unread).await;
             }
+            let mut resp = resp;
+            let trailers = resp.extensions_mut().remove::<Trailers>().map(|t| t.0);
             Ok::<_, Infallible>(resp.map(|reply| Reply {
                 reply,
+                trailers,
                 _unread: body,
                 _in_flight: in_flight,
             }))
@@ -452,6 +460,8 @@ async fn drain(body: &mut Incoming) {
 /// 413, a 401), instead of CANCEL, which some report as a failed request.
 struct Reply {
     reply: Full<Bytes>,
+    /// Sent after the body (gRPC's status), over HTTP/2.
+    trailers: Option<hyper::HeaderMap>,
     _unread: Option<Incoming>,
     /// On HTTP/1, the request counts as in flight until hyper drops this body, which it does
     /// once the last bytes are in its write buffer (see [`idle`]).
@@ -466,17 +476,28 @@ impl hyper::body::Body for Reply {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
-        std::pin::Pin::new(&mut self.reply).poll_frame(cx)
+        match std::pin::Pin::new(&mut self.reply).poll_frame(cx) {
+            Poll::Ready(None) => Poll::Ready(
+                self.trailers
+                    .take()
+                    .map(|t| Ok(hyper::body::Frame::trailers(t))),
+            ),
+            other => other,
+        }
     }
 
     fn is_end_stream(&self) -> bool {
-        self.reply.is_end_stream()
+        self.reply.is_end_stream() && self.trailers.is_none()
     }
 
     fn size_hint(&self) -> hyper::body::SizeHint {
         self.reply.size_hint()
     }
 }
+
+/// Trailers a handler's response carries to [`Reply`] (in the response's extensions).
+#[derive(Clone)]
+struct Trailers(hyper::HeaderMap);
 
 /// HTTP/2's connection preface, which an h2c client with prior knowledge sends first.
 const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -583,6 +604,9 @@ async fn handle(
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(scheme));
             return resp;
         }
+    }
+    if ctx.config.protocol == Protocol::Otlp {
+        return otlp::handle(req, body, ctx).await;
     }
     let Some(prefix) = ctx
         .config
@@ -779,6 +803,29 @@ async fn handle(
     if n == 0 {
         return json_response(StatusCode::OK, serde_json::json!({ "accepted": 0 }));
     }
+    match deliver(ctx, batch).await {
+        Outcome::Accepted(n) => json_response(StatusCode::OK, serde_json::json!({ "accepted": n })),
+        Outcome::Busy(why) => busy(ctx, why),
+        Outcome::Refused(why) => {
+            refuse(ctx, StatusCode::INTERNAL_SERVER_ERROR, ErrorKind::Ack, why)
+        }
+    }
+}
+
+/// What became of a request's events.
+enum Outcome {
+    /// Sent on (and, with acknowledgements, committed by every sink).
+    Accepted(usize),
+    /// Not now: the client should send them again.
+    Busy(&'static str),
+    /// A sink refused them for good.
+    Refused(&'static str),
+}
+
+/// Sends `batch` on and, with acknowledgements, waits for the sinks' commit, all within
+/// `ack_timeout`.
+async fn deliver(ctx: &Ctx, mut batch: loghaul_core::EventBatch) -> Outcome {
+    let n = batch.len();
     let status = if ctx.acknowledgements {
         let (finalizer, status) = BatchNotifier::new_with_receiver();
         batch.finalizer = finalizer;
@@ -793,26 +840,18 @@ async fn handle(
         .await
         .is_err()
     {
-        return busy(ctx, "the pipeline is full; try again");
+        return Outcome::Busy("the pipeline is full; try again");
     }
     let Some(status) = status else {
-        return json_response(StatusCode::OK, serde_json::json!({ "accepted": n }));
+        return Outcome::Accepted(n);
     };
     match tokio::time::timeout_at(deadline, status).await {
-        Ok(BatchStatus::Delivered) => {
-            json_response(StatusCode::OK, serde_json::json!({ "accepted": n }))
+        Ok(BatchStatus::Delivered) => Outcome::Accepted(n),
+        Ok(BatchStatus::Errored) => Outcome::Busy("a sink could not write the events; try again"),
+        Ok(BatchStatus::Rejected) => Outcome::Refused("a sink refused the events for good"),
+        Err(_) => {
+            Outcome::Busy("the sinks did not commit the events within ack_timeout; try again")
         }
-        Ok(BatchStatus::Errored) => busy(ctx, "a sink could not write the events; try again"),
-        Ok(BatchStatus::Rejected) => refuse(
-            ctx,
-            StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorKind::Ack,
-            "a sink refused the events for good",
-        ),
-        Err(_) => busy(
-            ctx,
-            "the sinks did not commit the events within ack_timeout; try again",
-        ),
     }
 }
 

@@ -3,8 +3,9 @@
 //! take the one decoder in [`super::logs`].
 //!
 //! Keys are lowerCamelCase as the specification requires; the original snake_case names are
-//! accepted too, as protobuf's own JSON parsers accept them. Unknown keys are ignored, as the
-//! specification requires.
+//! accepted too, as protobuf's own JSON parsers accept them, and so are severity numbers given
+//! by name (`SEVERITY_NUMBER_WARN`), as protobuf's generic JSON printers write them. Unknown
+//! keys are ignored, as the specification requires.
 
 use base64::Engine as _;
 use serde_json::{Map, Value};
@@ -51,7 +52,10 @@ pub fn logs_request(body: &[u8]) -> Result<Vec<u8>, JsonError> {
 }
 
 fn get<'a>(o: &'a Map<String, Value>, names: &[&str]) -> Option<&'a Value> {
-    names.iter().find_map(|n| o.get(*n)).filter(|v| !v.is_null())
+    names
+        .iter()
+        .find_map(|n| o.get(*n))
+        .filter(|v| !v.is_null())
 }
 
 fn object<'a>(v: &'a Value, path: &str) -> Result<&'a Map<String, Value>, JsonError> {
@@ -102,7 +106,7 @@ fn string<'a>(o: &'a Map<String, Value>, names: &[&str], path: &str) -> Result<&
 
 fn hex(s: &str, path: &str) -> Result<Vec<u8>, JsonError> {
     let s = s.as_bytes();
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err(JsonError(format!("{path} is not hex")));
     }
     let digit = |c: u8| match c {
@@ -128,11 +132,19 @@ fn check(root: &Map<String, Value>) -> Result<(), JsonError> {
         if let Some(r) = get(rl, &["resource"]) {
             let r = object(r, &format!("{path}.resource"))?;
             check_attributes(r, &format!("{path}.resource"))?;
-            uint64(r, DROPPED, &format!("{path}.resource.droppedAttributesCount"))?;
+            uint64(
+                r,
+                DROPPED,
+                &format!("{path}.resource.droppedAttributesCount"),
+            )?;
         }
-        for (j, sl) in list(rl, &["scopeLogs", "scope_logs"], &format!("{path}.scopeLogs"))?
-            .iter()
-            .enumerate()
+        for (j, sl) in list(
+            rl,
+            &["scopeLogs", "scope_logs"],
+            &format!("{path}.scopeLogs"),
+        )?
+        .iter()
+        .enumerate()
         {
             let path = format!("{path}.scopeLogs[{j}]");
             let sl = object(sl, &path)?;
@@ -145,9 +157,13 @@ fn check(root: &Map<String, Value>) -> Result<(), JsonError> {
                 uint64(s, DROPPED, &format!("{sp}.droppedAttributesCount"))?;
             }
             string(sl, SCHEMA, &format!("{path}.schemaUrl"))?;
-            for (k, lr) in list(sl, &["logRecords", "log_records"], &format!("{path}.logRecords"))?
-                .iter()
-                .enumerate()
+            for (k, lr) in list(
+                sl,
+                &["logRecords", "log_records"],
+                &format!("{path}.logRecords"),
+            )?
+            .iter()
+            .enumerate()
             {
                 let path = format!("{path}.logRecords[{k}]");
                 let lr = object(lr, &path)?;
@@ -172,13 +188,27 @@ fn check_record(lr: &Map<String, Value>, path: &str) -> Result<(), JsonError> {
         uint64(lr, names, &format!("{path}.{}", names[0]))?;
     }
     if let Some(n) = get(lr, &["severityNumber", "severity_number"]) {
-        let n = integer(n, &format!("{path}.severityNumber"))?;
-        i32::try_from(n).map_err(|_| JsonError(format!("{path}.severityNumber is out of range")))?;
+        severity_number(n).ok_or_else(|| {
+            JsonError(format!(
+                "{path}.severityNumber is neither an integer nor a SEVERITY_NUMBER_ name"
+            ))
+        })?;
     }
-    string(lr, &["severityText", "severity_text"], &format!("{path}.severityText"))?;
-    string(lr, &["eventName", "event_name"], &format!("{path}.eventName"))?;
+    string(
+        lr,
+        &["severityText", "severity_text"],
+        &format!("{path}.severityText"),
+    )?;
+    string(
+        lr,
+        &["eventName", "event_name"],
+        &format!("{path}.eventName"),
+    )?;
     for names in [&["traceId", "trace_id"][..], &["spanId", "span_id"]] {
-        hex(string(lr, names, &format!("{path}.{}", names[0]))?, &format!("{path}.{}", names[0]))?;
+        hex(
+            string(lr, names, &format!("{path}.{}", names[0]))?,
+            &format!("{path}.{}", names[0]),
+        )?;
     }
     if let Some(b) = get(lr, &["body"]) {
         check_any(b, &format!("{path}.body"), 1)?;
@@ -207,7 +237,9 @@ fn check_kv(kv: &Value, path: &str, depth: usize) -> Result<(), JsonError> {
 
 fn check_any(v: &Value, path: &str, depth: usize) -> Result<(), JsonError> {
     if depth > MAX_DEPTH {
-        return Err(JsonError(format!("{path} nests deeper than {MAX_DEPTH} levels")));
+        return Err(JsonError(format!(
+            "{path} nests deeper than {MAX_DEPTH} levels"
+        )));
     }
     let o = object(v, path)?;
     if let Some(s) = get(o, &["stringValue", "string_value"]) {
@@ -246,6 +278,32 @@ fn check_any(v: &Value, path: &str, depth: usize) -> Result<(), JsonError> {
         }
     }
     Ok(())
+}
+
+/// `SeverityNumber`: an integer as OTLP/JSON requires, or the enum's name as protobuf's
+/// generic JSON mapping writes it (`SEVERITY_NUMBER_WARN`), which senders built on a protobuf
+/// library's JSON printer send.
+fn severity_number(v: &Value) -> Option<i64> {
+    if let Value::String(s) = v
+        && let Some(name) = s.strip_prefix("SEVERITY_NUMBER_")
+    {
+        let (level, step) = match name.as_bytes().last() {
+            Some(d @ b'2'..=b'4') => (&name[..name.len() - 1], i64::from(d - b'1')),
+            _ => (name, 0),
+        };
+        let base = match level {
+            "UNSPECIFIED" if step == 0 => return Some(0),
+            "TRACE" => 1,
+            "DEBUG" => 5,
+            "INFO" => 9,
+            "WARN" => 13,
+            "ERROR" => 17,
+            "FATAL" => 21,
+            _ => return None,
+        };
+        return Some(base + step);
+    }
+    i32::try_from(integer(v, "").ok()?).ok().map(i64::from)
 }
 
 /// A double: a number, or one of the strings protobuf's JSON mapping uses for what JSON
@@ -327,7 +385,7 @@ fn log_record(w: &mut Writer, lr: &Map<String, Value>) {
         w.fixed64(1, time);
     }
     if let Some(n) = get(lr, &["severityNumber", "severity_number"]) {
-        let n = integer(n, "").unwrap_or(0) as i64;
+        let n = severity_number(n).unwrap_or(0);
         if n != 0 {
             w.int(2, n);
         }
@@ -353,13 +411,17 @@ fn log_record(w: &mut Writer, lr: &Map<String, Value>) {
     if flags != 0 {
         w.fixed32(8, flags as u32);
     }
-    for (n, names) in [(9, &["traceId", "trace_id"][..]), (10, &["spanId", "span_id"])] {
+    for (n, names) in [
+        (9, &["traceId", "trace_id"][..]),
+        (10, &["spanId", "span_id"]),
+    ] {
         let id = hex(string(lr, names, "").unwrap_or(""), "").unwrap_or_default();
         if !id.is_empty() {
             w.bytes(n, &id);
         }
     }
-    let observed = uint64(lr, &["observedTimeUnixNano", "observed_time_unix_nano"], "").unwrap_or(0);
+    let observed =
+        uint64(lr, &["observedTimeUnixNano", "observed_time_unix_nano"], "").unwrap_or(0);
     if observed != 0 {
         w.fixed64(11, observed);
     }

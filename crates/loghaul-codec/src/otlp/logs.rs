@@ -165,7 +165,7 @@ impl Walk<'_> {
         mut r: Reader<'_>,
         count: &mut dyn FnMut(usize, usize),
     ) -> Result<(), WireError> {
-        while let Some((n, w)) = r.next()? {
+        while let Some((n, w)) = r.field()? {
             if n == 1 {
                 let Wire::Len(a, b) = w else {
                     return Err(wrong(&r, "resource_logs is not a message"));
@@ -187,7 +187,7 @@ impl Walk<'_> {
         let mut resource = None;
         let mut shared = Shared::default();
         let mut it = r;
-        while let Some((n, w)) = it.next()? {
+        while let Some((n, w)) = it.field()? {
             if n == 1 {
                 let Wire::Len(a, b) = w else {
                     return Err(wrong(&it, "resource is not a message"));
@@ -196,7 +196,7 @@ impl Walk<'_> {
                 let mut res = it.nested(a, b);
                 let mut entries = self.b.as_deref_mut().map(RecordBuilder::scratch);
                 let mut fields = 1;
-                while let Some((n, w)) = res.next()? {
+                while let Some((n, w)) = res.field()? {
                     if n == 1 {
                         let Wire::Len(a, b) = w else {
                             return Err(wrong(&res, "an attribute is not a message"));
@@ -224,7 +224,7 @@ impl Walk<'_> {
             }
         }
         let mut it = r;
-        while let Some((n, w)) = it.next()? {
+        while let Some((n, w)) = it.field()? {
             if n == 2 {
                 let Wire::Len(a, b) = w else {
                     return Err(wrong(&it, "scope_logs is not a message"));
@@ -250,7 +250,7 @@ impl Walk<'_> {
         let mut scope = None;
         let mut scope_fields = 0;
         let mut it = r;
-        while let Some((n, w)) = it.next()? {
+        while let Some((n, w)) = it.field()? {
             if n == 1 {
                 let Wire::Len(a, b) = w else {
                     return Err(wrong(&it, "scope is not a message"));
@@ -282,7 +282,7 @@ impl Walk<'_> {
         let mut records = 0;
         let mut fields = 0usize;
         let mut it = r;
-        while let Some((n, w)) = it.next()? {
+        while let Some((n, w)) = it.field()? {
             if n == 2 {
                 let Wire::Len(a, b) = w else {
                     return Err(wrong(&it, "a log record is not a message"));
@@ -307,7 +307,7 @@ impl Walk<'_> {
         let mut attrs = self.b.as_deref_mut().map(RecordBuilder::scratch);
         let mut size = 1;
         let mut any_attr = false;
-        while let Some((n, w)) = r.next()? {
+        while let Some((n, w)) = r.field()? {
             match (n, w) {
                 (1 | 2, Wire::Len(a, b)) => {
                     size += 1;
@@ -377,7 +377,7 @@ impl Walk<'_> {
         let mut event_name = None;
         let mut attrs_at = Vec::new();
         let mut it = r;
-        while let Some((n, w)) = it.next()? {
+        while let Some((n, w)) = it.field()? {
             match (n, w) {
                 (1, Wire::Fixed64(v)) => time = v,
                 (11, Wire::Fixed64(v)) => observed = v,
@@ -507,7 +507,10 @@ impl Walk<'_> {
     }
 
     fn scratch(&mut self) -> Vec<Field> {
-        self.b.as_deref_mut().map(RecordBuilder::scratch).unwrap_or_default()
+        self.b
+            .as_deref_mut()
+            .map(RecordBuilder::scratch)
+            .unwrap_or_default()
     }
 
     fn close_map(&mut self, entries: Vec<Field>) -> Value {
@@ -535,10 +538,7 @@ impl Walk<'_> {
             return Value::Null;
         };
         let start = b.arena.len();
-        crate::time::write_rfc3339(
-            Timestamp::from_nanos(clamp(nanos), 9),
-            &mut b.arena,
-        );
+        crate::time::write_rfc3339(Timestamp::from_nanos(clamp(nanos), 9), &mut b.arena);
         Value::Str(span(start, b.arena.len()))
     }
 
@@ -546,7 +546,7 @@ impl Walk<'_> {
     fn key_value(&mut self, mut r: Reader<'_>, depth: usize) -> Result<(Field, usize), WireError> {
         let mut key = Span::EMPTY;
         let mut value = None;
-        while let Some((n, w)) = r.next()? {
+        while let Some((n, w)) = r.field()? {
             match (n, w) {
                 (1, Wire::Len(a, b)) => key = span(a, b),
                 (2, Wire::Len(a, b)) => value = Some((a, b)),
@@ -586,7 +586,7 @@ impl Walk<'_> {
             return Err(wrong(&r, "a value nests deeper than 64 levels"));
         }
         let mut value = Value::Null;
-        while let Some((n, w)) = r.next()? {
+        while let Some((n, w)) = r.field()? {
             value = match (n, w) {
                 (1, Wire::Len(a, b)) => Value::Str(span(a, b)),
                 (2, Wire::Varint(v)) => Value::Bool(v != 0),
@@ -597,7 +597,7 @@ impl Walk<'_> {
                     // `ArrayValue { repeated AnyValue values = 1; }`
                     let mut inner = r.nested(a, b);
                     let mut items = self.scratch();
-                    while let Some((n, w)) = inner.next()? {
+                    while let Some((n, w)) = inner.field()? {
                         if n == 1 {
                             let Wire::Len(x, y) = w else {
                                 return Err(wrong(&inner, "an array item is not a message"));
@@ -618,7 +618,7 @@ impl Walk<'_> {
                     // `KeyValueList { repeated KeyValue values = 1; }`
                     let mut inner = r.nested(a, b);
                     let mut entries = self.scratch();
-                    while let Some((n, w)) = inner.next()? {
+                    while let Some((n, w)) = inner.field()? {
                         if n == 1 {
                             let Wire::Len(x, y) = w else {
                                 return Err(wrong(&inner, "a map entry is not a message"));
@@ -649,14 +649,18 @@ fn depth_and_size(mut r: Reader<'_>, kind: Kind, depth: usize) -> Result<Option<
         return Ok(None);
     }
     let mut size = 1usize;
-    while let Some((n, w)) = r.next()? {
+    while let Some((n, w)) = r.field()? {
         let inner = match (kind, n, w) {
             (Kind::KeyValue, 2, Wire::Len(a, b)) => Some((Kind::AnyValue, a, b, depth)),
             (Kind::AnyValue, 5 | 6, Wire::Len(a, b)) => {
                 // The container's items.
                 let mut list = r.nested(a, b);
-                let item = if n == 5 { Kind::AnyValue } else { Kind::KeyValue };
-                while let Some((m, w)) = list.next()? {
+                let item = if n == 5 {
+                    Kind::AnyValue
+                } else {
+                    Kind::KeyValue
+                };
+                while let Some((m, w)) = list.field()? {
                     if m == 1 {
                         let Wire::Len(x, y) = w else {
                             return Err(wrong(&list, "a container item is not a message"));

@@ -5,7 +5,7 @@ use proptest::prelude::*;
 
 use super::logs::{self, MAX_DEPTH};
 use super::wire::Writer;
-use super::{json, Code};
+use super::{Code, json};
 use crate::encode::encode_json;
 
 fn any_str(w: &mut Writer, s: &str) {
@@ -51,7 +51,13 @@ fn request(n: usize) -> Vec<u8> {
                         w.message(6, |w| kv(w, 1, "status", |w| w.int(3, 503)))
                     });
                     w.fixed32(8, 1);
-                    w.bytes(9, &[0x5b, 0x8e, 0xff, 0xf7, 0x98, 0x03, 0x81, 0x03, 0xd2, 0x69, 0xb6, 0x33, 0x81, 0x3f, 0xc6, 0x0c]);
+                    w.bytes(
+                        9,
+                        &[
+                            0x5b, 0x8e, 0xff, 0xf7, 0x98, 0x03, 0x81, 0x03, 0xd2, 0x69, 0xb6, 0x33,
+                            0x81, 0x3f, 0xc6, 0x0c,
+                        ],
+                    );
                     w.bytes(10, &[0xee, 0xe1, 0x9b, 0x7e, 0xc3, 0xc1, 0xb1, 0x74]);
                 });
             }
@@ -96,7 +102,10 @@ fn a_record_maps_to_the_documented_fields() {
         e["resources"],
         serde_json::json!({"service.name": "checkout", "host.name": "web-1"})
     );
-    assert_eq!(e["scope"], serde_json::json!({"name": "app.logger", "version": "1.2"}));
+    assert_eq!(
+        e["scope"],
+        serde_json::json!({"name": "app.logger", "version": "1.2"})
+    );
     assert_eq!(e["trace_id"], "5b8efff798038103d269b633813fc60c");
     assert_eq!(e["span_id"], "eee19b7ec3c1b174");
     assert_eq!(e["flags"], 1);
@@ -109,7 +118,11 @@ fn the_measure_bounds_the_batch() {
     let m = logs::measure(&body).expect("measures");
     let d = logs::decode(&Bytes::from(body), Arc::from("otel")).expect("decodes");
     assert_eq!(m.records, 50);
-    assert!(m.fields >= d.batch.fields.len(), "{m:?} < {}", d.batch.fields.len());
+    assert!(
+        m.fields >= d.batch.fields.len(),
+        "{m:?} < {}",
+        d.batch.fields.len()
+    );
     assert_eq!(d.rejected, 0);
 }
 
@@ -160,7 +173,12 @@ fn a_record_nested_too_deep_is_rejected_and_the_rest_kept() {
     assert_eq!(d.rejected, 1);
     assert_eq!(d.batch.len(), 1);
     let ok = Bytes::from(nested(MAX_DEPTH - 2));
-    assert_eq!(logs::decode(&ok, Arc::from("otel")).expect("decodes").rejected, 0);
+    assert_eq!(
+        logs::decode(&ok, Arc::from("otel"))
+            .expect("decodes")
+            .rejected,
+        0
+    );
 }
 
 #[test]
@@ -205,12 +223,46 @@ fn json_requests_decode_like_protobuf() {
 }
 
 #[test]
+fn severity_numbers_by_name_are_accepted() {
+    let body = br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[
+        {"severityNumber":"SEVERITY_NUMBER_WARN"},{"severityNumber":"SEVERITY_NUMBER_ERROR3"},
+        {"severityNumber":"SEVERITY_NUMBER_UNSPECIFIED"},{"severityNumber":"21"}]}]}]}"#;
+    let got = lines(&json::logs_request(body).expect("converts"));
+    let numbers: Vec<_> = got
+        .iter()
+        .map(|e| e.get("severity_number").cloned())
+        .collect();
+    assert_eq!(
+        numbers,
+        [Some(13.into()), Some(19.into()), None, Some(21.into())]
+    );
+    assert!(
+        json::logs_request(
+            br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"severityNumber":"LOUD"}]}]}]}"#
+        )
+        .is_err()
+    );
+}
+
+#[test]
 fn bad_json_names_the_field() {
     for (body, says) in [
-        (&br#"{"resourceLogs":{}}"#[..], "resourceLogs is not an array"),
-        (br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"soon"}]}]}]}"#, "resourceLogs[0].scopeLogs[0].logRecords[0].timeUnixNano is not an integer"),
-        (br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"traceId":"xyz1"}]}]}]}"#, "traceId is not hex"),
-        (br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"body":{"bytesValue":"%%%"}}]}]}]}"#, "bytesValue is not base64"),
+        (
+            &br#"{"resourceLogs":{}}"#[..],
+            "resourceLogs is not an array",
+        ),
+        (
+            br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"soon"}]}]}]}"#,
+            "resourceLogs[0].scopeLogs[0].logRecords[0].timeUnixNano is not an integer",
+        ),
+        (
+            br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"traceId":"xyz1"}]}]}]}"#,
+            "traceId is not hex",
+        ),
+        (
+            br#"{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"body":{"bytesValue":"%%%"}}]}]}]}"#,
+            "bytesValue is not base64",
+        ),
         (b"[1,2", "not JSON"),
     ] {
         let e = json::logs_request(body).expect_err("refused");
@@ -224,12 +276,16 @@ fn answers_are_the_messages_the_specification_names() {
     assert_eq!(super::logs_response(0, "", true), b"{}");
     let partial = super::logs_response(2, "too deep", false);
     // partial_success (1) { rejected_log_records (1) = 2, error_message (2) = "too deep" }
-    assert_eq!(partial, [&[0x0a, 12, 0x08, 2, 0x12, 8][..], b"too deep"].concat());
+    assert_eq!(
+        partial,
+        [&[0x0a, 12, 0x08, 2, 0x12, 8][..], b"too deep"].concat()
+    );
     let s = super::status(Code::Unavailable, "busy", Some(1), false);
     assert_eq!(&s[..2], &[0x08, 14]);
     assert!(s.windows(9).any(|w| w == b"RetryInfo"));
     let j: serde_json::Value =
-        serde_json::from_slice(&super::status(Code::InvalidArgument, "bad", None, true)).expect("json");
+        serde_json::from_slice(&super::status(Code::InvalidArgument, "bad", None, true))
+            .expect("json");
     assert_eq!(j, serde_json::json!({"code": 3, "message": "bad"}));
 }
 
@@ -265,5 +321,31 @@ proptest! {
             prop_assert!(d.batch.len() <= m.records);
             prop_assert!(d.batch.fields.len() <= m.fields);
         }
+    }
+}
+
+#[test]
+fn the_fuzz_corpus_seeds_decode() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/otlp");
+    for (name, json_form) in [("protobuf", false), ("json", true)] {
+        let seed = std::fs::read(dir.join(name)).expect("seed");
+        let body = if json_form {
+            json::logs_request(&seed[1..]).expect("the JSON seed converts")
+        } else {
+            seed[1..].to_vec()
+        };
+        let got = lines(&body);
+        assert_eq!(got.len(), 2, "{name}");
+        assert_eq!(
+            got[0]["trace_id"], "0102030405060708090a0b0c0d0e0f10",
+            "{name}"
+        );
+        assert_eq!(
+            got[0]["attributes"]["map"],
+            serde_json::json!({"k": "v"}),
+            "{name}"
+        );
+        assert_eq!(got[1]["message"], serde_json::json!({"k": -1}), "{name}");
+        assert_eq!(got[1]["severity"], "warning", "{name}");
     }
 }

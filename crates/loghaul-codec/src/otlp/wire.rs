@@ -110,7 +110,7 @@ impl<'a> Reader<'a> {
     ///
     /// The message is truncated or malformed (a field number of 0, a group, a length past
     /// the end).
-    pub fn next(&mut self) -> Result<Option<(u32, Wire)>, WireError> {
+    pub fn field(&mut self) -> Result<Option<(u32, Wire)>, WireError> {
         if self.pos >= self.end {
             return Ok(None);
         }
@@ -239,39 +239,41 @@ mod tests {
         w.fixed32(5, 9);
         w.int(6, -1);
         let mut r = Reader::new(&w.buf);
-        assert_eq!(r.next(), Ok(Some((1, Wire::Varint(150)))));
-        assert_eq!(r.next(), Ok(Some((2, Wire::Fixed64(7)))));
-        let Ok(Some((3, Wire::Len(a, b)))) = r.next() else {
+        assert_eq!(r.field(), Ok(Some((1, Wire::Varint(150)))));
+        assert_eq!(r.field(), Ok(Some((2, Wire::Fixed64(7)))));
+        let Ok(Some((3, Wire::Len(a, b)))) = r.field() else {
             panic!("no bytes field")
         };
         assert_eq!(r.bytes(a, b), b"abc");
-        let Ok(Some((4, Wire::Len(a, b)))) = r.next() else {
+        let Ok(Some((4, Wire::Len(a, b)))) = r.field() else {
             panic!("no message field")
         };
         let mut inner = r.nested(a, b);
-        let Ok(Some((1, Wire::Len(x, y)))) = inner.next() else {
+        let Ok(Some((1, Wire::Len(x, y)))) = inner.field() else {
             panic!("no nested field")
         };
         assert_eq!(y - x, 300);
-        assert_eq!(inner.next(), Ok(None));
-        assert_eq!(r.next(), Ok(Some((5, Wire::Fixed32(9)))));
-        assert_eq!(r.next(), Ok(Some((6, Wire::Varint(u64::MAX)))));
-        assert_eq!(r.next(), Ok(None));
+        assert_eq!(inner.field(), Ok(None));
+        assert_eq!(r.field(), Ok(Some((5, Wire::Fixed32(9)))));
+        assert_eq!(r.field(), Ok(Some((6, Wire::Varint(u64::MAX)))));
+        assert_eq!(r.field(), Ok(None));
     }
 
     #[test]
     fn malformed_messages_are_errors_not_panics() {
         for bad in [
-            &[0x0a, 0x05, b'a'][..],        // length past the end
-            &[0x08][..],                    // varint missing
-            &[0x08, 0xff, 0xff][..],        // varint runs out
-            &[0x00, 0x01][..],              // field number 0
-            &[0x0b][..],                    // a group
-            &[0x09, 1, 2, 3][..],           // fixed64 short
-            &[0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f][..],
+            &[0x0a, 0x05, b'a'][..], // length past the end
+            &[0x08][..],             // varint missing
+            &[0x08, 0xff, 0xff][..], // varint runs out
+            &[0x00, 0x01][..],       // field number 0
+            &[0x0b][..],             // a group
+            &[0x09, 1, 2, 3][..],    // fixed64 short
+            &[
+                0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f,
+            ][..],
         ] {
             let mut r = Reader::new(bad);
-            assert!(r.next().is_err(), "{bad:?}");
+            assert!(r.field().is_err(), "{bad:?}");
         }
     }
 }
