@@ -427,11 +427,12 @@ async fn take(
         };
     }
     if mode == Mode::Json {
+        let json = message;
+        let bound = crate::pipeline::cpu_heavy(|| otlp::json::memory_bound(&json));
         share
-            .hold(message.len().saturating_mul(2))
+            .hold(json.len().saturating_add(bound))
             .await
             .map_err(Answer::from_refusal)?;
-        let json = message;
         let proto = crate::pipeline::cpu_heavy(|| otlp::json::logs_request(&json))
             .map_err(|e| Answer::bad(format!("the OTLP/JSON request does not decode: {e}")))?;
         message = Bytes::from(proto);

@@ -24,6 +24,21 @@ impl std::fmt::Display for JsonError {
 
 impl std::error::Error for JsonError {}
 
+/// The most memory [`logs_request`] takes for `body`: the parsed document (a `serde_json`
+/// value of at most 96 bytes, with its map entry, for each `,` `:` `[` `{`, and its strings'
+/// bytes) and the protobuf it writes (never longer than the JSON). A server charges this
+/// before converting: a small body of `0,0,0,…` parses into far more than its size.
+pub fn memory_bound(body: &[u8]) -> usize {
+    let tokens = body
+        .iter()
+        .filter(|&&b| matches!(b, b',' | b':' | b'[' | b'{'))
+        .count()
+        + 1;
+    tokens
+        .saturating_mul(96)
+        .saturating_add(body.len().saturating_mul(2))
+}
+
 /// Deepest nesting of JSON the conversion follows (serde_json stops at 128 levels itself).
 const MAX_DEPTH: usize = 100;
 

@@ -245,6 +245,14 @@ fn severity_numbers_by_name_are_accepted() {
 }
 
 #[test]
+fn the_json_memory_bound_grows_with_the_values_not_the_bytes() {
+    let zeros = format!("[{}0]", "0,".repeat(1000));
+    assert!(json::memory_bound(zeros.as_bytes()) >= 1000 * 96);
+    let text = format!("{{\"k\":\"{}\"}}", "x".repeat(1000));
+    assert!(json::memory_bound(text.as_bytes()) < 4 * text.len());
+}
+
+#[test]
 fn bad_json_names_the_field() {
     for (body, says) in [
         (
