@@ -5,8 +5,10 @@
 //! OTLP/HTTP protobuf ─────────────────────────┐
 //! OTLP/HTTP JSON ──json::logs_request──► protobuf ─► logs::measure ─► logs::decode ─► EventBatch
 //! OTLP/gRPC (5-byte frame, grpc::unframe) ───┘
+//! EventBatch ─► encode::LogsWriter ─► ExportLogsServiceRequest (the opentelemetry sink)
 //! ```
 
+pub mod encode;
 pub mod grpc;
 pub mod json;
 pub mod logs;

@@ -357,3 +357,85 @@ fn the_fuzz_corpus_seeds_decode() {
         assert_eq!(got[1]["severity"], "warning", "{name}");
     }
 }
+
+fn reencode(batch: &loghaul_core::EventBatch) -> Vec<u8> {
+    let mut w = super::encode::LogsWriter::default();
+    let mut out = Vec::new();
+    for e in &batch.events {
+        w.push(batch, e, &mut out);
+    }
+    w.finish(&mut out);
+    out
+}
+
+#[test]
+fn a_decoded_request_encodes_back_to_the_same_records() {
+    let body = Bytes::from(request(3));
+    let first = logs::decode(&body, Arc::from("otel")).expect("decodes");
+    let again = reencode(&first.batch);
+    // One resource and scope for all three: one group, as sent.
+    let m = logs::measure(&again).expect("valid");
+    assert_eq!(m.records, 3);
+    assert_eq!(lines(&again), lines(&body));
+    let groups = {
+        let mut r = super::wire::Reader::new(&again);
+        let mut n = 0;
+        while r.field().expect("valid").is_some() {
+            n += 1;
+        }
+        n
+    };
+    assert_eq!(groups, 1);
+}
+
+#[test]
+fn syslog_events_become_records_with_a_resource_per_host_and_app() {
+    use loghaul_core::{Event, EventBatch, Span, Timestamp};
+    let arena = Bytes::from_static(b"web-1nginxGET /1234");
+    let mut batch = EventBatch::new(arena, Arc::from("in"), "syslog");
+    batch.received = Timestamp::from_nanos(1_700_000_009_000_000_000, 9);
+    for (host, sev) in [((0, 5), 3u8), ((0, 5), 6), ((5, 10), 6)] {
+        batch.events.push(Event {
+            timestamp: Some(Timestamp::from_nanos(1_700_000_000_500_000_000, 3)),
+            hostname: Span::new(host.0, host.1).into(),
+            appname: Span::new(5, 10).into(),
+            procid: Span::new(15, 19).into(),
+            message: Span::new(10, 15).into(),
+            severity: Some(sev),
+            facility: Some(16),
+            ..Event::default()
+        });
+    }
+    let body = reencode(&batch);
+    let got = lines(&body);
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[0]["message"], "GET /");
+    assert_eq!(got[0]["timestamp"], "2023-11-14T22:13:20.500000000Z");
+    assert_eq!(
+        got[0]["observed_timestamp"],
+        "2023-11-14T22:13:29.000000000Z"
+    );
+    assert_eq!(
+        (
+            got[0]["severity_number"].clone(),
+            got[0]["severity"].clone()
+        ),
+        (17.into(), "err".into())
+    );
+    assert_eq!(got[0]["severity_text"], "err");
+    assert_eq!(got[1]["severity_number"], 9);
+    assert_eq!(got[0]["hostname"], "web-1");
+    assert_eq!(got[0]["appname"], "nginx");
+    assert_eq!(got[2]["hostname"], "nginx");
+    assert_eq!(
+        got[0]["attributes"],
+        serde_json::json!({"syslog.facility": "local0", "syslog.procid": "1234"})
+    );
+    // The first two share host and app: one group; the third has its own.
+    let mut r = super::wire::Reader::new(&body);
+    let mut groups = 0;
+    while r.field().expect("valid").is_some() {
+        groups += 1;
+    }
+    assert_eq!(groups, 2);
+}
