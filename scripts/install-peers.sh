@@ -15,20 +15,28 @@
 #                                                                      $PEERS_DIR/bin/finagle-echo
 #   Kafka broker (Maven: kafka_2.13 4.3.1) and kcat (scripts/install-kafka.sh) -> $PEERS_DIR/kafka
 #
+# and the OpenTelemetry peer (what it is, versions, components, credits: bench/peers/otelcol/README.md):
+#
+#   otelcol-loghaul, a custom OpenTelemetry Collector       -> $PEERS_DIR/otelcol/otelcol-loghaul,
+#   (Go modules: collector v0.165.0, contrib v0.165.1)         built by `go build` with the machine's Go
+#                                                              (not Debian's golang-go: too old); module
+#                                                              and build caches in $PEERS_DIR/go
+#
 # Why syslog-ng is private: rsyslog and syslog-ng-core conflict as Debian packages (installing one
 # removes the other), so syslog-ng is unpacked with `apt-get download` + `dpkg -x` and only its library
 # dependencies are installed with apt. Nothing here enables or starts a system service: the bench runs
 # every peer as an ordinary foreground process with a private config.
 #
 # Every part stops the script on failure except the Finagle build: Maven Central may be out of reach,
-# and the lab reports a missing peer as unsupported, so a failed build only warns. The venv and the
-# Finagle build record a fingerprint of their inputs and are redone only when it changes, so a second
-# run does no network work.
+# and the lab reports a missing peer as unsupported, so a failed build only warns. The Collector build
+# does stop it: the tests need the Collector. The venv, the Finagle build and the Collector build record
+# a fingerprint of their inputs and are redone only when it changes, so a second run does no network
+# work.
 #
 # Afterwards the bench finds the peers at the fixed paths printed at the end (or via the env vars
 # LOGHAUL_RSYSLOGD, LOGHAUL_SYSLOG_NG, LOGHAUL_SYSLOG_NG_MODULES, LOGHAUL_LOGGEN, LOGHAUL_RUBY,
 # LOGHAUL_NODE, LOGHAUL_HTTP_PYTHON, LOGHAUL_FINAGLE_ECHO (only when built), LOGHAUL_AB, LOGHAUL_WRK,
-# LOGHAUL_CURL, all in $PEERS_DIR/env.sh).
+# LOGHAUL_CURL, LOGHAUL_OTELCOL, all in $PEERS_DIR/env.sh).
 set -euo pipefail
 
 PEERS_DIR="${LOGHAUL_PEERS_DIR:-/opt/loghaul-peers}"
@@ -237,6 +245,70 @@ fi
 # The Kafka broker (Maven Central) and kcat, for the kafka tests and the kafka_pipeline scenario.
 "$ROOT/scripts/install-kafka.sh"
 
+# --- OpenTelemetry Collector -----------------------------------------------------------------------
+# otelcol-loghaul: a custom Collector distribution (bench/peers/otelcol: main.go, go.mod and the
+# committed go.sum) built with `go build` from the Collector's Go modules. It needs the machine's Go
+# (1.26 here; Debian's golang-go is too old), at least the `go` line of go.mod: no other toolchain is
+# fetched (GOTOOLCHAIN=local). The module cache and the build cache live in $PEERS_DIR/go, so that a
+# rebuild after a change of main.go downloads nothing and compiles only what changed; -mod=readonly
+# builds exactly the versions in go.mod and go.sum. The first build downloads about 160MB of modules and
+# takes about 11 minutes on 2 cores. Built in a staging folder and moved into place whole. A failure
+# stops the script: the tests need the Collector.
+OTELCOL_SRC="$ROOT/bench/peers/otelcol"
+OTELCOL_DIR="$PEERS_DIR/otelcol"
+OTELCOL_BIN="$OTELCOL_DIR/otelcol-loghaul"
+GO_DIR="$PEERS_DIR/go"
+# CGO_ENABLED=0: a static binary that needs no C compiler to build (as the Collector's own releases).
+OTELCOL_GO_ENV=(GOPATH="$GO_DIR" GOMODCACHE="$GO_DIR/pkg/mod" GOCACHE="$GO_DIR/cache"
+    GOTOOLCHAIN=local GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0)
+otelcol_fail() {
+    echo "install-peers.sh: ERROR: the OpenTelemetry Collector (otelcol-loghaul) is not built: $*" >&2
+    # No stale build either: the binary exists exactly when the current sources are built.
+    rm -rf "$OTELCOL_DIR" "$OTELCOL_DIR.new"
+    exit 1
+}
+build_otelcol() {
+    local stage="$OTELCOL_DIR.new"
+    rm -rf "$stage"
+    mkdir -p "$stage" "$GO_DIR"
+    # Thirty minutes at most (a cold build takes about 11): a proxy that hangs must not hold up the
+    # installation for ever. The output is shown only on failure.
+    local log="$stage/build.log" rc=0
+    timeout 1800 env "${OTELCOL_GO_ENV[@]}" go -C "$OTELCOL_SRC" build -trimpath \
+        -o "$stage/otelcol-loghaul" . </dev/null >"$log" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        tail -n 60 "$log" >&2
+        if [ "$rc" -eq 124 ]; then
+            otelcol_fail "go build did not finish within 30 minutes"
+        fi
+        otelcol_fail "go build failed in $OTELCOL_SRC (exit $rc, see its output above; a go.sum that" \
+            "misses an entry is fixed there with \`go mod tidy -e\` and committed)"
+    fi
+    rm -f "$log"
+    echo "$1" >"$stage/.installed"
+    rm -rf "$OTELCOL_DIR"
+    mv "$stage" "$OTELCOL_DIR"
+}
+otelcol_go_need="$(sed -n 's/^go \([0-9][0-9.]*\).*/\1/p' "$OTELCOL_SRC/go.mod")"
+if ! command -v go >/dev/null 2>&1; then
+    otelcol_fail "it needs Go $otelcol_go_need or newer (the machine's Go; Debian's golang-go is too" \
+        "old), and there is no \`go\` on PATH"
+fi
+otelcol_go_have="$(env "${OTELCOL_GO_ENV[@]}" go env GOVERSION </dev/null)"
+otelcol_go_have="${otelcol_go_have#go}"
+otelcol_go_have="${otelcol_go_have%% *}"
+if [ "$(printf '%s\n%s\n' "$otelcol_go_need" "$otelcol_go_have" | sort -V | head -n1)" != "$otelcol_go_need" ]; then
+    otelcol_fail "bench/peers/otelcol/go.mod needs Go $otelcol_go_need or newer, and $(command -v go)" \
+        "is Go $otelcol_go_have"
+fi
+want="$(fingerprint "$(env "${OTELCOL_GO_ENV[@]}" go version </dev/null)" "$OTELCOL_SRC/go.mod" \
+    "$OTELCOL_SRC/go.sum" "$OTELCOL_SRC/main.go")"
+if ! up_to_date "$OTELCOL_DIR/.installed" "$want" || [ ! -x "$OTELCOL_BIN" ]; then
+    echo "install-peers.sh: building the OpenTelemetry Collector into $OTELCOL_DIR (go $otelcol_go_have;" \
+        "about 11 minutes the first time)" >&2
+    build_otelcol "$want"
+fi
+
 cat >"$PEERS_DIR/env.sh" <<EOF
 # Source this file to point \`loghaul bench\` and the tests at the peers (generated by install-peers.sh).
 export LOGHAUL_RSYSLOGD=$(command -v rsyslogd || echo /usr/sbin/rsyslogd)
@@ -250,6 +322,7 @@ export LOGHAUL_AB=$(command -v ab)
 export LOGHAUL_WRK=$(command -v wrk)
 export LOGHAUL_CURL=$(command -v curl)
 export LOGHAUL_KAFKA_LIB=$PEERS_DIR/kafka/lib
+export LOGHAUL_OTELCOL=$OTELCOL_BIN
 EOF
 # Only a built Finagle peer is announced; without the variable the lab reports it as unsupported.
 if [ -x "$FINAGLE_WRAPPER" ]; then
@@ -269,6 +342,9 @@ ab -V >/dev/null
 # wrk has no version option of its own: it prints the version above its usage text, status 1.
 { wrk --version 2>&1 || true; } | grep -q '^wrk '
 curl --version >/dev/null
+# The Collector must start and list its components (the factories are created, nothing listens).
+"$OTELCOL_BIN" --version >/dev/null </dev/null
+"$OTELCOL_BIN" components >/dev/null </dev/null
 if [ -x "$FINAGLE_WRAPPER" ]; then
     # Without a port the program prints its usage and exits 2: the JVM, the classpath and the class
     # are there.
@@ -296,5 +372,8 @@ fi
 echo "ab:                $(command -v ab) ($(ab -V | head -n1))"
 echo "wrk:               $(command -v wrk) ($(wrk --version 2>&1 | head -n1 | cut -d' ' -f1-2))"
 echo "curl:              $(command -v curl) ($(curl --version | head -n1 | cut -d' ' -f1-2))"
+otelcol_core="$(awk '$1 == "go.opentelemetry.io/collector/otelcol" { print $2 }' "$OTELCOL_SRC/go.mod")"
+otelcol_contrib="$(awk '$1 ~ /opentelemetry-collector-contrib\/receiver\/syslogreceiver$/ { print $2 }' "$OTELCOL_SRC/go.mod")"
+echo "otelcol-loghaul:   $OTELCOL_BIN ($("$OTELCOL_BIN" --version </dev/null); collector $otelcol_core, contrib $otelcol_contrib)"
 echo "ruby http clients: Net::HTTP, curb $(ruby -rcurb -e 'print Curl::CURB_VERSION'), em-http-request $(ruby -rem-http/version -e 'print EventMachine::HttpRequest::VERSION')"
 echo "env file:          $PEERS_DIR/env.sh"

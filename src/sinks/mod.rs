@@ -24,6 +24,7 @@ pub mod kafka;
 #[cfg(not(feature = "kafka"))]
 #[path = "kafka/unsupported.rs"]
 pub mod kafka;
+pub mod opentelemetry;
 pub mod template;
 
 use std::sync::Arc;
@@ -43,6 +44,7 @@ loghaul_config::component_set! {
         Fluent(fluent::FluentSinkConfig),
         Http(http::HttpSinkConfig),
         Kafka(kafka::KafkaSinkConfig),
+        Opentelemetry(opentelemetry::OpentelemetrySinkConfig),
     }
 }
 

@@ -135,6 +135,10 @@ pub enum Encoding {
     Ndjson,
     JsonArray,
     Text,
+    /// OTLP `ExportLogsServiceRequest`s (binary protobuf): the `opentelemetry` sink's, never
+    /// written in an `http` sink's config.
+    #[serde(skip)]
+    Otlp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]

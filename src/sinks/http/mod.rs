@@ -232,8 +232,10 @@ async fn send(config: &HttpSinkConfig, tx: &mpsc::Sender<Request>, ready: Ready)
     if filling.events == 0 {
         return;
     }
-    if config.encoding == config::Encoding::JsonArray {
-        filling.buf.push(b']');
+    match config.encoding {
+        config::Encoding::JsonArray => filling.buf.push(b']'),
+        config::Encoding::Otlp => filling.otlp.finish(&mut filling.buf),
+        _ => {}
     }
     let body = compress(config, filling.buf);
     let request = Request {
@@ -287,8 +289,16 @@ impl std::fmt::Display for Answer {
 impl std::error::Error for Answer {}
 
 /// What a non-2xx status means: 408, 429 and 5xx may pass (the server is busy or restarting),
-/// any other status refuses these events for good.
-fn judge_status(status: u16) -> Retry {
+/// any other status refuses these events for good. OTLP names its own list: 429, 502, 503 and
+/// 504 are retried, and every other status must not be.
+fn judge_status(encoding: config::Encoding, status: u16) -> Retry {
+    if encoding == config::Encoding::Otlp {
+        return if matches!(status, 429 | 502 | 503 | 504) {
+            Retry::Retryable
+        } else {
+            Retry::Permanent
+        };
+    }
     if status == 408 || status == 429 || (500..600).contains(&status) {
         Retry::Retryable
     } else {
@@ -438,6 +448,26 @@ fn events_of_body(config: &HttpSinkConfig, body: &[u8]) -> Result<Vec<Vec<u8>>, 
         }
     };
     Ok(match config.encoding {
+        config::Encoding::Otlp => {
+            use loghaul_codec::otlp::logs;
+            let body = Bytes::from(plain);
+            logs::measure(&body).map_err(|e| format!("the request does not decode: {e}"))?;
+            let batch = logs::decode(&body, "dead-letter".into())
+                .map_err(|e| format!("the request does not decode: {e}"))?
+                .batch;
+            batch
+                .events
+                .iter()
+                .map(|e| {
+                    let mut line = Vec::new();
+                    loghaul_codec::encode::encode_json(&batch, e, &mut line);
+                    if line.last() == Some(&b'\n') {
+                        line.pop();
+                    }
+                    line
+                })
+                .collect()
+        }
         config::Encoding::Ndjson | config::Encoding::Text => plain
             .split(|&b| b == b'\n')
             .filter(|l| !l.is_empty())
@@ -656,16 +686,38 @@ async fn attempt(config: &HttpSinkConfig, pool: &Pool, request: &Request) -> Out
     };
     let rtt = started.elapsed();
     if status.is_success() {
+        if config.encoding == config::Encoding::Otlp
+            && let Some((rejected, why)) = loghaul_codec::otlp::partial_success(&body)
+        {
+            // Taken, with some records refused for good: OTLP forbids sending them again, and
+            // the answer does not say which. Said, not retried.
+            tracing::warn!(uri = %target.uri, rejected, reason = %why, "The OTLP server took a request but rejected some of its log records.");
+        }
         return Ok(rtt);
     }
-    Err(refusal(status.as_u16(), &body, retry_after))
+    Err(refusal(
+        config.encoding,
+        status.as_u16(),
+        &body,
+        retry_after,
+    ))
 }
 
-/// The error of a non-2xx answer: its status and the start of its body, retryable or not as
-/// [`judge_status`] says, with the server's `Retry-After`.
-fn refusal(status: u16, body: &[u8], retry_after: Option<Duration>) -> SinkError {
-    let excerpt = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-    SinkError::from_cause(judge_status(status), Answer { status, excerpt })
+/// The error of a non-2xx answer: its status and the start of its body (an OTLP server's
+/// `Status` message), retryable or not as [`judge_status`] says, with the server's
+/// `Retry-After`.
+fn refusal(
+    encoding: config::Encoding,
+    status: u16,
+    body: &[u8],
+    retry_after: Option<Duration>,
+) -> SinkError {
+    let excerpt = match encoding {
+        config::Encoding::Otlp => loghaul_codec::otlp::status_message(body),
+        _ => None,
+    }
+    .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
+    SinkError::from_cause(judge_status(encoding, status), Answer { status, excerpt })
         .with_retry_after(retry_after)
 }
 
@@ -703,24 +755,37 @@ mod tests {
     #[test]
     fn busy_and_failing_servers_are_retried_and_other_refusals_are_permanent() {
         for status in [408, 429, 500, 502, 503, 504, 599] {
-            assert_eq!(judge_status(status), Retry::Retryable, "{status}");
+            assert_eq!(
+                judge_status(config::Encoding::Ndjson, status),
+                Retry::Retryable,
+                "{status}"
+            );
         }
         for status in [300, 400, 401, 403, 404, 413, 422] {
-            assert_eq!(judge_status(status), Retry::Permanent, "{status}");
+            assert_eq!(
+                judge_status(config::Encoding::Ndjson, status),
+                Retry::Permanent,
+                "{status}"
+            );
         }
     }
 
     #[test]
     fn a_refusal_says_the_status_and_the_start_of_the_body() {
         let body = "x".repeat(500);
-        let e = refusal(503, body.as_bytes(), Some(Duration::from_secs(7)));
+        let e = refusal(
+            config::Encoding::Ndjson,
+            503,
+            body.as_bytes(),
+            Some(Duration::from_secs(7)),
+        );
         assert!(e.is_retryable());
         assert_eq!(e.retry_after(), Some(Duration::from_secs(7)));
         assert_eq!(
             e.to_string(),
             format!("the server answered 503: {}", &body[..200])
         );
-        let e = refusal(400, b"bad field", None);
+        let e = refusal(config::Encoding::Ndjson, 400, b"bad field", None);
         assert!(e.is_permanent());
         assert_eq!(e.to_string(), "the server answered 400: bad field");
         let answer = e.cause::<Answer>().map(|a| (a.status, a.excerpt.clone()));

@@ -37,6 +37,8 @@ pub struct Filling {
     pub since: Option<tokio::time::Instant>,
     /// The delivery whose `Ack` was pushed last, so each batch adds one per request.
     ack_of: u64,
+    /// OTLP's open group of records (its closed ones are in `buf`).
+    pub otlp: loghaul_codec::otlp::encode::LogsWriter,
 }
 
 impl Filling {
@@ -72,12 +74,13 @@ impl Filling {
                     self.buf.pop();
                 }
             }
+            Encoding::Otlp => self.otlp.push(batch, event, &mut self.buf),
         }
         self.events += 1;
     }
 
     fn is_full(&self, config: &HttpSinkConfig) -> bool {
-        self.events >= config.max_events || self.buf.len() >= config.max_bytes
+        self.events >= config.max_events || self.buf.len() + self.otlp.pending() >= config.max_bytes
     }
 
     fn expires(&self, timeout: Duration) -> Option<tokio::time::Instant> {

@@ -105,6 +105,26 @@ fn body(config: &HttpSinkConfig, letters: &[DeadLetter]) -> Vec<u8> {
             }
             out.push(b']');
         }
+        Encoding::Otlp => {
+            // Each letter is an event's JSON line: its keys become the record (the OTLP-mapped
+            // ones, `attributes`, `resources`, `severity_number`..., fill the log record as
+            // before; loghaul's own fields as written, `timestamp`, `hostname`..., come back as
+            // attributes of those names).
+            let mut b = loghaul_codec::record::RecordBuilder::default();
+            for l in letters {
+                if b.json_record(l.event.as_bytes(), loghaul_core::Event::default(), &[])
+                    .is_err()
+                {
+                    b.text_event(l.event.as_bytes(), loghaul_core::Event::default(), &[]);
+                }
+            }
+            let batch = b.finish("replay".into(), "dlq");
+            let mut w = loghaul_codec::otlp::encode::LogsWriter::default();
+            for e in &batch.events {
+                w.push(&batch, e, &mut out);
+            }
+            w.finish(&mut out);
+        }
         Encoding::Text => {
             for l in letters {
                 match serde_json::from_str::<String>(&l.event) {

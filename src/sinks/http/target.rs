@@ -68,6 +68,7 @@ impl Target {
                 Encoding::Ndjson => "application/x-ndjson",
                 Encoding::JsonArray => "application/json",
                 Encoding::Text => "text/plain",
+                Encoding::Otlp => "application/x-protobuf",
             }),
         );
         match config.compression {

@@ -213,6 +213,40 @@ fn log_record(w: &mut Writer, batch: &EventBatch, event: &Event, record: &[Field
             });
         }
     }
+    if event.structured_data.is_some() {
+        // RFC 5424 structured data: a map of SD-IDs to maps of their parameters.
+        let elements = batch.sd_elements_of(event);
+        if !elements.is_empty() {
+            w.message(6, |w| {
+                w.bytes(1, b"syslog.structured_data");
+                w.message(2, |w| {
+                    w.message(6, |w| {
+                        for el in elements {
+                            w.message(1, |w| {
+                                w.bytes(1, batch.str(el.id));
+                                w.message(2, |w| {
+                                    w.message(6, |w| {
+                                        for p in batch.params_of(el) {
+                                            w.message(1, |w| {
+                                                w.bytes(1, batch.str(p.name));
+                                                let raw = batch.str(p.value);
+                                                let value = if p.escaped {
+                                                    unescape_sd(raw)
+                                                } else {
+                                                    raw.to_vec()
+                                                };
+                                                w.message(2, |w| w.bytes(1, &value));
+                                            });
+                                        }
+                                    });
+                                });
+                            });
+                        }
+                    });
+                });
+            });
+        }
+    }
     if let Some(ip) = batch.source_ip(event) {
         let ip = ip.to_string();
         w.message(6, |w| {
@@ -236,6 +270,20 @@ fn log_record(w: &mut Writer, batch: &EventBatch, event: &Event, record: &[Field
     if let Some(Value::Str(s)) = get(b"event_name") {
         w.bytes(12, batch.str(s));
     }
+}
+
+/// An SD-PARAM value with its `\"`, `\\` and `\]` escapes resolved.
+fn unescape_sd(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] == b'\\' && matches!(raw.get(i + 1), Some(b'"' | b'\\' | b']')) {
+            i += 1;
+        }
+        out.push(raw[i]);
+        i += 1;
+    }
+    out
 }
 
 fn unhex(s: &[u8]) -> Option<Vec<u8>> {

@@ -46,6 +46,45 @@ pub fn logs_response(rejected: usize, error_message: &str, json: bool) -> Vec<u8
     w.buf
 }
 
+/// The `partial_success` of an `ExportLogsServiceResponse`: how many records the server
+/// rejected and why; `None` when it took them all (or the body is no such message).
+pub fn partial_success(body: &[u8]) -> Option<(u64, String)> {
+    let mut r = wire::Reader::new(body);
+    while let Ok(Some((n, w))) = r.field() {
+        if let (1, wire::Wire::Len(a, b)) = (n, w) {
+            let mut p = r.nested(a, b);
+            let (mut rejected, mut why) = (0, String::new());
+            while let Ok(Some((n, w))) = p.field() {
+                match (n, w) {
+                    (1, wire::Wire::Varint(v)) => rejected = v,
+                    (2, wire::Wire::Len(x, y)) => {
+                        why = String::from_utf8_lossy(p.bytes(x, y)).into_owned();
+                    }
+                    _ => {}
+                }
+            }
+            return (rejected != 0).then_some((rejected, why));
+        }
+    }
+    None
+}
+
+/// The `message` of a `google.rpc.Status` (an OTLP/HTTP failure's body).
+pub fn status_message(body: &[u8]) -> Option<String> {
+    let mut r = wire::Reader::new(body);
+    let mut message = None;
+    loop {
+        match r.field() {
+            Ok(Some((2, wire::Wire::Len(a, b)))) => {
+                message = Some(String::from_utf8_lossy(r.bytes(a, b)).into_owned());
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => return message,
+            Err(_) => return None,
+        }
+    }
+}
+
 /// gRPC's status codes that OTLP answers use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]

@@ -291,6 +291,13 @@ fn answers_are_the_messages_the_specification_names() {
     let s = super::status(Code::Unavailable, "busy", Some(1), false);
     assert_eq!(&s[..2], &[0x08, 14]);
     assert!(s.windows(9).any(|w| w == b"RetryInfo"));
+    assert_eq!(
+        super::partial_success(&partial),
+        Some((2, "too deep".to_owned()))
+    );
+    assert_eq!(super::partial_success(&[]), None);
+    assert_eq!(super::status_message(&s).as_deref(), Some("busy"));
+    assert_eq!(super::status_message(b"<html>"), None);
     let j: serde_json::Value =
         serde_json::from_slice(&super::status(Code::InvalidArgument, "bad", None, true))
             .expect("json");
