@@ -771,6 +771,34 @@ mod tests {
     }
 
     #[test]
+    fn otlp_retries_only_what_its_specification_lists() {
+        for status in [429, 502, 503, 504] {
+            assert_eq!(
+                judge_status(config::Encoding::Otlp, status),
+                Retry::Retryable,
+                "{status}"
+            );
+        }
+        for status in [400, 404, 408, 413, 500, 501, 505] {
+            assert_eq!(
+                judge_status(config::Encoding::Otlp, status),
+                Retry::Permanent,
+                "{status}"
+            );
+        }
+        // An OTLP failure's body is a google.rpc.Status: its message is the reason shown.
+        let status = loghaul_codec::otlp::status(
+            loghaul_codec::otlp::Code::InvalidArgument,
+            "bad field",
+            None,
+            false,
+        );
+        let e = refusal(config::Encoding::Otlp, 400, &status, None);
+        assert!(e.is_permanent());
+        assert!(e.to_string().contains("bad field"), "{e}");
+    }
+
+    #[test]
     fn a_refusal_says_the_status_and_the_start_of_the_body() {
         let body = "x".repeat(500);
         let e = refusal(
