@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use chrono::{SecondsFormat, TimeZone as _, Utc};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::harness::*;
 
@@ -451,4 +451,428 @@ sinks:
     );
     // At least once: a request the receiver took as it stopped may come twice, never zero.
     receiver.stop();
+}
+
+/// The OpenTelemetry Collector built by scripts/install-peers.sh from the Collector's Go
+/// modules (bench/peers/otelcol), run with a config of the test's.
+struct Collector {
+    child: Option<std::process::Child>,
+    config: PathBuf,
+    log: PathBuf,
+    /// The port of its `otlp` receiver's HTTP protocol.
+    port: u16,
+}
+
+impl Collector {
+    fn binary() -> PathBuf {
+        let path = std::env::var_os("LOGHAUL_OTELCOL").map_or_else(
+            || PathBuf::from("/opt/loghaul-peers/otelcol/otelcol-loghaul"),
+            PathBuf::from,
+        );
+        assert!(
+            path.exists(),
+            "the OpenTelemetry Collector is not built ({} is missing): run scripts/install-peers.sh",
+            path.display()
+        );
+        path
+    }
+
+    /// Starts it on `config` (`{PORT}` replaced by a free port, its `otlp` receiver's), and
+    /// waits until that port takes connections.
+    fn start(dir: &std::path::Path, name: &str, config: &str) -> Collector {
+        let port = free_tcp_port();
+        let path = dir.join(format!("{name}.yaml"));
+        std::fs::write(&path, config.replace("{PORT}", &port.to_string())).expect("write config");
+        let mut c = Collector {
+            child: None,
+            config: path,
+            log: dir.join(format!("{name}.log")),
+            port,
+        };
+        c.run();
+        c
+    }
+
+    /// Writes a new config (same `{PORT}`) for the next [`Collector::run`].
+    fn reconfigure(&mut self, config: &str) {
+        std::fs::write(
+            &self.config,
+            config.replace("{PORT}", &self.port.to_string()),
+        )
+        .expect("write config");
+    }
+
+    fn run(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("collector log");
+        let child = Command::new(Self::binary())
+            .arg("--config")
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start the Collector");
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(std::process::Child::try_wait) {
+                panic!("the Collector exited ({status}): {}", self.log_text());
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the Collector did not listen within 30 s: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        tail(
+            &std::fs::read_to_string(&self.log).unwrap_or_default(),
+            6000,
+        )
+        .to_owned()
+    }
+
+    /// SIGTERM, as a service manager stops it (its exporters flush), and waits for it.
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            loop {
+                if let Ok(Some(_)) = child.try_wait() {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "the Collector did not stop within 30 s: {}",
+                        self.log_text()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("--- Collector log ---\n{}", self.log_text());
+        }
+    }
+}
+
+/// A Collector receiving OTLP/HTTP on `{PORT}` into a file exporter writing `out`.
+fn collector_to_file(out: &std::path::Path) -> String {
+    format!(
+        r#"receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: "127.0.0.1:{{PORT}}"
+exporters:
+  file:
+    path: "{}"
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    logs:
+      receivers: [otlp]
+      exporters: [file]
+"#,
+        out.display()
+    )
+}
+
+/// Every log record in a file exporter's output (one `ExportLogsServiceRequest` in OTLP/JSON a
+/// line), each with its resource's and scope's.
+fn collector_records(out: &std::path::Path) -> Vec<(Value, Value, Value)> {
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    let mut records = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let request: Value = serde_json::from_str(line).expect("a JSON line from the Collector");
+        for rl in request["resourceLogs"].as_array().into_iter().flatten() {
+            for sl in rl["scopeLogs"].as_array().into_iter().flatten() {
+                for r in sl["logRecords"].as_array().into_iter().flatten() {
+                    records.push((r.clone(), rl["resource"].clone(), sl["scope"].clone()));
+                }
+            }
+        }
+    }
+    records
+}
+
+/// OTLP/JSON attributes as one map (`[{key, value: {intValue: "5"}}]` → `{"key": 5}`).
+fn attributes(list: &Value) -> serde_json::Map<String, Value> {
+    fn any(v: &Value) -> Value {
+        if let Some(s) = v.get("stringValue") {
+            return s.clone();
+        }
+        if let Some(b) = v.get("boolValue") {
+            return b.clone();
+        }
+        if let Some(i) = v.get("intValue") {
+            return match i {
+                Value::String(s) => json!(s.parse::<i64>().unwrap_or_default()),
+                other => other.clone(),
+            };
+        }
+        if let Some(d) = v.get("doubleValue") {
+            return d.clone();
+        }
+        if let Some(a) = v.get("arrayValue") {
+            return Value::Array(
+                a["values"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(any)
+                    .collect(),
+            );
+        }
+        if let Some(m) = v.get("kvlistValue") {
+            return Value::Object(attributes(&m["values"]));
+        }
+        Value::Null
+    }
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .map(|kv| {
+            (
+                kv["key"].as_str().unwrap_or_default().to_owned(),
+                any(&kv["value"]),
+            )
+        })
+        .collect()
+}
+
+/// The acceptance path of the sink: 100,000 syslog events to the Collector, which is stopped
+/// for 10 s mid-stream; its file output has every one, with the documented mapping.
+#[test]
+fn otlp_sink_delivers_to_the_collector_through_its_stop() {
+    const N: usize = 100_000;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("collector.jsonl");
+    let mut collector = Collector::start(dir.path(), "collector", &collector_to_file(&out));
+    let sender = Server::start(&format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+sources:
+  in: {{ type: syslog, mode: tcp, address: "127.0.0.1:{{TCP}}", format: rfc3164 }}
+sinks:
+  otlp: {{ type: opentelemetry, inputs: [in], uri: "http://127.0.0.1:{}/v1/logs", timeout: 100ms }}
+"#,
+        collector.port
+    ));
+    let line = |i: usize| {
+        format!(
+            "<{}>Nov 27 10:00:00 host-{} app[7]: event {i}\n",
+            16 * 8 + 4,
+            i % 5
+        )
+    };
+    let first: String = (0..N / 2).map(line).collect();
+    send_tcp(sender.ports.tcp, first.as_bytes());
+    sender.wait_metric(
+        "loghaul_component_sent_events_total",
+        "otlp",
+        None,
+        (N / 2) as u64,
+    );
+    collector.stop();
+    let rest: String = (N / 2..N).map(line).collect();
+    send_tcp(sender.ports.tcp, rest.as_bytes());
+    // The outage itself is what is tested: ten seconds of refused connections.
+    std::thread::sleep(Duration::from_secs(10));
+    assert!(
+        sender.metric("loghaul_component_errors_total", "otlp", None) > 0,
+        "the sink met no refusal while the Collector was down"
+    );
+    // Its file exporter starts its file anew: the second run writes a file of its own.
+    let out2 = dir.path().join("collector-2.jsonl");
+    collector.reconfigure(&collector_to_file(&out2));
+    collector.run();
+    sender.wait_metric(
+        "loghaul_component_sent_events_total",
+        "otlp",
+        None,
+        N as u64,
+    );
+    // Stopped, the Collector has flushed its file exporter.
+    collector.stop();
+    let mut records = collector_records(&out);
+    records.extend(collector_records(&out2));
+    let mut seen = vec![0u32; N];
+    for (r, resource, _) in &records {
+        let body = r["body"]["stringValue"].as_str().unwrap_or_default();
+        let i: usize = body
+            .strip_prefix("event ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected record {r}"));
+        seen[i] += 1;
+        assert_eq!(r["severityNumber"], 13, "{r}");
+        assert_eq!(r["severityText"], "warning", "{r}");
+        let attrs = attributes(&r["attributes"]);
+        assert_eq!(attrs["syslog.facility"], "local0", "{r}");
+        assert_eq!(attrs["syslog.procid"], "7", "{r}");
+        let res = attributes(&resource["attributes"]);
+        assert_eq!(res["host.name"], format!("host-{}", i % 5), "{r}");
+        assert_eq!(res["service.name"], "app", "{r}");
+    }
+    let lost = seen.iter().filter(|&&n| n == 0).count();
+    assert_eq!(
+        lost,
+        0,
+        "events the Collector never got (of {N}; {} records)",
+        records.len()
+    );
+}
+
+/// The SDK's records through loghaul (source → sink) arrive at the Collector as the SDK sent
+/// them, field by field; and the Collector's `otlp_http` exporter delivers into loghaul.
+#[test]
+fn otlp_records_pass_through_loghaul_to_the_collector_and_back_unchanged() {
+    const N: u64 = 2_000;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("collector.jsonl");
+    let mut collector = Collector::start(dir.path(), "collector", &collector_to_file(&out));
+    let relay = Server::start(&format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+sources:
+  otel: {{ type: opentelemetry, address: "127.0.0.1:{{TCP}}" }}
+sinks:
+  onward: {{ type: opentelemetry, inputs: [otel], uri: "http://127.0.0.1:{}/v1/logs", timeout: 50ms }}
+"#,
+        collector.port
+    ));
+    let mut cmd = otlp_sender();
+    cmd.args([
+        "--protocol",
+        "http",
+        "--endpoint",
+        &format!("http://127.0.0.1:{}/v1/logs", relay.ports.tcp),
+        "--count",
+        &N.to_string(),
+    ]);
+    let sent = run_bounded(&mut cmd, Duration::from_secs(120));
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    relay.wait_metric("loghaul_component_sent_events_total", "onward", None, N);
+    collector.stop();
+    let records = collector_records(&out);
+    assert_eq!(records.len() as u64, N, "records at the Collector");
+    let mut seen = vec![false; N as usize];
+    for (r, resource, scope) in &records {
+        let attrs = attributes(&r["attributes"]);
+        let n = attrs["n"].as_i64().expect("n");
+        seen[n as usize] = true;
+        let warn = n % 2 == 0;
+        assert_eq!(
+            Value::Object(attrs.clone()),
+            json!({"n": n, "protocol": "http", "ok": true, "ratio": 0.25, "tags": ["a", "b"]}),
+            "{r}"
+        );
+        assert_eq!(
+            r["body"],
+            json!({"stringValue": format!("http {n}")}),
+            "{r}"
+        );
+        assert_eq!(
+            r["timeUnixNano"],
+            (BASE + n * 1_000_003 + 7).to_string(),
+            "{r}"
+        );
+        assert_eq!(r["observedTimeUnixNano"], (BASE + n).to_string(), "{r}");
+        assert_eq!(r["severityNumber"], if warn { 13 } else { 17 }, "{r}");
+        assert_eq!(
+            r["severityText"],
+            if warn { "WARN" } else { "ERROR" },
+            "{r}"
+        );
+        assert_eq!(scope["name"], "loghaul.test", "{r}");
+        assert_eq!(scope["version"], "1.0", "{r}");
+        let res = attributes(&resource["attributes"]);
+        assert_eq!(res["service.name"], "otlp-test");
+        assert_eq!(res["host.name"], "sdk-host");
+        assert_eq!(res["telemetry.sdk.language"], "python");
+        assert_eq!(
+            res.len(),
+            6,
+            "the SDK's resource, no more, no less: {resource}"
+        );
+    }
+    assert!(seen.iter().all(|&s| s), "every record once");
+
+    // And the other way: the Collector's otlp_http exporter into loghaul's source.
+    let receiver = Server::start(&config(""));
+    let mut forwarder = Collector::start(
+        dir.path(),
+        "forwarder",
+        &format!(
+            r#"receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: "127.0.0.1:{{PORT}}"
+exporters:
+  otlp_http:
+    endpoint: "http://127.0.0.1:{}"
+    compression: gzip
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    logs:
+      receivers: [otlp]
+      exporters: [otlp_http]
+"#,
+            receiver.ports.tcp
+        ),
+    );
+    let mut cmd = otlp_sender();
+    cmd.args([
+        "--protocol",
+        "http",
+        "--endpoint",
+        &format!("http://127.0.0.1:{}/v1/logs", forwarder.port),
+        "--count",
+        &N.to_string(),
+        "--tag",
+        "via-collector",
+    ]);
+    let sent = run_bounded(&mut cmd, Duration::from_secs(120));
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    let lines = wait_lines(&receiver.out(), N as usize, ARRIVE_TIMEOUT);
+    forwarder.stop();
+    for e in &lines {
+        let n = e["attributes"]["n"].as_i64().expect("n");
+        assert_eq!(e["message"], format!("via-collector {n}"), "{e}");
+        assert_eq!(e["timestamp"], rfc3339(BASE + n * 1_000_003 + 7), "{e}");
+        assert_eq!(e["appname"], "otlp-test", "{e}");
+        assert_eq!(e["scope"]["name"], "loghaul.test", "{e}");
+    }
 }
