@@ -1,6 +1,6 @@
 //! The `opentelemetry` sink: events as OTLP log records, POSTed to an OTLP/HTTP receiver (the
-//! OpenTelemetry Collector, a vendor's endpoint, another loghaul) as binary protobuf
-//! `ExportLogsServiceRequest`s. It is the `http` sink with the OTLP encoding: the same batching,
+//! OpenTelemetry Collector, a vendor's endpoint, another loghaul) as `ExportLogsServiceRequest`s
+//! in binary protobuf or OTLP/JSON. It is the `http` sink with the OTLP encoding: the same batching,
 //! keep-alive pool, concurrency, retries with backoff and dead letters, with what is retried
 //! narrowed to what the OTLP specification says (429, 502, 503, 504, honouring `Retry-After`).
 //! How an event becomes a record: `docs/specs/otlp.md`.
@@ -23,6 +23,9 @@ pub struct RawOpentelemetrySink {
     /// The receiver's logs endpoint. Default `http://127.0.0.1:4318/v1/logs`.
     #[serde(default)]
     pub uri: Option<String>,
+    /// `protobuf` (the default) or `json`: OTLP/HTTP's two encodings.
+    #[serde(default)]
+    pub encoding: Option<OtlpEncoding>,
     /// `gzip` (the default, as the Collector's exporters send), `zstd` or `none`.
     #[serde(default)]
     pub compression: Option<Compression>,
@@ -51,6 +54,14 @@ pub struct RawOpentelemetrySink {
     pub password: Option<String>,
 }
 
+/// How requests are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OtlpEncoding {
+    Protobuf,
+    Json,
+}
+
 /// An `opentelemetry` sink, validated: the HTTP sink's settings with the OTLP encoding.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OpentelemetrySinkConfig(pub HttpSinkConfig);
@@ -63,6 +74,7 @@ impl ComponentConfig for OpentelemetrySinkConfig {
         s: RawOpentelemetrySink,
         cx: &mut Validator<'_, '_>,
     ) -> Option<OpentelemetrySinkConfig> {
+        let s_encoding = s.encoding.unwrap_or(OtlpEncoding::Protobuf);
         let raw = RawHttpSink {
             uri: s.uri.unwrap_or_else(|| DEFAULT_URI.to_owned()),
             encoding: None,
@@ -80,7 +92,10 @@ impl ComponentConfig for OpentelemetrySinkConfig {
             healthcheck_uri: None,
         };
         let mut config = HttpSinkConfig::validate(raw, cx)?;
-        config.encoding = Encoding::Otlp;
+        config.encoding = match s_encoding {
+            OtlpEncoding::Protobuf => Encoding::Otlp,
+            OtlpEncoding::Json => Encoding::OtlpJson,
+        };
         Some(OpentelemetrySinkConfig(config))
     }
 

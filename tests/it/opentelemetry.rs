@@ -876,3 +876,49 @@ service:
         assert_eq!(e["scope"]["name"], "loghaul.test", "{e}");
     }
 }
+
+/// `encoding: json`: OTLP/JSON requests, which the Collector reads as it reads protobuf.
+#[test]
+fn otlp_sink_json_requests_reach_the_collector() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("collector.jsonl");
+    let mut collector = Collector::start(dir.path(), "collector", &collector_to_file(&out));
+    let sender = Server::start(&format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+sources:
+  in: {{ type: syslog, mode: tcp, address: "127.0.0.1:{{TCP}}", format: rfc5424 }}
+sinks:
+  otlp: {{ type: opentelemetry, inputs: [in], uri: "http://127.0.0.1:{}/v1/logs", encoding: json, compression: none, timeout: 50ms }}
+"#,
+        collector.port
+    ));
+    let lines: String = (0..1_000)
+        .map(|i| {
+            format!(
+                "<165>1 2026-11-27T10:00:00.123456Z web app 9 ID{i} [ex@32473 k=\"v\\\"q\"] json {i}\n"
+            )
+        })
+        .collect();
+    send_tcp(sender.ports.tcp, lines.as_bytes());
+    sender.wait_metric("loghaul_component_sent_events_total", "otlp", None, 1_000);
+    collector.stop();
+    let records = collector_records(&out);
+    assert_eq!(records.len(), 1_000);
+    for (i, (r, resource, _)) in records.iter().enumerate() {
+        assert_eq!(r["body"]["stringValue"], format!("json {i}"), "{r}");
+        let sent = chrono::DateTime::parse_from_rfc3339("2026-11-27T10:00:00.123456Z")
+            .ok()
+            .and_then(|t| t.timestamp_nanos_opt())
+            .expect("a time");
+        assert_eq!(r["timeUnixNano"], sent.to_string(), "{r}");
+        assert_eq!(r["severityNumber"], 10, "notice is INFO2: {r}");
+        let attrs = attributes(&r["attributes"]);
+        assert_eq!(attrs["syslog.msgid"], format!("ID{i}"), "{r}");
+        assert_eq!(
+            attrs["syslog.structured_data"],
+            json!({"ex@32473": {"k": "v\"q"}}),
+            "{r}"
+        );
+        assert_eq!(attributes(&resource["attributes"])["host.name"], "web");
+    }
+}

@@ -139,6 +139,16 @@ pub enum Encoding {
     /// written in an `http` sink's config.
     #[serde(skip)]
     Otlp,
+    /// The same requests in OTLP/JSON (the `opentelemetry` sink's `encoding: json`).
+    #[serde(skip)]
+    OtlpJson,
+}
+
+impl Encoding {
+    /// Whether requests are OTLP's (retried as its specification says).
+    pub fn is_otlp(self) -> bool {
+        matches!(self, Encoding::Otlp | Encoding::OtlpJson)
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]

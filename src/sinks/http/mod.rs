@@ -235,6 +235,17 @@ async fn send(config: &HttpSinkConfig, tx: &mpsc::Sender<Request>, ready: Ready)
     match config.encoding {
         config::Encoding::JsonArray => filling.buf.push(b']'),
         config::Encoding::Otlp => filling.otlp.finish(&mut filling.buf),
+        config::Encoding::OtlpJson => {
+            filling.otlp.finish(&mut filling.buf);
+            match loghaul_codec::otlp::json::from_logs_request(&filling.buf) {
+                Ok(json) => filling.buf = json,
+                // The sink's own protobuf: never malformed. Were it, the receiver refuses it
+                // and the events are dead-lettered with its answer.
+                Err(e) => {
+                    tracing::error!(reason = %e, "An OTLP request could not be written as JSON.")
+                }
+            }
+        }
         _ => {}
     }
     let body = compress(config, filling.buf);
@@ -292,7 +303,7 @@ impl std::error::Error for Answer {}
 /// any other status refuses these events for good. OTLP names its own list: 429, 502, 503 and
 /// 504 are retried, and every other status must not be.
 fn judge_status(encoding: config::Encoding, status: u16) -> Retry {
-    if encoding == config::Encoding::Otlp {
+    if encoding.is_otlp() {
         return if matches!(status, 429 | 502 | 503 | 504) {
             Retry::Retryable
         } else {
@@ -448,8 +459,14 @@ fn events_of_body(config: &HttpSinkConfig, body: &[u8]) -> Result<Vec<Vec<u8>>, 
         }
     };
     Ok(match config.encoding {
-        config::Encoding::Otlp => {
+        config::Encoding::Otlp | config::Encoding::OtlpJson => {
             use loghaul_codec::otlp::logs;
+            let plain = if config.encoding == config::Encoding::OtlpJson {
+                loghaul_codec::otlp::json::logs_request(&plain)
+                    .map_err(|e| format!("the request does not decode: {e}"))?
+            } else {
+                plain
+            };
             let body = Bytes::from(plain);
             logs::measure(&body).map_err(|e| format!("the request does not decode: {e}"))?;
             let batch = logs::decode(&body, "dead-letter".into())
@@ -686,8 +703,8 @@ async fn attempt(config: &HttpSinkConfig, pool: &Pool, request: &Request) -> Out
     };
     let rtt = started.elapsed();
     if status.is_success() {
-        if config.encoding == config::Encoding::Otlp
-            && let Some((rejected, why)) = loghaul_codec::otlp::partial_success(&body)
+        if config.encoding.is_otlp()
+            && let Some((rejected, why)) = otlp_partial_success(config.encoding, &body)
         {
             // Taken, with some records refused for good: OTLP forbids sending them again, and
             // the answer does not say which. Said, not retried.
@@ -703,6 +720,25 @@ async fn attempt(config: &HttpSinkConfig, pool: &Pool, request: &Request) -> Out
     ))
 }
 
+/// An OTLP answer's `partial_success`: how many records the server rejected, and why.
+fn otlp_partial_success(encoding: config::Encoding, body: &[u8]) -> Option<(u64, String)> {
+    if encoding == config::Encoding::Otlp {
+        return loghaul_codec::otlp::partial_success(body);
+    }
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let p = v.get("partialSuccess")?;
+    let rejected = match p.get("rejectedLogRecords")? {
+        serde_json::Value::String(s) => s.parse().ok()?,
+        n => n.as_u64()?,
+    };
+    let why = p
+        .get("errorMessage")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    (rejected != 0).then_some((rejected, why))
+}
+
 /// The error of a non-2xx answer: its status and the start of its body (an OTLP server's
 /// `Status` message), retryable or not as [`judge_status`] says, with the server's
 /// `Retry-After`.
@@ -714,6 +750,9 @@ fn refusal(
 ) -> SinkError {
     let excerpt = match encoding {
         config::Encoding::Otlp => loghaul_codec::otlp::status_message(body),
+        config::Encoding::OtlpJson => serde_json::from_slice::<serde_json::Value>(body)
+            .ok()
+            .and_then(|v| v.get("message")?.as_str().map(str::to_owned)),
         _ => None,
     }
     .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());

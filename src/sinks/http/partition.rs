@@ -74,7 +74,8 @@ impl Filling {
                     self.buf.pop();
                 }
             }
-            Encoding::Otlp => self.otlp.push(batch, event, &mut self.buf),
+            // Built as protobuf either way; JSON is written from it when the request is sent.
+            Encoding::Otlp | Encoding::OtlpJson => self.otlp.push(batch, event, &mut self.buf),
         }
         self.events += 1;
     }

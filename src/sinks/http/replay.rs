@@ -105,7 +105,7 @@ fn body(config: &HttpSinkConfig, letters: &[DeadLetter]) -> Vec<u8> {
             }
             out.push(b']');
         }
-        Encoding::Otlp => {
+        Encoding::Otlp | Encoding::OtlpJson => {
             // Each letter is an event's JSON line: its keys become the record (the OTLP-mapped
             // ones, `attributes`, `resources`, `severity_number`..., fill the log record as
             // before; loghaul's own fields as written, `timestamp`, `hostname`..., come back as
@@ -124,6 +124,11 @@ fn body(config: &HttpSinkConfig, letters: &[DeadLetter]) -> Vec<u8> {
                 w.push(&batch, e, &mut out);
             }
             w.finish(&mut out);
+            if config.encoding == Encoding::OtlpJson
+                && let Ok(json) = loghaul_codec::otlp::json::from_logs_request(&out)
+            {
+                out = json;
+            }
         }
         Encoding::Text => {
             for l in letters {

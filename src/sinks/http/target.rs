@@ -69,6 +69,7 @@ impl Target {
                 Encoding::JsonArray => "application/json",
                 Encoding::Text => "text/plain",
                 Encoding::Otlp => "application/x-protobuf",
+                Encoding::OtlpJson => "application/json",
             }),
         );
         match config.compression {

@@ -10,7 +10,7 @@
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
-use super::wire::Writer;
+use super::wire::{Reader, Wire, WireError, Writer};
 
 /// Why a JSON request does not convert.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -487,4 +487,238 @@ fn any_value(w: &mut Writer, v: &Value) {
     } else if let Some(Value::String(s)) = get(o, &["bytesValue", "bytes_value"]) {
         w.bytes(7, &base64_bytes(s).unwrap_or_default());
     }
+}
+
+/// An `ExportLogsServiceRequest` in binary protobuf as OTLP/JSON: what a sink sends a receiver
+/// that takes JSON (ids in hex, 64-bit integers as strings, enums as integers, bytes in
+/// base64), the inverse of [`logs_request`].
+///
+/// # Errors
+///
+/// The protobuf is malformed.
+pub fn from_logs_request(proto: &[u8]) -> Result<Vec<u8>, super::wire::WireError> {
+    let r = Reader::new(proto);
+    let mut resource_logs = Vec::new();
+    let mut it = r;
+    while let Some((n, w)) = it.field()? {
+        if let (1, Wire::Len(a, b)) = (n, w) {
+            resource_logs.push(resource_logs_json(it.nested(a, b))?);
+        }
+    }
+    Ok(serde_json::json!({ "resourceLogs": resource_logs })
+        .to_string()
+        .into_bytes())
+}
+
+fn text(r: &Reader<'_>, a: usize, b: usize) -> Value {
+    Value::String(String::from_utf8_lossy(r.bytes(a, b)).into_owned())
+}
+
+fn resource_logs_json(mut r: Reader<'_>) -> Result<Value, WireError> {
+    let mut o = Map::new();
+    let mut scopes = Vec::new();
+    while let Some((n, w)) = r.field()? {
+        match (n, w) {
+            (1, Wire::Len(a, b)) => {
+                let mut res = r.nested(a, b);
+                let mut m = Map::new();
+                let mut attrs = Vec::new();
+                while let Some((n, w)) = res.field()? {
+                    match (n, w) {
+                        (1, Wire::Len(x, y)) => attrs.push(key_value_json(res.nested(x, y), 0)?),
+                        (2, Wire::Varint(v)) => {
+                            m.insert("droppedAttributesCount".into(), v.into());
+                        }
+                        _ => {}
+                    }
+                }
+                m.insert("attributes".into(), Value::Array(attrs));
+                o.insert("resource".into(), Value::Object(m));
+            }
+            (2, Wire::Len(a, b)) => scopes.push(scope_logs_json(r.nested(a, b))?),
+            (3, Wire::Len(a, b)) => {
+                o.insert("schemaUrl".into(), text(&r, a, b));
+            }
+            _ => {}
+        }
+    }
+    o.insert("scopeLogs".into(), Value::Array(scopes));
+    Ok(Value::Object(o))
+}
+
+fn scope_logs_json(mut r: Reader<'_>) -> Result<Value, WireError> {
+    let mut o = Map::new();
+    let mut records = Vec::new();
+    while let Some((n, w)) = r.field()? {
+        match (n, w) {
+            (1, Wire::Len(a, b)) => {
+                let mut s = r.nested(a, b);
+                let mut m = Map::new();
+                let mut attrs = Vec::new();
+                while let Some((n, w)) = s.field()? {
+                    match (n, w) {
+                        (1, Wire::Len(x, y)) => {
+                            m.insert("name".into(), text(&s, x, y));
+                        }
+                        (2, Wire::Len(x, y)) => {
+                            m.insert("version".into(), text(&s, x, y));
+                        }
+                        (3, Wire::Len(x, y)) => attrs.push(key_value_json(s.nested(x, y), 0)?),
+                        (4, Wire::Varint(v)) => {
+                            m.insert("droppedAttributesCount".into(), v.into());
+                        }
+                        _ => {}
+                    }
+                }
+                if !attrs.is_empty() {
+                    m.insert("attributes".into(), Value::Array(attrs));
+                }
+                o.insert("scope".into(), Value::Object(m));
+            }
+            (2, Wire::Len(a, b)) => records.push(log_record_json(r.nested(a, b))?),
+            (3, Wire::Len(a, b)) => {
+                o.insert("schemaUrl".into(), text(&r, a, b));
+            }
+            _ => {}
+        }
+    }
+    o.insert("logRecords".into(), Value::Array(records));
+    Ok(Value::Object(o))
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn log_record_json(mut r: Reader<'_>) -> Result<Value, WireError> {
+    let mut o = Map::new();
+    let mut attrs = Vec::new();
+    while let Some((n, w)) = r.field()? {
+        match (n, w) {
+            (1, Wire::Fixed64(v)) => {
+                o.insert("timeUnixNano".into(), v.to_string().into());
+            }
+            (11, Wire::Fixed64(v)) => {
+                o.insert("observedTimeUnixNano".into(), v.to_string().into());
+            }
+            (2, Wire::Varint(v)) => {
+                o.insert("severityNumber".into(), (v as i32).into());
+            }
+            (3, Wire::Len(a, b)) => {
+                o.insert("severityText".into(), text(&r, a, b));
+            }
+            (5, Wire::Len(a, b)) => {
+                o.insert("body".into(), any_value_json(r.nested(a, b), 0)?);
+            }
+            (6, Wire::Len(a, b)) => attrs.push(key_value_json(r.nested(a, b), 0)?),
+            (7, Wire::Varint(v)) => {
+                o.insert("droppedAttributesCount".into(), v.into());
+            }
+            (8, Wire::Fixed32(v)) => {
+                o.insert("flags".into(), v.into());
+            }
+            (9, Wire::Len(a, b)) => {
+                o.insert("traceId".into(), hex_of(r.bytes(a, b)).into());
+            }
+            (10, Wire::Len(a, b)) => {
+                o.insert("spanId".into(), hex_of(r.bytes(a, b)).into());
+            }
+            (12, Wire::Len(a, b)) => {
+                o.insert("eventName".into(), text(&r, a, b));
+            }
+            _ => {}
+        }
+    }
+    if !attrs.is_empty() {
+        o.insert("attributes".into(), Value::Array(attrs));
+    }
+    Ok(Value::Object(o))
+}
+
+fn key_value_json(mut r: Reader<'_>, depth: usize) -> Result<Value, WireError> {
+    let mut o = Map::new();
+    while let Some((n, w)) = r.field()? {
+        match (n, w) {
+            (1, Wire::Len(a, b)) => {
+                o.insert("key".into(), text(&r, a, b));
+            }
+            (2, Wire::Len(a, b)) => {
+                o.insert("value".into(), any_value_json(r.nested(a, b), depth)?);
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(o))
+}
+
+fn any_value_json(mut r: Reader<'_>, depth: usize) -> Result<Value, WireError> {
+    if depth > MAX_DEPTH {
+        return Err(WireError {
+            offset: r.offset(),
+            what: "a value nests too deep",
+        });
+    }
+    let mut o = Map::new();
+    while let Some((n, w)) = r.field()? {
+        o.clear();
+        match (n, w) {
+            (1, Wire::Len(a, b)) => {
+                o.insert("stringValue".into(), text(&r, a, b));
+            }
+            (2, Wire::Varint(v)) => {
+                o.insert("boolValue".into(), (v != 0).into());
+            }
+            (3, Wire::Varint(v)) => {
+                o.insert("intValue".into(), (v as i64).to_string().into());
+            }
+            (4, Wire::Fixed64(v)) => {
+                let f = f64::from_bits(v);
+                let value = serde_json::Number::from_f64(f).map_or_else(
+                    || {
+                        Value::String(
+                            if f.is_nan() {
+                                "NaN"
+                            } else if f > 0.0 {
+                                "Infinity"
+                            } else {
+                                "-Infinity"
+                            }
+                            .into(),
+                        )
+                    },
+                    Value::Number,
+                );
+                o.insert("doubleValue".into(), value);
+            }
+            (7, Wire::Len(a, b)) => {
+                let encoded = base64::engine::general_purpose::STANDARD.encode(r.bytes(a, b));
+                o.insert("bytesValue".into(), encoded.into());
+            }
+            (5, Wire::Len(a, b)) => {
+                let mut list = r.nested(a, b);
+                let mut values = Vec::new();
+                while let Some((m, w)) = list.field()? {
+                    if let (1, Wire::Len(x, y)) = (m, w) {
+                        values.push(any_value_json(list.nested(x, y), depth + 1)?);
+                    }
+                }
+                o.insert("arrayValue".into(), serde_json::json!({ "values": values }));
+            }
+            (6, Wire::Len(a, b)) => {
+                let mut list = r.nested(a, b);
+                let mut values = Vec::new();
+                while let Some((m, w)) = list.field()? {
+                    if let (1, Wire::Len(x, y)) = (m, w) {
+                        values.push(key_value_json(list.nested(x, y), depth + 1)?);
+                    }
+                }
+                o.insert(
+                    "kvlistValue".into(),
+                    serde_json::json!({ "values": values }),
+                );
+            }
+            _ => {}
+        }
+    }
+    Ok(Value::Object(o))
 }

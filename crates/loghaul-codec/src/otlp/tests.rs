@@ -446,3 +446,16 @@ fn syslog_events_become_records_with_a_resource_per_host_and_app() {
     }
     assert_eq!(groups, 2);
 }
+
+#[test]
+fn protobuf_to_json_and_back_keeps_every_record() {
+    let proto = request(3);
+    let json_form = json::from_logs_request(&proto).expect("converts");
+    let back = json::logs_request(&json_form).expect("reads back");
+    assert_eq!(lines(&back), lines(&proto));
+    let v: serde_json::Value = serde_json::from_slice(&json_form).expect("JSON");
+    let r = &v["resourceLogs"][0]["scopeLogs"][0]["logRecords"][0];
+    assert_eq!(r["timeUnixNano"], "1700000000123456789");
+    assert_eq!(r["traceId"], "5b8efff798038103d269b633813fc60c");
+    assert_eq!(r["severityNumber"], 17);
+}
