@@ -922,3 +922,47 @@ sinks:
         assert_eq!(attributes(&resource["attributes"])["host.name"], "web");
     }
 }
+
+/// Over TLS, as on every listener: the SDK's HTTP and gRPC exporters trusting the server's CA
+/// (gRPC agrees on HTTP/2 by ALPN).
+#[test]
+fn otlp_sdk_exports_over_tls() {
+    use loghaul_tls::pki::{Ca, Leaf};
+    let pki = tempfile::tempdir().expect("temp dir");
+    let ca = Ca::new("loghaul test CA").expect("CA");
+    let ca_file = pki.path().join("ca.crt");
+    ca.write(&ca_file).expect("write CA");
+    ca.issue(&Leaf::new("localhost"))
+        .expect("issue")
+        .write(pki.path(), "server")
+        .expect("write certificate");
+    let server = Server::start(&config(&format!(
+        ", tls: {{ cert: \"{}\", key: \"{}\" }}",
+        pki.path().join("server.crt").display(),
+        pki.path().join("server.key").display()
+    )));
+    let port = server.ports.tcp;
+    for (protocol, endpoint) in [
+        ("http", format!("https://localhost:{port}/v1/logs")),
+        ("grpc", format!("https://localhost:{port}")),
+    ] {
+        let mut cmd = otlp_sender();
+        cmd.args(["--protocol", protocol, "--endpoint", &endpoint, "--count", "500"])
+            .arg("--ca")
+            .arg(&ca_file);
+        let out = run_bounded(&mut cmd, Duration::from_secs(120));
+        assert!(
+            out.status.success(),
+            "{protocol} over TLS: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let lines = wait_lines(&server.out(), 1_000, ARRIVE_TIMEOUT);
+    for protocol in ["http", "grpc"] {
+        let n = lines
+            .iter()
+            .filter(|e| e["attributes"]["protocol"] == protocol)
+            .count();
+        assert_eq!(n, 500, "{protocol} records");
+    }
+}

@@ -1,7 +1,7 @@
 """Sends numbered log records to an OTLP receiver with the OpenTelemetry Python SDK (PyPI
 opentelemetry-sdk and its OTLP exporters), as an instrumented application would.
 
-    otlp_send.py --protocol http|grpc|json --endpoint URL --count N [--gzip] [--tag NAME]
+    otlp_send.py --protocol http|grpc|json --endpoint URL --count N [--gzip] [--tag NAME] [--ca FILE]
 
 Record i: body "NAME i", severity WARN (13) for even i and ERROR (17) for odd i, attributes
 {"n": i, "protocol": NAME, "ok": true, "ratio": 0.25, "tags": ["a", "b"]}, time BASE + i*1000003
@@ -70,15 +70,23 @@ def main():
     p.add_argument("--count", type=int, required=True)
     p.add_argument("--gzip", action="store_true")
     p.add_argument("--tag", default=None)
+    p.add_argument("--ca", default=None, help="trust this CA file: the endpoint is https://")
     a = p.parse_args()
     name = a.tag or a.protocol
     if a.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
         from opentelemetry.exporter.otlp.proto.grpc.exporter import Compression
 
+        credentials = None
+        if a.ca:
+            import grpc
+
+            with open(a.ca, "rb") as f:
+                credentials = grpc.ssl_channel_credentials(root_certificates=f.read())
         exporter = OTLPLogExporter(
             endpoint=a.endpoint,
-            insecure=True,
+            insecure=a.ca is None,
+            credentials=credentials,
             compression=Compression.Gzip if a.gzip else Compression.NoCompression,
         )
     elif a.protocol == "http":
@@ -87,6 +95,7 @@ def main():
 
         exporter = OTLPLogExporter(
             endpoint=a.endpoint,
+            certificate_file=a.ca,
             compression=Compression.Gzip if a.gzip else Compression.NoCompression,
         )
     else:

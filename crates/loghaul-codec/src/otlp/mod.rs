@@ -125,4 +125,5 @@ pub fn status(code: Code, message: &str, retry_after: Option<u32>, json: bool) -
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
