@@ -63,6 +63,33 @@ class JsonExporter(LogExporter):
         return True
 
 
+class Checked(LogExporter):
+    """Notes a failed export: the SDK's processor logs one and goes on, and force_flush still
+    reports success, so a sender that must not lie checks each batch's result itself."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.failed = False
+
+    def export(self, batch):
+        try:
+            result = self.inner.export(batch)
+        except Exception:
+            self.failed = True
+            raise
+        # The SDK's exporters return LogRecordExportResult, older ones LogExportResult: the
+        # same names.
+        if getattr(result, "name", None) != "SUCCESS":
+            self.failed = True
+        return result
+
+    def shutdown(self):
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis=30000):
+        return self.inner.force_flush(timeout_millis)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--protocol", choices=["http", "grpc", "json"], required=True)
@@ -103,8 +130,11 @@ def main():
     provider = LoggerProvider(
         resource=Resource.create({"service.name": "otlp-test", "host.name": "sdk-host"})
     )
+    exporter = Checked(exporter)
     provider.add_log_record_processor(
-        BatchLogRecordProcessor(exporter, max_export_batch_size=500, max_queue_size=a.count + 1)
+        BatchLogRecordProcessor(
+            exporter, max_export_batch_size=500, max_queue_size=max(a.count + 1, 2048)
+        )
     )
     logger = provider.get_logger("loghaul.test", "1.0")
     for i in range(a.count):
@@ -121,7 +151,7 @@ def main():
         )
     flushed = provider.force_flush(120_000)
     provider.shutdown()
-    if not flushed or getattr(exporter, "failed", False):
+    if not flushed or exporter.failed or getattr(exporter.inner, "failed", False):
         print("otlp_send: not every record was exported", file=sys.stderr)
         sys.exit(1)
     print(f"otlp_send: exported {a.count} records over {a.protocol}", file=sys.stderr)
