@@ -216,6 +216,19 @@ fn header_str(req: &hyper::http::request::Parts, name: impl header::AsHeaderName
     req.headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// Bodies from this size on are decoded off the worker (`cpu_heavy`); smaller ones, as
+/// exporters send them (hundreds of records, tens of KB), take less than handing the worker's
+/// other tasks to another thread would.
+const INLINE_MAX: usize = 256 * 1024;
+
+fn cpu<T>(len: usize, f: impl FnOnce() -> T) -> T {
+    if len < INLINE_MAX {
+        f()
+    } else {
+        crate::pipeline::cpu_heavy(f)
+    }
+}
+
 /// Handles one request to the `opentelemetry` source (after `/health` and auth).
 pub(super) async fn handle(
     req: &hyper::http::request::Parts,
@@ -428,17 +441,17 @@ async fn take(
     }
     if mode == Mode::Json {
         let json = message;
-        let bound = crate::pipeline::cpu_heavy(|| otlp::json::memory_bound(&json));
+        let bound = cpu(json.len(), || otlp::json::memory_bound(&json));
         share
             .hold(json.len().saturating_add(bound))
             .await
             .map_err(Answer::from_refusal)?;
-        let proto = crate::pipeline::cpu_heavy(|| otlp::json::logs_request(&json))
+        let proto = cpu(json.len(), || otlp::json::logs_request(&json))
             .map_err(|e| Answer::bad(format!("the OTLP/JSON request does not decode: {e}")))?;
         message = Bytes::from(proto);
         share.set(message.len());
     }
-    let measure = crate::pipeline::cpu_heavy(|| logs::measure(&message)).map_err(|e| {
+    let measure = cpu(message.len(), || logs::measure(&message)).map_err(|e| {
         Answer::bad(format!(
             "the request is no valid ExportLogsServiceRequest: {e}"
         ))
@@ -457,12 +470,11 @@ async fn take(
         )
         .await
         .map_err(Answer::from_refusal)?;
-    let decoded =
-        crate::pipeline::cpu_heavy(|| logs::decode(&message, ctx.id.clone())).map_err(|e| {
-            Answer::bad(format!(
-                "the request is no valid ExportLogsServiceRequest: {e}"
-            ))
-        })?;
+    let decoded = cpu(message.len(), || logs::decode(&message, ctx.id.clone())).map_err(|e| {
+        Answer::bad(format!(
+            "the request is no valid ExportLogsServiceRequest: {e}"
+        ))
+    })?;
     drop(message);
     let mut batch = decoded.batch;
     if let Some(TlsSubject(subject)) = req.extensions.get::<TlsSubject>() {
