@@ -18,7 +18,7 @@ fi
 [ -f /opt/loghaul-peers/env.sh ] && . /opt/loghaul-peers/env.sh
 
 OUT="${OUT:-bench/results/$(date +%F)}"
-"$LOGHAUL" bench run syslog  --subjects loghaul,rsyslog,syslog-ng,bare              --runs 3 --out "$OUT" "$@"
+"$LOGHAUL" bench run syslog  --subjects loghaul,rsyslog,syslog-ng,otelcol,bare      --runs 3 --out "$OUT" "$@"
 "$LOGHAUL" bench run basic   --subjects loghaul,rsyslog,syslog-ng,eventmachine,bare --runs 3 --out "$OUT" "$@"
 "$LOGHAUL" bench run raw     --subjects loghaul,rsyslog,syslog-ng,bare              --runs 3 --out "$OUT" "$@"
 "$LOGHAUL" bench run rfc5424 --subjects loghaul,rsyslog,syslog-ng,bare              --runs 3 --out "$OUT" "$@"
@@ -28,8 +28,8 @@ OUT="${OUT:-bench/results/$(date +%F)}"
 "$LOGHAUL" bench run tls_handshake --subjects loghaul-tls,rsyslog-tls,loghaul,rsyslog --runs 5 --out "$OUT" "$@"
 # Fluentd cannot be installed from the registries these machines reach: it joins the forward
 # scenarios (and the tree below) as a subject only when LOGHAUL_FLUENTD names a `fluentd` command.
-fwd_subjects=loghaul,bare
-[ -n "${LOGHAUL_FLUENTD:-}" ] && fwd_subjects=loghaul,fluentd,bare
+fwd_subjects=loghaul,otelcol,bare
+[ -n "${LOGHAUL_FLUENTD:-}" ] && fwd_subjects=loghaul,fluentd,otelcol,bare
 "$LOGHAUL" bench run forward --subjects "$fwd_subjects"                          --runs 3 --out "$OUT" "$@"
 "$LOGHAUL" bench run forward_relay --subjects loghaul                            --runs 3 --out "$OUT" "$@"
 # The peer-deliver tree climbs rate steps once per subject (no --runs): 10 agents → 2 delivers →
@@ -38,8 +38,11 @@ tree_subjects=loghaul
 [ -n "${LOGHAUL_FLUENTD:-}" ] && tree_subjects=loghaul,fluentd
 "$LOGHAUL" bench run forward_deliver --subjects "$tree_subjects"                           --out "$OUT" "$@"
 # One file of 5M lines, written before any subject starts, read from its beginning into JSON
-# lines. Fluent Bit and Vector would be its peers, but neither is in Debian's repositories.
-"$LOGHAUL" bench run tail    --subjects loghaul,bare                              --runs 3 --out "$OUT" "$@"
+# lines. Fluent Bit and Vector would be its peers, but neither is in Debian's repositories; the
+# OpenTelemetry Collector's file_log receiver is.
+"$LOGHAUL" bench run tail    --subjects loghaul,otelcol,bare                      --runs 3 --out "$OUT" "$@"
+# OTLP/HTTP protobuf log export into loghaul's opentelemetry source and the Collector's otlp receiver.
+"$LOGHAUL" bench run otlp    --subjects loghaul,otelcol                           --runs 3 --out "$OUT" "$@"
 # Key=value messages parsed, reshaped and routed by severity into two files: loghaul on its VRL
 # fast path and on the VRL runtime, beside syslog-ng and rsyslog (no bare loop: it has no transforms).
 "$LOGHAUL" bench run transform --subjects loghaul,loghaul-vrl,rsyslog,syslog-ng   --runs 3 --out "$OUT" "$@"

@@ -947,14 +947,21 @@ fn otlp_sdk_exports_over_tls() {
         ("grpc", format!("https://localhost:{port}")),
     ] {
         let mut cmd = otlp_sender();
-        cmd.args(["--protocol", protocol, "--endpoint", &endpoint, "--count", "500"])
-            .arg("--ca")
-            .arg(&ca_file)
-            // `requests` lets these variables override the CA a session was given (the HTTP
-            // exporter's `certificate_file`): a machine that sets them would test its own
-            // trust store instead.
-            .env_remove("REQUESTS_CA_BUNDLE")
-            .env_remove("CURL_CA_BUNDLE");
+        cmd.args([
+            "--protocol",
+            protocol,
+            "--endpoint",
+            &endpoint,
+            "--count",
+            "500",
+        ])
+        .arg("--ca")
+        .arg(&ca_file)
+        // `requests` lets these variables override the CA a session was given (the HTTP
+        // exporter's `certificate_file`): a machine that sets them would test its own
+        // trust store instead.
+        .env_remove("REQUESTS_CA_BUNDLE")
+        .env_remove("CURL_CA_BUNDLE");
         let out = run_bounded(&mut cmd, Duration::from_secs(120));
         assert!(
             out.status.success(),

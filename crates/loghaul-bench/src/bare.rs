@@ -85,6 +85,8 @@ fn wire(scenario: &dyn Scenario) -> Result<Wire> {
         Some(Input::Forward) => Wire::Forward,
         // The bare loop has no transforms (no scenario reading key=value lists it).
         Some(Input::KeyValue) => bail!("the bare loop has no transforms"),
+        // Nor an HTTP server (no scenario reading OTLP lists it).
+        Some(Input::Otlp) => bail!("the bare loop reads no OTLP"),
         None => bail!("`{}` reads no connections", scenario.name()),
     })
 }

@@ -38,7 +38,8 @@ pub enum BenchCommand {
         loghaul bench gen --target udp://127.0.0.1:5514 --rate 10000 --duration 10s --format rfc5424\n  \
         loghaul bench gen --target file:///tmp/app.log --rate 1000 --duration 1m --rotate-lines 10000\n  \
         loghaul bench gen --target fluent://127.0.0.1:24224 --format raw --count 1000000 --fluent-mode packed --batch 1000 --ack\n  \
-        loghaul bench gen --target fluent://127.0.0.1:24224 --format raw --count 1000000 --connections 1 --ack --reconnect 30s --acked-log /tmp/acked.log")]
+        loghaul bench gen --target fluent://127.0.0.1:24224 --format raw --count 1000000 --connections 1 --ack --reconnect 30s --acked-log /tmp/acked.log\n  \
+        loghaul bench gen --target otlp://127.0.0.1:4318 --format raw --count 1000000")]
     Gen(GenArgs),
     /// Meter what a subject wrote (a file being appended to) or sent (as its TCP destination).
     #[command(after_help = "Examples:\n  \
@@ -91,8 +92,8 @@ pub struct HttpdArgs {
 #[derive(Debug, Args)]
 pub struct GenArgs {
     /// tcp://HOST:PORT, tls://HOST:PORT (syslog over TLS, framed as over TCP), udp://HOST:PORT,
-    /// file://PATH, fluent://HOST:PORT (Fluentd forward) or fluent+tls://HOST:PORT (forward over
-    /// TLS).
+    /// file://PATH, fluent://HOST:PORT (Fluentd forward), fluent+tls://HOST:PORT (forward over
+    /// TLS) or otlp://HOST:PORT (OTLP/HTTP protobuf, POST /v1/logs, 100 records a request).
     #[arg(long, short = 't')]
     pub target: String,
     /// Message format.

@@ -26,6 +26,7 @@ pub mod http_peers;
 pub mod httpd;
 pub mod kafka;
 pub mod meter;
+pub mod otlp;
 pub mod payload;
 pub mod pki;
 pub mod procstat;

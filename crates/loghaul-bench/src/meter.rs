@@ -400,6 +400,11 @@ impl Tracker {
     }
 }
 
+/// Whether `s` begins with a whole marker `gen=G seq=S t=T` (one cut short is not).
+pub(crate) fn is_marker(s: &[u8]) -> bool {
+    s.strip_prefix(b"gen=").and_then(parse_marker).is_some()
+}
+
 /// Parses `G seq=SSSSSSSSSS t=TTTTTTTTTTTTTTTT` (what follows `gen=`).
 fn parse_marker(s: &[u8]) -> Option<(usize, u64, u64)> {
     let mut i = 0;

@@ -50,7 +50,7 @@ use crate::subjects::{
     self, Companion, Input, Launch, Operation, Output, Peers, Ready, SubjectKind,
 };
 use crate::target::{TargetOptions, TargetUrl};
-use crate::watch::{WatchState, Watcher};
+use crate::watch::{Sampling, WatchState, Watcher};
 
 /// Everything `bench run` was asked to do.
 #[derive(Clone, Debug)]
@@ -251,13 +251,18 @@ pub fn run_rounds(
                 plan.scenario.name(),
                 kind.name(),
             );
-            let mut record = if let Some(why) = plan.scenario.why_not(kind) {
+            let why_not = plan
+                .scenario
+                .why_not(kind)
+                .map(str::to_string)
+                .or_else(|| peers.unavailable(kind));
+            let mut record = if let Some(why) = why_not {
                 RunRecord::empty(
                     plan.scenario.name(),
                     kind.name(),
                     &platforms[i],
                     run,
-                    Status::Unsupported(why.into()),
+                    Status::Unsupported(why),
                 )
             } else {
                 let dir = work.join(&dir_name);
@@ -663,9 +668,16 @@ pub(crate) fn run_one(
     let files = launch.output.files();
     let mut followers: Vec<FileFollower> = files.iter().map(|p| FileFollower::new(p)).collect();
     let watch_start = now_micros();
+    // Lines of many records outgrow the watcher's window: it samples markers instead.
+    let sampling = match launch.output {
+        Output::Records(_) => Sampling::Markers,
+        Output::File(_) | Output::Files(_) | Output::CountFile(_) | Output::Metrics(_) => {
+            Sampling::Lines
+        }
+    };
     let watchers: Vec<Watcher> = files
         .iter()
-        .map(|p| Watcher::start(p, fresh_watched(), watch_start))
+        .map(|p| Watcher::start_sampling(p, fresh_watched(), watch_start, 0, sampling))
         .collect();
     let sampler = procstat::RssSampler::start(pids.clone());
     let cpu0 = cpu_of(&pids);
@@ -718,7 +730,7 @@ pub(crate) fn run_one(
         polls += 1;
         // A mark that changes whenever the subject makes progress, and the time of that progress.
         let (mark, seen_estimate) = match (&launch.output, watchers.is_empty()) {
-            (Output::File(_) | Output::Files(_), false) => (
+            (Output::File(_) | Output::Files(_) | Output::Records(_), false) => (
                 watchers.iter().filter_map(Watcher::last_growth_us).max(),
                 watchers.iter().map(Watcher::frontier).max().unwrap_or(0),
             ),
@@ -741,13 +753,13 @@ pub(crate) fn run_one(
             last_mark = mark;
             last_change = Instant::now();
             last_arrival_us = match &launch.output {
-                Output::File(_) | Output::Files(_) => mark,
+                Output::File(_) | Output::Files(_) | Output::Records(_) => mark,
                 Output::CountFile(_) | Output::Metrics(_) => Some(now_micros()),
             };
         }
         let complete = match &launch.output {
             Output::CountFile(_) | Output::Metrics(_) => seen_estimate >= events,
-            Output::File(_) | Output::Files(_) => {
+            Output::File(_) | Output::Files(_) | Output::Records(_) => {
                 // Check the books only once the files have gone quiet, so that reading them
                 // never competes with the subject writing them.
                 let quiet = last_change.elapsed() >= Duration::from_millis(100);
@@ -881,7 +893,7 @@ pub(crate) fn run_one(
         rec.extra.insert(REMAP_FALLBACKS_KEY.into(), n.into());
     }
     match &launch.output {
-        Output::File(_) | Output::Files(_) => {
+        Output::File(_) | Output::Files(_) | Output::Records(_) => {
             let rep = books
                 .snapshot()
                 .report(Some(events), Some(plan.connections));
@@ -1028,10 +1040,11 @@ fn tap_figures(rec: &mut RunRecord, dir: &Path) {
 }
 
 /// Where and how the built-in generator sends to a subject listening on `input`: the forward
-/// protocol or syslog frames, over TLS when the subject listens with it (trusting its PKI's CA),
-/// and in `tls_handshake` on a new connection per message.
+/// protocol, OTLP/HTTP requests (`otlp`) or syslog frames, over TLS when the subject listens with
+/// it (trusting its PKI's CA), and in `tls_handshake` on a new connection per message.
 fn target_for(plan: &Plan, launch: &Launch, input: String) -> (TargetUrl, TargetOptions) {
     let target = match (plan.scenario.is_forward(), launch.tls.is_some()) {
+        _ if plan.scenario.input() == Some(subjects::Input::Otlp) => TargetUrl::Otlp(input),
         (true, false) => TargetUrl::Fluent(input),
         (true, true) => TargetUrl::FluentTls(input),
         (false, false) => TargetUrl::Tcp(input),

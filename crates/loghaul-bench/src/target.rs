@@ -3,8 +3,8 @@
 //! Adding a target means one `impl Target` and one arm in [`open`] (and in [`build_blocks`] if its
 //! frames are not the stream framings); the generator knows nothing else about transports. A
 //! target is opened once per connection before the clock starts and then only ever receives
-//! whole frames of a [`Block`]. The forward protocol's target lives in [`crate::fluent`]; the
-//! stream targets' connections, plain or TLS, in [`crate::connect`].
+//! whole frames of a [`Block`]. The forward protocol's target lives in [`crate::fluent`], OTLP's
+//! in [`crate::otlp`]; the stream targets' connections, plain or TLS, in [`crate::connect`].
 //!
 //! With `--connect-per-message` a stream target opens a new connection for every message
 //! (connect, TLS handshake, the one message, close, the server's close), and asks the generator
@@ -112,11 +112,13 @@ pub enum TargetUrl {
     Tls(String),
     /// `fluent+tls://HOST:PORT`: the forward protocol over TLS.
     FluentTls(String),
+    /// `otlp://HOST:PORT`: OTLP/HTTP, binary protobuf log export requests (`POST /v1/logs`).
+    Otlp(String),
 }
 
 impl TargetUrl {
     /// Parses `tcp://HOST:PORT`, `tls://HOST:PORT`, `udp://HOST:PORT`, `file://PATH`,
-    /// `fluent://HOST:PORT` or `fluent+tls://HOST:PORT`.
+    /// `fluent://HOST:PORT`, `fluent+tls://HOST:PORT` or `otlp://HOST:PORT`.
     ///
     /// # Errors
     /// An unknown scheme, or a network target without a port.
@@ -141,10 +143,13 @@ impl TargetUrl {
             Ok(Self::Fluent(network(rest)?))
         } else if let Some(rest) = url.strip_prefix("fluent+tls://") {
             Ok(Self::FluentTls(network(rest)?))
+        } else if let Some(rest) = url.strip_prefix("otlp://") {
+            Ok(Self::Otlp(network(rest)?))
         } else {
             bail!(
                 "unknown target {url:?}: expected tcp://HOST:PORT, tls://HOST:PORT, \
-                 udp://HOST:PORT, file://PATH, fluent://HOST:PORT or fluent+tls://HOST:PORT"
+                 udp://HOST:PORT, file://PATH, fluent://HOST:PORT, fluent+tls://HOST:PORT or \
+                 otlp://HOST:PORT"
             )
         }
     }
@@ -207,11 +212,13 @@ pub fn open(url: &TargetUrl, opts: &TargetOptions, gen_id: u32) -> Result<Box<dy
             &opts.fluent,
             gen_id,
         )?)),
+        TargetUrl::Otlp(addr) => Ok(Box::new(crate::otlp::OtlpTarget::connect(addr)?)),
     }
 }
 
 /// Generator `gen_id`'s pre-built blocks, framed as `url`'s transport needs them: the stream
-/// framings of [`payload::build_blocks`], or forward-protocol frames for `fluent://`.
+/// framings of [`payload::build_blocks`], forward-protocol frames for `fluent://`, or encoded
+/// log records for `otlp://`.
 ///
 /// # Errors
 /// An invalid payload spec or target option.
@@ -225,6 +232,7 @@ pub fn build_blocks(
         TargetUrl::Fluent(_) | TargetUrl::FluentTls(_) => {
             fluent::build_blocks(spec, &opts.fluent, gen_id)
         }
+        TargetUrl::Otlp(_) => crate::otlp::build_blocks(spec, gen_id),
         _ => payload::build_blocks(spec, gen_id),
     }
 }

@@ -14,6 +14,14 @@
 //! The exact books (every sequence number, loss, duplicates) are kept by a [`FileFollower`] that the
 //! runner calls only when the file has gone quiet, i.e. when the subject is idle or done.
 //!
+//! A subject that writes many events to a line (the OpenTelemetry Collector: an OTLP/JSON request
+//! of hundreds of records per line) outgrows the window: its newest complete line rarely fits,
+//! and the newest bytes are the end of a line whose newline may not be written yet. For it the
+//! watcher samples markers, not lines ([`Sampling::Markers`]): every complete marker in the newest
+//! bytes, wherever the lines end. Markers are fixed-width, so one that parses is whole; one cut
+//! by the end of what is written is left for the next look, and none is sampled twice. Other
+//! subjects keep the line sampling, which never feeds a marker of a line still being written.
+//!
 //! [`FileFollower`]: crate::meter::FileFollower
 
 use std::fs::File;
@@ -28,6 +36,16 @@ use crate::payload::now_micros;
 
 /// How much of the newest output is sampled per growth.
 const WINDOW: u64 = 16 * 1024;
+
+/// How the watcher takes its samples from the newest bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Sampling {
+    /// Whole lines: a line of one event (or a few) at a time.
+    #[default]
+    Lines,
+    /// Complete markers wherever they lie: lines of many events each (see the module doc).
+    Markers,
+}
 
 /// What the watcher saw.
 #[derive(Clone, Debug)]
@@ -121,6 +139,17 @@ impl Watcher {
     /// growth past them counts (arrival, samples, flow), so one output file can be watched phase
     /// by phase.
     pub fn start_at(path: &Path, samples: Tracker, start_us: u64, from: u64) -> Self {
+        Self::start_sampling(path, samples, start_us, from, Sampling::Lines)
+    }
+
+    /// As [`Watcher::start_at`], sampling as `sampling` says.
+    pub fn start_sampling(
+        path: &Path,
+        samples: Tracker,
+        start_us: u64,
+        from: u64,
+        sampling: Sampling,
+    ) -> Self {
         let state = Arc::new(Mutex::new(WatchState {
             samples,
             size: from,
@@ -132,7 +161,7 @@ impl Watcher {
         let stop = Arc::new(AtomicBool::new(false));
         let handle = {
             let (state, stop, path) = (Arc::clone(&state), Arc::clone(&stop), path.to_path_buf());
-            std::thread::spawn(move || watch(&path, &state, &stop, from))
+            std::thread::spawn(move || watch(&path, &state, &stop, from, sampling))
         };
         Self {
             state,
@@ -170,7 +199,13 @@ impl Drop for Watcher {
     }
 }
 
-fn watch(path: &PathBuf, state: &Mutex<WatchState>, stop: &AtomicBool, from: u64) {
+fn watch(
+    path: &PathBuf,
+    state: &Mutex<WatchState>,
+    stop: &AtomicBool,
+    from: u64,
+    sampling: Sampling,
+) {
     let mut file: Option<File> = None;
     let mut size = from;
     // Offset of the first line not sampled yet: a line may be written in several pieces, so the
@@ -208,12 +243,19 @@ fn watch(path: &PathBuf, state: &Mutex<WatchState>, stop: &AtomicBool, from: u64
         let got = f.read_at(&mut buf[..want], from).unwrap_or(0);
         size = len;
         let window = &buf[..got];
-        let start = if mid_line {
-            memchr::memchr(b'\n', window).map_or(got, |i| i + 1)
-        } else {
-            0
+        let (start, end) = match sampling {
+            Sampling::Lines => {
+                let start = if mid_line {
+                    memchr::memchr(b'\n', window).map_or(got, |i| i + 1)
+                } else {
+                    0
+                };
+                (start, memchr::memrchr(b'\n', window).map_or(0, |i| i + 1))
+            }
+            // A marker cut at the window's start is not found (its `gen=` is outside); one cut
+            // at its end is left for the next look, which starts there.
+            Sampling::Markers => (0, complete_markers_end(window)),
         };
-        let end = memchr::memrchr(b'\n', window).map_or(0, |i| i + 1);
         if end > 0 {
             next_line = from + end as u64;
         }
@@ -234,6 +276,15 @@ fn watch(path: &PathBuf, state: &Mutex<WatchState>, stop: &AtomicBool, from: u64
     {
         let size = st.size;
         st.progress.push((t, size));
+    }
+}
+
+/// How much of `window` holds only complete markers: all of it, or up to its last marker when
+/// that one is not all written yet.
+fn complete_markers_end(window: &[u8]) -> usize {
+    match memchr::memmem::rfind(window, b"gen=") {
+        Some(at) if !crate::meter::is_marker(&window[at..]) => at,
+        _ => window.len(),
     }
 }
 
@@ -266,6 +317,48 @@ mod tests {
         assert!(st.last_growth_us.is_some());
         assert!(!st.samples.latency().is_empty());
         assert_eq!(st.flow_per_sec(2000).iter().sum::<u64>(), 2000);
+    }
+
+    /// Lines of many records, each larger than the window, the last one without its newline
+    /// yet (the Collector's file exporter): markers are sampled all the same, and a marker cut
+    /// by the end of what is written is sampled once it is whole, never twice.
+    #[test]
+    fn marker_sampling_reads_lines_larger_than_the_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("out");
+        let start = now_micros();
+        let w = Watcher::start_sampling(&path, Tracker::new(start), start, 0, Sampling::Markers);
+        let record = |s: u64| {
+            format!("{{\"body\":{{\"stringValue\":\"gen=0 seq={s:010} t={start:016} x\"}}}},")
+        };
+        let mut f = std::fs::File::create(&path).unwrap();
+        let line: String = (0..1000).map(record).collect();
+        assert!(line.len() as u64 > 2 * WINDOW);
+        writeln!(f, "{{\"logRecords\":[{line}]}}").unwrap();
+        // The next line, cut inside a marker, then completed without its newline.
+        let next: String = (1000..1010).map(record).collect();
+        let cut = next.len() - 30;
+        write!(f, "{}", &next[..cut]).unwrap();
+        f.flush().unwrap();
+        let wait_for = |n: u64| {
+            for _ in 0..500 {
+                if w.frontier() == n {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            w.frontier()
+        };
+        assert_eq!(wait_for(1009), 1009);
+        write!(f, "{}", &next[cut..]).unwrap();
+        f.flush().unwrap();
+        assert_eq!(wait_for(1010), 1010);
+        let st = w.finish();
+        assert_eq!(st.samples.counts(0).duplicates, 0);
+        assert_eq!(st.samples.report(None, None).malformed, 0);
+        // A marker cut short ends what is complete; without one, all of it is.
+        assert_eq!(complete_markers_end(b"x gen=0 seq=00"), 2);
+        assert_eq!(complete_markers_end(b"x y"), 3);
     }
 
     #[test]

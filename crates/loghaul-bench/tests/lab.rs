@@ -11,7 +11,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -858,6 +858,78 @@ fn scenario_forward_small() {
         &["loghaul.yaml", "loghaul-tls.yaml", "bare.conf"],
         &[],
     );
+}
+
+/// Whether the OpenTelemetry Collector is installed; when it is not, the test that needs it
+/// fails unless `LOGHAUL_NO_OTELCOL` asks to skip it (as `kafka_pipeline`'s does for Kafka: a
+/// test that passes without running would say the subject works).
+fn otelcol_installed(test: &str) -> bool {
+    let path = std::env::var_os("LOGHAUL_OTELCOL").map_or_else(
+        || "/opt/loghaul-peers/otelcol/otelcol-loghaul".into(),
+        PathBuf::from,
+    );
+    if path.is_file() {
+        return true;
+    }
+    let why = format!(
+        "no OpenTelemetry Collector at {} (sudo scripts/install-peers.sh, or set LOGHAUL_OTELCOL)",
+        path.display()
+    );
+    assert!(
+        std::env::var_os("LOGHAUL_NO_OTELCOL").is_some(),
+        "{why}; or set LOGHAUL_NO_OTELCOL=1 to skip {test}"
+    );
+    eprintln!("\n*** SKIPPED {test} (LOGHAUL_NO_OTELCOL is set): {why} ***\n");
+    false
+}
+
+/// The OpenTelemetry Collector beside loghaul in the scenarios that list it: its file exporter
+/// writes a batch of records per line, and every record arrives once (the meter counts markers,
+/// not lines), with latency samples and a flow; `otlp` is the generator's OTLP/HTTP target
+/// into both servers.
+#[test]
+fn scenario_otelcol_small() {
+    if !otelcol_installed("the otelcol scenarios") {
+        return;
+    }
+    for scenario in ["syslog", "otlp", "forward"] {
+        let (_, json) = scenario_smoke_with(
+            scenario,
+            &["loghaul", "otelcol"],
+            &["loghaul.yaml", "otelcol.yaml"],
+            &[],
+        );
+        for r in json["records"].as_array().unwrap() {
+            assert!(r["latency_p99_ms"].as_f64().is_some(), "{scenario}: {r}");
+            assert!(
+                r["platform"].as_str().unwrap_or_default() != "",
+                "{scenario}: {r}"
+            );
+        }
+    }
+    // `tail`: the file_log receiver reads the whole file from its beginning.
+    const LINES: u64 = 50_000;
+    let out = tempfile::tempdir().unwrap();
+    ok(bench()
+        .args(["run", "tail", "--subjects", "otelcol", "--runs", "1"])
+        .args(["--events", &LINES.to_string(), "--idle-timeout", "20s"])
+        .arg("--out")
+        .arg(out.path())
+        .env("LOGHAUL_BIN", loghaul_bin())
+        .output()
+        .unwrap());
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("tail.json")).unwrap())
+            .unwrap();
+    for r in json["records"].as_array().unwrap() {
+        assert_eq!(r["status"], "complete", "{r}");
+        assert_eq!(
+            (r["events_seen"].as_u64(), r["loss"].as_u64()),
+            (Some(LINES), Some(0))
+        );
+        assert_eq!(r["duplicates"], 0, "{r}");
+    }
+    assert!(out.path().join("configs/tail/otelcol.yaml").exists());
 }
 
 /// The relay pair (A: fluent → fluent with acks, B: fluent → file) delivers every event once.

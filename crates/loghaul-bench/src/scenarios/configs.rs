@@ -10,7 +10,7 @@ use super::{self as scenarios, forward_deliver, forward_relay, kafka_pipeline, t
 use crate::pki::ServerPki;
 use crate::subjects::{
     ActionQueue, DiskBuffer, Input, RsyslogTls, Setup, TlsDriver, eventmachine, fluentd, loghaul,
-    rsyslog, syslog_ng,
+    otelcol, rsyslog, syslog_ng,
 };
 use loghaul::Variant;
 
@@ -171,6 +171,22 @@ fn rendered_configs() -> Vec<(String, String)> {
         fluentd::deliver("forward_deliver", 0, 5514, &[5515, 5516]),
     ));
     out.push(("basic.rb".into(), eventmachine::SCRIPT.to_string()));
+    // otlp runs loghaul without its variants.
+    out.push((
+        "loghaul-otlp.yaml".into(),
+        loghaul::config(&setup("otlp"), 5514, 8686, "/run/out.log"),
+    ));
+    // The OpenTelemetry Collector, where it runs.
+    for n in ["syslog", "otlp", "forward"] {
+        out.push((
+            format!("otelcol-{n}.yaml"),
+            otelcol::config(&setup(n), 5514, "/run/out.log").unwrap(),
+        ));
+    }
+    out.push((
+        "otelcol-tail.yaml".into(),
+        otelcol::tail_config("tail", "/run/in.log", "/run/out.log"),
+    ));
     out
 }
 

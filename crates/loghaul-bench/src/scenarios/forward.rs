@@ -54,6 +54,7 @@ impl Scenario for Forward {
             SubjectKind::LoghaulTls,
             SubjectKind::Bare,
             SubjectKind::Fluentd,
+            SubjectKind::Otelcol,
         ]
     }
 

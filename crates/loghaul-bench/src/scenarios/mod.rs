@@ -54,6 +54,7 @@ scenarios! {
     kafka_pipeline::KafkaPipeline,
     transform::Transform,
     api_viewers::ApiViewers,
+    otlp::Otlp,
 }
 
 /// The subjects run when `--subjects` is not given, unless a scenario says otherwise.
@@ -289,6 +290,7 @@ pub fn variant_reason(kind: SubjectKind) -> Option<&'static str> {
         | SubjectKind::Eventmachine
         | SubjectKind::Bare
         | SubjectKind::Fluentd
+        | SubjectKind::Otelcol
         | SubjectKind::Node
         | SubjectKind::Tornado
         | SubjectKind::Finagle
@@ -301,6 +303,11 @@ pub fn variant_reason(kind: SubjectKind) -> Option<&'static str> {
         | SubjectKind::Urllib3 => None,
     }
 }
+
+/// Why the OpenTelemetry Collector does not run a scenario: it is configured for those that list
+/// it.
+pub const OTELCOL_REASON: &str =
+    "n/a: the Collector is configured for syslog, otlp, forward and tail only";
 
 /// Why `kind` does not run a one-process scenario reading syslog or raw lines (`forward`:
 /// the forward protocol), as the subjects say it themselves.
@@ -318,6 +325,7 @@ pub fn one_process_reason(kind: SubjectKind, forward: bool) -> &'static str {
         | SubjectKind::RsyslogTls
         | SubjectKind::SyslogNg => "n/a: no Fluentd forward-protocol input",
         SubjectKind::Fluentd => "n/a: configured for the forward scenarios only",
+        SubjectKind::Otelcol => OTELCOL_REASON,
         SubjectKind::Node
         | SubjectKind::Tornado
         | SubjectKind::Finagle
@@ -339,8 +347,8 @@ pub fn one_process_reason(kind: SubjectKind, forward: bool) -> &'static str {
     }
 }
 
-/// The subjects of `syslog`: those of [`SYSLOG_SUBJECTS`], and loghaul's live-operation
-/// variants (a reload during the run, a tap of every output).
+/// The subjects of `syslog`: those of [`SYSLOG_SUBJECTS`], loghaul's live-operation variants (a
+/// reload during the run, a tap of every output) and the OpenTelemetry Collector.
 pub const SYSLOG_LIVE_SUBJECTS: &[SubjectKind] = &[
     SubjectKind::Loghaul,
     SubjectKind::LoghaulDisk50ms,
@@ -353,6 +361,7 @@ pub const SYSLOG_LIVE_SUBJECTS: &[SubjectKind] = &[
     SubjectKind::RsyslogTls,
     SubjectKind::SyslogNg,
     SubjectKind::Bare,
+    SubjectKind::Otelcol,
 ];
 
 /// The subjects of the one-process syslog scenarios (`syslog`, `raw`, `rfc5424`).

@@ -14,7 +14,8 @@ pub struct DiskBuffer {
     pub data_dir: String,
 }
 
-/// loghaul: one source on `port` (`syslog` over TCP, or `fluent` for the forward protocol) into
+/// loghaul: one source on `port` (`syslog` over TCP, `fluent` for the forward protocol,
+/// `opentelemetry` for OTLP) into
 /// one file sink writing `out`, on their defaults (like the peers, the file sink writes whenever
 /// its queue runs empty; the fluent source acks once the sink wrote). Lines that are only
 /// counted go to a `blackhole` sink, the equivalent of EventMachine's line counter.
@@ -89,6 +90,17 @@ pub fn subject_config(
                  {data_dir}\
                  sources:\n  \
                    in: {{ type: fluent, address: \"127.0.0.1:{port}\"{tls} }}\n\
+                 sinks:\n  \
+                   out: {{ type: file, inputs: [in], path: \"{out}\", encoding: json{buffer} }}\n",
+            );
+        }
+        Input::Otlp => {
+            return format!(
+                "# loghaul bench: scenario {name}{role}\n\
+                 api: {{ address: \"127.0.0.1:{api}\" }}\n\
+                 {data_dir}\
+                 sources:\n  \
+                   in: {{ type: opentelemetry, address: \"127.0.0.1:{port}\"{tls} }}\n\
                  sinks:\n  \
                    out: {{ type: file, inputs: [in], path: \"{out}\", encoding: json{buffer} }}\n",
             );

@@ -4,13 +4,15 @@
 //! with its files in the run's own folder; none is ever a system service. Peers are found through
 //! environment variables (written by `scripts/install-peers.sh` into `/opt/loghaul-peers/env.sh`)
 //! or at the fixed paths that script installs to. Fluentd is not installed by that script: the
-//! `fluentd` subject runs only when `LOGHAUL_FLUENTD` names a `fluentd` command.
+//! `fluentd` subject runs only when `LOGHAUL_FLUENTD` names a `fluentd` command. A peer whose
+//! program is missing keeps its row, `n/a` with the path it looked at and how to install it.
 //!
 //! This module knows subjects, not scenarios: a scenario describes what its subjects read and
 //! write as a [`Setup`] (its name, for the configs' first line, and its [`Input`]), and says
 //! itself which subjects it runs (`crate::scenarios`). Each server's config is rendered by its own
 //! module: [`loghaul`] in Rust, the peers' ([`rsyslog`], [`syslog_ng`], [`fluentd`],
-//! [`eventmachine`]) from the templates in `bench/peers/<peer>/`, embedded in the binary.
+//! [`eventmachine`], [`otelcol`]) from the templates in `bench/peers/<peer>/`, embedded in the
+//! binary.
 //!
 //! A subject may be several processes: a [`Launch`] may have [`Companion`]s, started and made
 //! ready before the main process, stopped after it, and charged with it for CPU and memory.
@@ -34,6 +36,7 @@
 pub mod eventmachine;
 pub mod fluentd;
 pub mod loghaul;
+pub mod otelcol;
 pub mod rsyslog;
 pub mod syslog_ng;
 
@@ -107,6 +110,9 @@ pub enum SubjectKind {
     Bare,
     /// Fluentd (in_forward → out_file JSON), from `LOGHAUL_FLUENTD`: the forward protocol's peer.
     Fluentd,
+    /// The OpenTelemetry Collector (contrib receivers → fileexporter), `otelcol-loghaul` from
+    /// `LOGHAUL_OTELCOL`: OTLP's peer, and a syslog one.
+    Otelcol,
     /// HTTP echo server: Node.js's `http` module echo server (bench/peers/http/echo/node_echo.js).
     Node,
     /// HTTP echo server: a Tornado echo server (PyPI tornado).
@@ -163,6 +169,7 @@ impl SubjectKind {
             Self::Eventmachine => "eventmachine",
             Self::Bare => "bare",
             Self::Fluentd => "fluentd",
+            Self::Otelcol => "otelcol",
             Self::Node => "node",
             Self::Tornado => "tornado",
             Self::Finagle => "finagle",
@@ -194,6 +201,7 @@ impl SubjectKind {
             | Self::Eventmachine
             | Self::Bare
             | Self::Fluentd
+            | Self::Otelcol
             | Self::Node
             | Self::Tornado
             | Self::Finagle
@@ -243,6 +251,7 @@ impl SubjectKind {
             | Self::Eventmachine
             | Self::Bare
             | Self::Fluentd
+            | Self::Otelcol
             | Self::Node
             | Self::Tornado
             | Self::Finagle
@@ -288,6 +297,9 @@ pub enum Input {
     Rfc5424,
     /// The Fluentd forward protocol into JSON lines.
     Forward,
+    /// OTLP/HTTP (`POST /v1/logs`, binary protobuf) into JSON lines (the Collector: an OTLP/JSON
+    /// request per line).
+    Otlp,
     /// RFC3164 over TCP whose messages are key=value pairs (`transform`): the pairs parsed into
     /// fields, `user` renamed `user_name`, `session` deleted, `pipeline: "lab"` added, and each
     /// event written as a JSON line into one of two files by its severity ([`routed_outputs`]).
@@ -342,6 +354,11 @@ pub enum Output {
     /// The subject writes each event into one of these files (routed); the meter tails them
     /// all into one set of books, where an event in two files is a duplicate.
     Files(Vec<PathBuf>),
+    /// The subject writes many events to a line into this file (the Collector's file exporter:
+    /// an OTLP/JSON request per line, each record's marker in its body). The books are kept as
+    /// for [`Output::File`] (the meter counts every marker, not lines); the watcher samples
+    /// markers in the newest bytes instead of whole lines, which a batch of records outgrows.
+    Records(PathBuf),
     /// The subject only counts lines and writes the count (ASCII) into this file now and then.
     CountFile(PathBuf),
     /// loghaul with a `blackhole` sink named `out`: the count is that sink's
@@ -354,7 +371,7 @@ impl Output {
     /// The files the meter reads (none for a count).
     pub fn files(&self) -> Vec<PathBuf> {
         match self {
-            Output::File(path) => vec![path.clone()],
+            Output::File(path) | Output::Records(path) => vec![path.clone()],
             Output::Files(paths) => paths.clone(),
             Output::CountFile(_) | Output::Metrics(_) => Vec::new(),
         }
@@ -363,7 +380,7 @@ impl Output {
     /// The count a counting subject has published so far (`None` for file outputs).
     pub fn count(&self) -> Option<u64> {
         match self {
-            Output::File(_) | Output::Files(_) => None,
+            Output::File(_) | Output::Files(_) | Output::Records(_) => None,
             Output::CountFile(path) => Some(
                 std::fs::read_to_string(path)
                     .ok()
@@ -468,13 +485,15 @@ pub struct Peers {
     pub loggen: PathBuf,
     /// The `fluentd` command, split into words (`None`: `LOGHAUL_FLUENTD` is not set).
     pub fluentd: Option<Vec<String>>,
+    /// The OpenTelemetry Collector (`otelcol-loghaul`).
+    pub otelcol: PathBuf,
     /// The stream driver `rsyslog-tls` reads with (`--rsyslog-tls-driver`).
     pub rsyslog_tls_driver: TlsDriver,
 }
 
 impl Peers {
-    /// From `LOGHAUL_RSYSLOGD`, `LOGHAUL_SYSLOG_NG`, `LOGHAUL_SYSLOG_NG_MODULES`, `LOGHAUL_RUBY`, `LOGHAUL_LOGGEN`, or
-    /// the paths `scripts/install-peers.sh` installs to; `LOGHAUL_FLUENTD` (a command, words
+    /// From `LOGHAUL_RSYSLOGD`, `LOGHAUL_SYSLOG_NG`, `LOGHAUL_SYSLOG_NG_MODULES`, `LOGHAUL_RUBY`,
+    /// `LOGHAUL_LOGGEN`, `LOGHAUL_OTELCOL`, or the paths `scripts/install-peers.sh` installs to; `LOGHAUL_FLUENTD` (a command, words
     /// split on whitespace) has no default.
     pub fn locate() -> Self {
         let env = |k: &str, d: &str| PathBuf::from(std::env::var(k).unwrap_or_else(|_| d.into()));
@@ -490,8 +509,25 @@ impl Peers {
                 .ok()
                 .map(|c| c.split_whitespace().map(str::to_string).collect::<Vec<_>>())
                 .filter(|words| !words.is_empty()),
+            otelcol: env(
+                "LOGHAUL_OTELCOL",
+                "/opt/loghaul-peers/otelcol/otelcol-loghaul",
+            ),
             rsyslog_tls_driver: TlsDriver::default(),
         }
+    }
+
+    /// Why `kind` cannot run on this machine, for a peer whose absence is a row of its own
+    /// (`n/a: ...`) rather than a failed run: the OpenTelemetry Collector, which the installer
+    /// builds from source with a Go newer than Debian's, so a machine may well lack it.
+    pub fn unavailable(&self, kind: SubjectKind) -> Option<String> {
+        (kind == SubjectKind::Otelcol && !self.otelcol.is_file()).then(|| {
+            format!(
+                "n/a: the OpenTelemetry Collector is not installed: no {} (scripts/install-peers.sh \
+                 builds it, with Go 1.26 or newer; or set LOGHAUL_OTELCOL)",
+                self.otelcol.display()
+            )
+        })
     }
 
     /// The program of `kind`, failing with a hint when it is not installed.
@@ -508,6 +544,7 @@ impl Peers {
                 Some(program) => which(program),
                 None => bail!("{FLUENTD_MISSING}"),
             },
+            SubjectKind::Otelcol => self.otelcol.clone(),
             k @ (SubjectKind::Node
             | SubjectKind::Tornado
             | SubjectKind::Finagle
@@ -610,6 +647,13 @@ impl Peers {
                     .unwrap_or_else(|| "fluentd".to_string());
                 format!("{v} (Ruby)")
             }
+            SubjectKind::Otelcol => {
+                // `otelcol-loghaul version 0.165.0-loghaul`: the Collector's core release.
+                let v = first_line(&self.otelcol, &["--version"])
+                    .and_then(|l| l.rsplit(' ').next().map(|v| format!(" {v}")))
+                    .unwrap_or_default();
+                format!("OpenTelemetry Collector{v} (Go)")
+            }
             SubjectKind::Eventmachine => {
                 let v = first_line(
                     &self.ruby,
@@ -686,7 +730,8 @@ pub fn prepare(
         | Input::RawLines
         | Input::Rfc3164
         | Input::Rfc5424
-        | Input::Forward => Output::File(out.clone()),
+        | Input::Forward
+        | Input::Otlp => Output::File(out.clone()),
     };
     let launch = |program, args, ready, output| Launch {
         program,
@@ -827,6 +872,18 @@ pub fn prepare(
             }
             Ok(launch(program, args, Ready::Connect, written))
         }
+        SubjectKind::Otelcol => {
+            let Some(text) = otelcol::config(setup, port, &s(&out)) else {
+                bail!("otelcol is not configured for scenario {}", setup.name);
+            };
+            let conf = write("otelcol.yaml", &text)?;
+            Ok(launch(
+                program,
+                vec!["--config".into(), s(&conf)],
+                Ready::Connect,
+                Output::Records(out),
+            ))
+        }
         SubjectKind::Eventmachine => {
             let count = dir.join("count");
             let script = write("basic.rb", eventmachine::SCRIPT)?;
@@ -946,6 +1003,22 @@ mod tests {
             assert_eq!(serde_json::to_value(kind).unwrap(), name);
             assert_eq!((kind.base(), kind.disk_sync()), (base, sync));
         }
+    }
+
+    /// A missing Collector is a row of its own, saying how to get it; the other peers are not
+    /// asked.
+    #[test]
+    fn a_missing_collector_is_unavailable_with_its_reason() {
+        let mut peers = Peers::locate();
+        peers.otelcol = PathBuf::from("/nonexistent/otelcol-loghaul");
+        let why = peers.unavailable(SubjectKind::Otelcol).unwrap();
+        assert!(why.starts_with("n/a: ") && why.contains("/nonexistent/otelcol-loghaul"));
+        assert!(why.contains("LOGHAUL_OTELCOL") && why.contains("install-peers.sh"));
+        assert!(peers.unavailable(SubjectKind::Rsyslog).is_none());
+        assert_eq!(
+            SubjectKind::from_str("otelcol", false).unwrap(),
+            SubjectKind::Otelcol
+        );
     }
 
     /// The lab's PKI makes a server config loghaul accepts.

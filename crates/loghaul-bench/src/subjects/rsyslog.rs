@@ -103,11 +103,11 @@ pub fn config_with(
     queue: ActionQueue,
     tls: Option<&RsyslogTls<'_>>,
 ) -> String {
-    // rsyslog has no forward input (no scenario with one lists it): that input would get the
-    // raw lines' template.
+    // rsyslog has no forward or OTLP input (no scenario with one lists it): those inputs would
+    // get the raw lines' template.
     let template = match setup.input {
         Input::CountedLines => TEMPLATE_LINES,
-        Input::RawLines | Input::Forward => TEMPLATE_RAW,
+        Input::RawLines | Input::Forward | Input::Otlp => TEMPLATE_RAW,
         Input::Rfc3164 => TEMPLATE_RFC3164,
         Input::Rfc5424 => TEMPLATE_RFC5424,
         Input::KeyValue => TEMPLATE_TRANSFORM,

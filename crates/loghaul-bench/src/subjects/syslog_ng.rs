@@ -20,11 +20,13 @@ const TEMPLATE_RFC5424: &str =
 
 /// syslog-ng reading `setup`'s input on `port` into `out`.
 pub fn config(setup: &Setup<'_>, port: u16, out: &str) -> String {
-    // No forward input in syslog-ng either (no scenario with one lists it): the raw lines'
-    // config, never run.
+    // No forward or OTLP input in syslog-ng either (no scenario with one lists it): the raw
+    // lines' config, never run.
     let (driver, flags, template) = match setup.input {
         Input::CountedLines => ("network", "flags(no-parse)", TEMPLATE_LINES),
-        Input::RawLines | Input::Forward => ("network", "flags(no-parse)", TEMPLATE_RAW),
+        Input::RawLines | Input::Forward | Input::Otlp => {
+            ("network", "flags(no-parse)", TEMPLATE_RAW)
+        }
         Input::Rfc3164 => ("network", "", TEMPLATE_RFC3164),
         Input::Rfc5424 => ("syslog", "", TEMPLATE_RFC5424),
         Input::KeyValue => {

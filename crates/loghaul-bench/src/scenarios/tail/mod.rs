@@ -13,7 +13,9 @@ use super::{Scenario, variant_reason};
 use crate::payload::{Format, Framing};
 use crate::report::RunRecord;
 use crate::runner::{self, Driver, Plan};
-use crate::subjects::{Input, Peers, SubjectKind, free_port, write_bare_conf, write_config};
+use crate::subjects::{
+    Input, Peers, SubjectKind, free_port, otelcol, write_bare_conf, write_config,
+};
 
 /// A file read from its beginning.
 pub struct Tail;
@@ -50,7 +52,7 @@ impl Scenario for Tail {
     }
 
     fn subjects(&self) -> &'static [SubjectKind] {
-        &[SubjectKind::Loghaul, SubjectKind::Bare]
+        &[SubjectKind::Loghaul, SubjectKind::Bare, SubjectKind::Otelcol]
     }
 
     fn unsupported(&self, kind: SubjectKind) -> &'static str {
@@ -60,7 +62,7 @@ impl Scenario for Tail {
         if kind.is_http_peer() {
             return "n/a: a peer of the HTTP experiments only";
         }
-        "n/a: not configured to tail a file (yet): loghaul and the bare loop only"
+        "n/a: not configured to tail a file (yet): loghaul, the bare loop and the Collector only"
     }
 
     fn check(&self, plan: &Plan) -> Result<()> {
@@ -112,6 +114,8 @@ pub struct TailLaunch {
     pub args: Vec<String>,
     /// The JSON-lines file it writes.
     pub output: PathBuf,
+    /// Whether it writes many events to a line (the Collector: see `subjects::Output::Records`).
+    pub records: bool,
 }
 
 /// Writes `kind`'s config for `tail` into `dir`: the subject reads `input` from its beginning
@@ -141,6 +145,23 @@ pub fn prepare_tail(
                 program,
                 args: vec!["run".into(), "-c".into(), s(&conf)],
                 output: out,
+                records: false,
+            })
+        }
+        SubjectKind::Otelcol => {
+            if let Some(why) = peers.unavailable(kind) {
+                bail!("{why}");
+            }
+            let program = peers.program(kind, loghaul)?;
+            let conf = write(
+                "otelcol.yaml",
+                &otelcol::tail_config(NAME, &s(input), &s(&out)),
+            )?;
+            Ok(TailLaunch {
+                program,
+                args: vec!["--config".into(), s(&conf)],
+                output: out,
+                records: true,
             })
         }
         SubjectKind::Bare => {
@@ -161,6 +182,7 @@ pub fn prepare_tail(
                 program,
                 args,
                 output: out,
+                records: false,
             })
         }
         other => bail!("{}", Tail.unsupported(other)),

@@ -41,7 +41,7 @@ use crate::report::{self, RunRecord, Status};
 use crate::runner::{self, Plan};
 use crate::subjects::{Peers, SubjectKind};
 use crate::target::{TargetOptions, TargetUrl};
-use crate::watch::Watcher;
+use crate::watch::{Sampling, Watcher};
 
 /// How long the output must have been quiet before the books are read.
 const QUIET: Duration = Duration::from_millis(100);
@@ -146,7 +146,13 @@ pub(crate) fn run_one(
     let books = SharedTracker::from_tracker(Tracker::new(now_micros()));
     let mut follower = FileFollower::new(&launch.output);
     let start_us = now_micros();
-    let watcher = Watcher::start(&launch.output, Tracker::new(start_us), start_us);
+    let sampling = if launch.records {
+        Sampling::Markers
+    } else {
+        Sampling::Lines
+    };
+    let watcher =
+        Watcher::start_sampling(&launch.output, Tracker::new(start_us), start_us, 0, sampling);
     let stderr_log = dir.join("stderr.log");
     let mut guard = runner::spawn(
         &launch.program,
