@@ -325,7 +325,7 @@ fn broken_configs_exact_positions_and_hints() {
             7,
             3,
             "sink `out` has no `type`",
-            "add `type: file` (one of: file, console, blackhole, fluent, http, kafka)",
+            "add `type: file` (one of: file, console, blackhole, fluent, http, kafka, opentelemetry)",
         ),
         (
             format!("{SRC}sinks:\n  out:\n    type: console\n    inputs: [inn]\n"),
