@@ -76,7 +76,21 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Most varints on the wire (keys, lengths under 128) are one byte: read those without the
+    /// loop.
+    #[inline]
     fn varint(&mut self) -> Result<u64, WireError> {
+        if self.pos < self.end
+            && let Some(&b) = self.buf.get(self.pos)
+            && b < 0x80
+        {
+            self.pos += 1;
+            return Ok(u64::from(b));
+        }
+        self.varint_slow()
+    }
+
+    fn varint_slow(&mut self) -> Result<u64, WireError> {
         let mut value = 0u64;
         for i in 0..10 {
             let Some(&b) = self.buf[..self.end].get(self.pos) else {
@@ -94,6 +108,7 @@ impl<'a> Reader<'a> {
         Err(self.error("a varint is longer than 64 bits"))
     }
 
+    #[inline]
     fn fixed<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
         let Some(bytes) = self.buf[..self.end].get(self.pos..self.pos + N) else {
             return Err(self.error("a fixed-size value runs past the end of its message"));
@@ -110,6 +125,7 @@ impl<'a> Reader<'a> {
     ///
     /// The message is truncated or malformed (a field number of 0, a group, a length past
     /// the end).
+    #[inline]
     pub fn field(&mut self) -> Result<Option<(u32, Wire)>, WireError> {
         if self.pos >= self.end {
             return Ok(None);
