@@ -11,11 +11,8 @@ use loghaul_config::raw::{RawDuration, RawSize};
 use loghaul_config::{ComponentConfig, Resource, TlsRole, Validator};
 use serde::Deserialize;
 
-use super::http_server::config::{
-    self as http, Auth, HttpServerConfig, Protocol, RawAuth, ResponseMode,
-};
+use super::http_server::config::{HttpServerConfig, Protocol, RawAuth, RawHttpServer};
 use super::{BuildSource, RunningSource, SourceContext};
-use crate::net::http::authorization;
 use crate::pipeline::BoxFuture;
 
 /// OTLP/HTTP's default port, on the loopback interface.
@@ -65,81 +62,36 @@ impl ComponentConfig for OpentelemetryConfig {
     type Raw = RawOpentelemetry;
 
     fn validate(s: RawOpentelemetry, cx: &mut Validator<'_, '_>) -> Option<OpentelemetryConfig> {
-        let address = match &s.address {
-            Some(a) => cx.address(a, &["address"]),
-            None => Some(DEFAULT_ADDRESS),
+        // The listener's settings are `http_server`'s, checked by its validation (the same
+        // keys, so its errors point at this config's lines); only the defaults differ.
+        let (body_given, inflated_given) =
+            (s.max_body_size.is_some(), s.max_decompressed_size.is_some());
+        let raw = RawHttpServer {
+            address: Some(s.address.unwrap_or_else(|| DEFAULT_ADDRESS.to_string())),
+            paths: None,
+            tag_from_path: None,
+            headers: None,
+            query_parameters: None,
+            response: None,
+            max_body_size: s.max_body_size,
+            max_decompressed_size: s.max_decompressed_size,
+            max_events_per_request: s.max_events_per_request,
+            max_connections: s.max_connections,
+            max_connections_per_client: s.max_connections_per_client,
+            request_timeout: s.request_timeout,
+            ack_timeout: s.ack_timeout,
+            auth: s.auth,
         };
-        let max_body_size = cx.size(
-            s.max_body_size.as_ref(),
-            "max_body_size",
-            DEFAULT_MAX_BODY_SIZE,
-            true,
-        );
-        let max_decompressed_size = cx.size(
-            s.max_decompressed_size.as_ref(),
-            "max_decompressed_size",
-            DEFAULT_MAX_BODY_SIZE,
-            true,
-        );
-        let max_events_per_request = cx.positive(
-            s.max_events_per_request,
-            "max_events_per_request",
-            http::DEFAULT_MAX_EVENTS_PER_REQUEST,
-        );
-        let max_connections = cx.positive(
-            s.max_connections,
-            "max_connections",
-            http::DEFAULT_MAX_CONNECTIONS,
-        );
-        let per_client =
-            cx.optional_positive(s.max_connections_per_client, "max_connections_per_client");
-        let request_timeout = cx.duration(
-            s.request_timeout.as_ref(),
-            "request_timeout",
-            http::DEFAULT_REQUEST_TIMEOUT,
-            true,
-        );
-        let ack_timeout = cx.duration(
-            s.ack_timeout.as_ref(),
-            "ack_timeout",
-            http::DEFAULT_ACK_TIMEOUT,
-            true,
-        );
-        let mut ok = true;
-        let auth = match s
-            .auth
-            .map(|a| authorization(a.bearer, a.username, a.password))
-        {
-            None => None,
-            Some(Some(Some(header))) => Some(Auth::Header(header)),
-            Some(_) => {
-                cx.error(
-                    &["auth"],
-                    "`auth` takes either a non-empty `bearer` token, or `username` and `password`",
-                    Some("auth: { bearer: ${OTLP_TOKEN} }".to_owned()),
-                );
-                ok = false;
-                None
-            }
-        };
-        let config = HttpServerConfig {
-            address: address?,
-            paths: vec!["/v1/logs".to_owned()],
-            tag_from_path: false,
-            headers: Vec::new(),
-            query_parameters: Vec::new(),
-            response: ResponseMode::Ack,
-            max_body_size: max_body_size?,
-            max_decompressed_size: max_decompressed_size?,
-            max_events_per_request: max_events_per_request?,
-            max_connections: max_connections?,
-            max_connections_per_client: per_client?,
-            request_timeout: request_timeout?,
-            ack_timeout: ack_timeout?,
-            auth,
-            protocol: Protocol::Otlp,
-        };
-        ok.then_some(OpentelemetryConfig(config))
+        let mut config = HttpServerConfig::validate(raw, cx)?;
+        if !body_given {
+            config.max_body_size = DEFAULT_MAX_BODY_SIZE;
+        }
+        if !inflated_given {
+            config.max_decompressed_size = DEFAULT_MAX_BODY_SIZE;
+        }
+        config.paths = vec!["/v1/logs".to_owned()];
+        config.protocol = Protocol::Otlp;
+        Some(OpentelemetryConfig(config))
     }
 
     fn resources(&self) -> Vec<Resource> {
@@ -166,5 +118,48 @@ impl BuildSource for OpentelemetryConfig {
         let proto = bytes::Bytes::from(json::logs_request(bytes).ok()?);
         logs::measure(&proto).ok()?;
         logs::decode(&proto, id).ok().map(|d| d.batch)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::config::testing::{error_at, ok, source};
+    use crate::sources::SourceConfig;
+
+    fn config_of(body: &str) -> HttpServerConfig {
+        let config = ok(&source(body));
+        match &config.source("x").unwrap().config {
+            SourceConfig::Opentelemetry(c) => c.0.clone(),
+            _ => panic!("not an opentelemetry source"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_otlps_and_the_listeners_keys_are_checked_as_http_servers() {
+        let c = config_of("type: opentelemetry\n");
+        assert_eq!(c.address, DEFAULT_ADDRESS);
+        assert_eq!(c.max_body_size, DEFAULT_MAX_BODY_SIZE);
+        assert_eq!(c.max_decompressed_size, DEFAULT_MAX_BODY_SIZE);
+        assert_eq!(c.protocol, Protocol::Otlp);
+        let c = config_of("type: opentelemetry\nmax_body_size: 1MiB\naddress: \"0.0.0.0:4317\"\n");
+        assert_eq!(c.max_body_size, 1 << 20);
+        assert_eq!(c.address.port(), 4317);
+        error_at(
+            &source("type: opentelemetry\nmax_body_size: 0\n"),
+            "max_body_size",
+            "",
+        );
+        error_at(
+            &source("type: opentelemetry\nauth: { username: u }\n"),
+            "auth",
+            "`auth` takes either",
+        );
+        error_at(
+            &source("type: opentelemetry\npaths: [\"/x\"]\n"),
+            "paths",
+            "unknown key `paths`",
+        );
     }
 }

@@ -204,17 +204,7 @@ fn sd_value(batch: &EventBatch, p: &SdParam) -> Bytes {
     if !p.escaped {
         return slice(batch, p.value);
     }
-    let raw = batch.str(p.value);
-    let mut out = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    while i < raw.len() {
-        if raw[i] == b'\\' && matches!(raw.get(i + 1), Some(b'"' | b'\\' | b']')) {
-            i += 1;
-        }
-        out.push(raw[i]);
-        i += 1;
-    }
-    Bytes::from(out)
+    Bytes::from(loghaul_codec::syslog::unescape_param(batch.str(p.value)))
 }
 
 /// Builds a batch of the events VRL programs produced from the events of `input`.

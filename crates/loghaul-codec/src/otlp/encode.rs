@@ -231,7 +231,7 @@ fn log_record(w: &mut Writer, batch: &EventBatch, event: &Event, record: &[Field
                                                 w.bytes(1, batch.str(p.name));
                                                 let raw = batch.str(p.value);
                                                 let value = if p.escaped {
-                                                    unescape_sd(raw)
+                                                    crate::syslog::unescape_param(raw)
                                                 } else {
                                                     raw.to_vec()
                                                 };
@@ -270,20 +270,6 @@ fn log_record(w: &mut Writer, batch: &EventBatch, event: &Event, record: &[Field
     if let Some(Value::Str(s)) = get(b"event_name") {
         w.bytes(12, batch.str(s));
     }
-}
-
-/// An SD-PARAM value with its `\"`, `\\` and `\]` escapes resolved.
-fn unescape_sd(raw: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(raw.len());
-    let mut i = 0;
-    while i < raw.len() {
-        if raw[i] == b'\\' && matches!(raw.get(i + 1), Some(b'"' | b'\\' | b']')) {
-            i += 1;
-        }
-        out.push(raw[i]);
-        i += 1;
-    }
-    out
 }
 
 fn unhex(s: &[u8]) -> Option<Vec<u8>> {

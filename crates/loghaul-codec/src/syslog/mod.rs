@@ -386,5 +386,20 @@ pub(crate) fn set_pri(event: &mut Event, prival: u8) {
     event.severity = Some(prival & 7);
 }
 
+/// An SD-PARAM value as written between its quotes with its `\"`, `\\` and `\]` escapes
+/// resolved (RFC 5424 6.3.3; a backslash before anything else stays).
+pub fn unescape_param(raw: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(raw.len());
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] == b'\\' && matches!(raw.get(i + 1), Some(b'"' | b'\\' | b']')) {
+            i += 1;
+        }
+        out.push(raw[i]);
+        i += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests;
