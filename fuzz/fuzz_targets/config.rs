@@ -103,6 +103,13 @@ fn check_source(c: &SourceConfig) {
             assert!(!s.request_timeout.is_zero() && !s.ack_timeout.is_zero());
             assert!(s.paths.iter().all(|p| p.starts_with('/')));
         }
+        SourceConfig::Opentelemetry(o) => {
+            let s = &o.0;
+            assert!(s.max_body_size > 0 && s.max_decompressed_size > 0);
+            assert!(s.max_connections > 0 && s.max_events_per_request > 0);
+            assert!(!s.request_timeout.is_zero() && !s.ack_timeout.is_zero());
+            assert_eq!(s.paths, ["/v1/logs"]);
+        }
         SourceConfig::Kafka(s) => {
             assert!(!s.bootstrap_servers.trim().is_empty() && !s.group_id.trim().is_empty());
             assert!(!s.topics.is_empty() && s.topics.iter().all(|t| !t.trim().is_empty()));
@@ -157,6 +164,13 @@ fn check_sink(c: &SinkConfig) {
         SinkConfig::Http(s) => {
             assert!(s.max_events > 0 && s.max_bytes > 0);
             assert!(!s.timeout.is_zero() && !s.request_timeout.is_zero());
+            assert!(!s.encoding.is_otlp(), "OTLP is the opentelemetry sink's own");
+        }
+        SinkConfig::Opentelemetry(o) => {
+            let s = &o.0;
+            assert!(s.max_events > 0 && s.max_bytes > 0);
+            assert!(!s.timeout.is_zero() && !s.request_timeout.is_zero());
+            assert!(s.encoding.is_otlp());
         }
         SinkConfig::Kafka(s) => {
             assert!(!s.bootstrap_servers.trim().is_empty());
