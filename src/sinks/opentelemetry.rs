@@ -10,7 +10,7 @@ use loghaul_config::{ComponentConfig, Validator};
 use serde::Deserialize;
 
 use super::http::HttpSinkConfig;
-use super::http::config::{Compression, Encoding, RawConcurrency, RawHttpSink};
+use super::http::config::{Compression, Encoding, RawConcurrency, RawHttpSink, UriSpec};
 use super::{BuildSink, BuiltSink, SinkContext};
 
 /// An OTLP/HTTP receiver on this machine, at OTLP's default port and path.
@@ -23,6 +23,9 @@ pub struct RawOpentelemetrySink {
     /// The receiver's logs endpoint. Default `http://127.0.0.1:4318/v1/logs`.
     #[serde(default)]
     pub uri: Option<String>,
+    /// `http` (the default: OTLP/HTTP) or `grpc` (OTLP/gRPC, cleartext HTTP/2).
+    #[serde(default)]
+    pub protocol: Option<OtlpProtocol>,
     /// `protobuf` (the default) or `json`: OTLP/HTTP's two encodings.
     #[serde(default)]
     pub encoding: Option<OtlpEncoding>,
@@ -54,6 +57,17 @@ pub struct RawOpentelemetrySink {
     pub password: Option<String>,
 }
 
+/// How requests are carried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OtlpProtocol {
+    Http,
+    Grpc,
+}
+
+/// An OTLP/gRPC receiver on this machine, at OTLP/gRPC's default port.
+pub const DEFAULT_GRPC_URI: &str = "http://127.0.0.1:4317";
+
 /// How requests are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -75,8 +89,30 @@ impl ComponentConfig for OpentelemetrySinkConfig {
         cx: &mut Validator<'_, '_>,
     ) -> Option<OpentelemetrySinkConfig> {
         let s_encoding = s.encoding.unwrap_or(OtlpEncoding::Protobuf);
+        let grpc = s.protocol == Some(OtlpProtocol::Grpc);
+        let mut ok = true;
+        if grpc {
+            // gRPC compresses messages with gzip only, and carries protobuf only.
+            if s.compression == Some(Compression::Zstd) {
+                cx.error(
+                    &["compression"],
+                    "OTLP/gRPC compresses with `gzip` or `none`",
+                    None,
+                );
+                ok = false;
+            }
+            if s_encoding == OtlpEncoding::Json {
+                cx.error(
+                    &["encoding"],
+                    "OTLP/gRPC carries protobuf; `encoding: json` is OTLP/HTTP's",
+                    Some("protocol: http".to_owned()),
+                );
+                ok = false;
+            }
+        }
+        let default_uri = if grpc { DEFAULT_GRPC_URI } else { DEFAULT_URI };
         let raw = RawHttpSink {
-            uri: s.uri.unwrap_or_else(|| DEFAULT_URI.to_owned()),
+            uri: s.uri.unwrap_or_else(|| default_uri.to_owned()),
             encoding: None,
             compression: Some(s.compression.unwrap_or(Compression::Gzip)),
             max_events: s.max_events,
@@ -96,7 +132,30 @@ impl ComponentConfig for OpentelemetrySinkConfig {
             OtlpEncoding::Protobuf => Encoding::Otlp,
             OtlpEncoding::Json => Encoding::OtlpJson,
         };
-        Some(OpentelemetrySinkConfig(config))
+        if grpc {
+            config.encoding = Encoding::OtlpGrpc;
+            // The call's path is the service's, whatever path the URI names.
+            let uri = match &config.uri {
+                UriSpec::Static(u) if !config.https => u.authority().and_then(|a| {
+                    format!("http://{a}{}", loghaul_codec::otlp::grpc::LOGS_EXPORT)
+                        .parse::<hyper::Uri>()
+                        .ok()
+                }),
+                _ => None,
+            };
+            match uri {
+                Some(u) => config.uri = UriSpec::Static(u),
+                None => {
+                    cx.error(
+                        &["uri"],
+                        "OTLP/gRPC needs a fixed `http://HOST:PORT` (cleartext HTTP/2; gRPC over TLS is not offered yet, use `protocol: http` with https://)",
+                        None,
+                    );
+                    return None;
+                }
+            }
+        }
+        ok.then_some(OpentelemetrySinkConfig(config))
     }
 
     fn tls_role(&self) -> Result<loghaul_config::TlsRole, String> {
@@ -119,5 +178,54 @@ impl BuildSink for OpentelemetrySinkConfig {
         letters: Vec<crate::pipeline::dlq::DeadLetter>,
     ) -> Option<crate::pipeline::BoxFuture<'static, crate::sinks::Replayed>> {
         self.0.replay(cx, letters)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::config::testing::{error_at, ok, sink};
+    use crate::sinks::SinkConfig;
+
+    fn config_of(body: &str) -> HttpSinkConfig {
+        let config = ok(&sink(body));
+        match &config.sink("x").unwrap().config {
+            SinkConfig::Opentelemetry(c) => c.0.clone(),
+            _ => panic!("not an opentelemetry sink"),
+        }
+    }
+
+    #[test]
+    fn protocols_encodings_and_what_grpc_refuses() {
+        let c = config_of("type: opentelemetry\n");
+        assert_eq!(c.encoding, Encoding::Otlp);
+        assert_eq!(c.compression, Compression::Gzip);
+        let c = config_of("type: opentelemetry\nencoding: json\n");
+        assert_eq!(c.encoding, Encoding::OtlpJson);
+        let c = config_of("type: opentelemetry\nprotocol: grpc\n");
+        assert_eq!(c.encoding, Encoding::OtlpGrpc);
+        let UriSpec::Static(uri) = &c.uri else {
+            panic!("a fixed uri")
+        };
+        assert_eq!(
+            uri.to_string(),
+            "http://127.0.0.1:4317/opentelemetry.proto.collector.logs.v1.LogsService/Export"
+        );
+        error_at(
+            &sink("type: opentelemetry\nprotocol: grpc\ncompression: zstd\n"),
+            "compression",
+            "gzip",
+        );
+        error_at(
+            &sink("type: opentelemetry\nprotocol: grpc\nencoding: json\n"),
+            "encoding",
+            "protobuf",
+        );
+        error_at(
+            &sink("type: opentelemetry\nprotocol: grpc\nuri: \"https://collector:4317\"\n"),
+            "uri",
+            "TLS",
+        );
     }
 }

@@ -904,8 +904,14 @@ sinks:
     collector.stop();
     let records = collector_records(&out);
     assert_eq!(records.len(), 1_000);
-    for (i, (r, resource, _)) in records.iter().enumerate() {
-        assert_eq!(r["body"]["stringValue"], format!("json {i}"), "{r}");
+    let mut seen = vec![0u8; 1_000];
+    for (r, resource, _) in &records {
+        let body = r["body"]["stringValue"].as_str().unwrap_or_default();
+        let i: usize = body
+            .strip_prefix("json ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected record {r}"));
+        seen[i] += 1;
         let sent = chrono::DateTime::parse_from_rfc3339("2026-11-27T10:00:00.123456Z")
             .ok()
             .and_then(|t| t.timestamp_nanos_opt())
@@ -921,6 +927,7 @@ sinks:
         );
         assert_eq!(attributes(&resource["attributes"])["host.name"], "web");
     }
+    assert!(seen.iter().all(|&n| n == 1), "each record once");
 }
 
 /// Over TLS, as on every listener: the SDK's HTTP and gRPC exporters trusting the server's CA
@@ -977,4 +984,92 @@ fn otlp_sdk_exports_over_tls() {
             .count();
         assert_eq!(n, 500, "{protocol} records");
     }
+}
+
+/// `protocol: grpc`: OTLP/gRPC calls (gzip-compressed messages) to the Collector's gRPC
+/// receiver and to loghaul's own source.
+#[test]
+fn otlp_sink_grpc_calls_reach_the_collector_and_loghaul() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("collector.jsonl");
+    let mut collector = Collector::start(
+        dir.path(),
+        "collector",
+        &format!(
+            r#"receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: "127.0.0.1:{{PORT}}"
+exporters:
+  file:
+    path: "{}"
+service:
+  telemetry:
+    metrics:
+      level: none
+  pipelines:
+    logs:
+      receivers: [otlp]
+      exporters: [file]
+"#,
+            out.display()
+        ),
+    );
+    let receiver = Server::start(&config(""));
+    let sender = Server::start(&format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+sources:
+  in: {{ type: syslog, mode: tcp, address: "127.0.0.1:{{TCP}}", format: rfc3164 }}
+sinks:
+  collector: {{ type: opentelemetry, inputs: [in], protocol: grpc, uri: "http://127.0.0.1:{}", timeout: 50ms, max_events: 300 }}
+  loghaul: {{ type: opentelemetry, inputs: [in], protocol: grpc, uri: "http://127.0.0.1:{}", compression: none, timeout: 50ms }}
+"#,
+        collector.port, receiver.ports.tcp
+    ));
+    let lines: String = (0..2_000)
+        .map(|i| format!("<13>Nov 27 10:00:00 host-{} app: grpc {i}\n", i % 2))
+        .collect();
+    send_tcp(sender.ports.tcp, lines.as_bytes());
+    sender.wait_metric(
+        "loghaul_component_sent_events_total",
+        "collector",
+        None,
+        2_000,
+    );
+    let got = wait_lines(&receiver.out(), 2_000, ARRIVE_TIMEOUT);
+    collector.stop();
+    let records = collector_records(&out);
+    assert_eq!(records.len(), 2_000, "records at the Collector");
+    // Requests in flight at once may land in any order: each record once is what counts.
+    let number = |text: &str| -> usize {
+        text.strip_prefix("grpc ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected message {text}"))
+    };
+    let mut seen = vec![0u8; 2_000];
+    for (r, resource, _) in &records {
+        let i = number(r["body"]["stringValue"].as_str().unwrap_or_default());
+        seen[i] += 1;
+        assert_eq!(r["severityNumber"], 10, "{r}");
+        assert_eq!(
+            attributes(&resource["attributes"])["host.name"],
+            format!("host-{}", i % 2)
+        );
+    }
+    assert!(
+        seen.iter().all(|&n| n == 1),
+        "each record once at the Collector"
+    );
+    let mut seen = vec![0u8; 2_000];
+    for e in &got {
+        seen[number(message(e))] += 1;
+        assert_eq!(e["severity_number"], 10, "{e}");
+        assert_eq!(e["severity_text"], "notice", "{e}");
+    }
+    assert!(seen.iter().all(|&n| n == 1), "each record once at loghaul");
+    assert_eq!(
+        sender.metric("loghaul_component_errors_total", "collector", None),
+        0
+    );
 }

@@ -142,12 +142,19 @@ pub enum Encoding {
     /// The same requests in OTLP/JSON (the `opentelemetry` sink's `encoding: json`).
     #[serde(skip)]
     OtlpJson,
+    /// The same requests as OTLP/gRPC calls (`LogsService/Export` over HTTP/2, one framed
+    /// message each; the `opentelemetry` sink's `protocol: grpc`).
+    #[serde(skip)]
+    OtlpGrpc,
 }
 
 impl Encoding {
     /// Whether requests are OTLP's (retried as its specification says).
     pub fn is_otlp(self) -> bool {
-        matches!(self, Encoding::Otlp | Encoding::OtlpJson)
+        matches!(
+            self,
+            Encoding::Otlp | Encoding::OtlpJson | Encoding::OtlpGrpc
+        )
     }
 }
 

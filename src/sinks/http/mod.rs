@@ -21,6 +21,7 @@
 
 pub mod concurrency;
 pub mod config;
+mod grpc;
 pub mod partition;
 mod replay;
 pub mod target;
@@ -234,7 +235,9 @@ async fn send(config: &HttpSinkConfig, tx: &mpsc::Sender<Request>, ready: Ready)
     }
     match config.encoding {
         config::Encoding::JsonArray => filling.buf.push(b']'),
-        config::Encoding::Otlp => filling.otlp.finish(&mut filling.buf),
+        config::Encoding::Otlp | config::Encoding::OtlpGrpc => {
+            filling.otlp.finish(&mut filling.buf);
+        }
         config::Encoding::OtlpJson => {
             filling.otlp.finish(&mut filling.buf);
             match loghaul_codec::otlp::json::from_logs_request(&filling.buf) {
@@ -259,24 +262,43 @@ async fn send(config: &HttpSinkConfig, tx: &mpsc::Sender<Request>, ready: Ready)
     let _ = tx.send(request).await;
 }
 
-/// A request body as the sink's `compression` says.
+/// A request body as the sink's `compression` says; for gRPC, the message framed, compressed
+/// inside its frame.
 fn compress(config: &HttpSinkConfig, buf: Vec<u8>) -> Vec<u8> {
+    if config.encoding == config::Encoding::OtlpGrpc {
+        return match config.compression {
+            Compression::Gzip => {
+                let packed = gzip(buf);
+                let mut out = Vec::with_capacity(5 + packed.len());
+                out.push(1);
+                out.extend_from_slice(&(packed.len() as u32).to_be_bytes());
+                out.extend_from_slice(&packed);
+                out
+            }
+            // Validation allows only gzip or none with gRPC.
+            _ => loghaul_codec::otlp::grpc::frame(&buf),
+        };
+    }
     match config.compression {
         Compression::None => buf,
-        Compression::Gzip => crate::pipeline::cpu_heavy(|| {
-            use std::io::Write as _;
-            let mut e = flate2::write::GzEncoder::new(
-                Vec::with_capacity(buf.len() / 4),
-                flate2::Compression::fast(),
-            );
-            // Writing into a Vec cannot fail.
-            let _ = e.write_all(&buf);
-            e.finish().unwrap_or_default()
-        }),
+        Compression::Gzip => gzip(buf),
         Compression::Zstd => {
             crate::pipeline::cpu_heavy(|| zstd::bulk::compress(&buf, 3).unwrap_or_default())
         }
     }
+}
+
+fn gzip(buf: Vec<u8>) -> Vec<u8> {
+    crate::pipeline::cpu_heavy(|| {
+        use std::io::Write as _;
+        let mut e = flate2::write::GzEncoder::new(
+            Vec::with_capacity(buf.len() / 4),
+            flate2::Compression::fast(),
+        );
+        // Writing into a Vec cannot fail.
+        let _ = e.write_all(&buf);
+        e.finish().unwrap_or_default()
+    })
 }
 
 /// What one attempt of a request came to: the round trip of a 2xx, or why not (retryable
@@ -445,6 +467,18 @@ fn dead_letter(
 /// item): the rare path of dead letters, so it may parse.
 fn events_of_body(config: &HttpSinkConfig, body: &[u8]) -> Result<Vec<Vec<u8>>, String> {
     use std::io::Read as _;
+    if config.encoding == config::Encoding::OtlpGrpc {
+        let (compressed, message) = loghaul_codec::otlp::grpc::unframe(body)?;
+        let mut plain = Vec::new();
+        if compressed {
+            flate2::read::GzDecoder::new(message)
+                .read_to_end(&mut plain)
+                .map_err(|e| format!("cannot inflate the message: {e}"))?;
+        } else {
+            plain = message.to_vec();
+        }
+        return otlp_events(&plain);
+    }
     let plain = match config.compression {
         Compression::None => body.to_vec(),
         Compression::Gzip => {
@@ -459,32 +493,11 @@ fn events_of_body(config: &HttpSinkConfig, body: &[u8]) -> Result<Vec<Vec<u8>>, 
         }
     };
     Ok(match config.encoding {
-        config::Encoding::Otlp | config::Encoding::OtlpJson => {
-            use loghaul_codec::otlp::logs;
-            let plain = if config.encoding == config::Encoding::OtlpJson {
-                loghaul_codec::otlp::json::logs_request(&plain)
-                    .map_err(|e| format!("the request does not decode: {e}"))?
-            } else {
-                plain
-            };
-            let body = Bytes::from(plain);
-            logs::measure(&body).map_err(|e| format!("the request does not decode: {e}"))?;
-            let batch = logs::decode(&body, "dead-letter".into())
-                .map_err(|e| format!("the request does not decode: {e}"))?
-                .batch;
-            batch
-                .events
-                .iter()
-                .map(|e| {
-                    let mut line = Vec::new();
-                    loghaul_codec::encode::encode_json(&batch, e, &mut line);
-                    if line.last() == Some(&b'\n') {
-                        line.pop();
-                    }
-                    line
-                })
-                .collect()
-        }
+        config::Encoding::OtlpJson => otlp_events(
+            &loghaul_codec::otlp::json::logs_request(&plain)
+                .map_err(|e| format!("the request does not decode: {e}"))?,
+        )?,
+        config::Encoding::Otlp | config::Encoding::OtlpGrpc => otlp_events(&plain)?,
         config::Encoding::Ndjson | config::Encoding::Text => plain
             .split(|&b| b == b'\n')
             .filter(|l| !l.is_empty())
@@ -498,6 +511,28 @@ fn events_of_body(config: &HttpSinkConfig, body: &[u8]) -> Result<Vec<Vec<u8>>, 
                 .collect()
         }
     })
+}
+
+/// An OTLP request's records back as their events' JSON lines.
+fn otlp_events(proto: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    use loghaul_codec::otlp::logs;
+    let body = Bytes::copy_from_slice(proto);
+    logs::measure(&body).map_err(|e| format!("the request does not decode: {e}"))?;
+    let batch = logs::decode(&body, "dead-letter".into())
+        .map_err(|e| format!("the request does not decode: {e}"))?
+        .batch;
+    Ok(batch
+        .events
+        .iter()
+        .map(|e| {
+            let mut line = Vec::new();
+            loghaul_codec::encode::encode_json(&batch, e, &mut line);
+            if line.last() == Some(&b'\n') {
+                line.pop();
+            }
+            line
+        })
+        .collect())
 }
 
 /// `d` plus up to half of it again, so senders that failed together do not retry together.
@@ -517,6 +552,8 @@ const POOL_AUTHORITIES: usize = 64;
 /// templated URI's hosts each get their own.
 struct Pool {
     idle: Mutex<HashMap<String, Vec<Sender>>>,
+    /// HTTP/2 connections, for OTLP/gRPC.
+    h2: grpc::Connections,
     /// Idle connections kept per authority: no more than could be in flight at once.
     per_authority: usize,
     /// TLS for new connections (an https:// URI).
@@ -527,6 +564,7 @@ impl Pool {
     fn new(per_authority: usize, tls: Option<Arc<TlsClient>>) -> Pool {
         Pool {
             idle: Mutex::new(HashMap::new()),
+            h2: grpc::Connections::default(),
             per_authority,
             tls,
         }
@@ -665,6 +703,9 @@ async fn ready_connection(
 }
 
 async fn attempt(config: &HttpSinkConfig, pool: &Pool, request: &Request) -> Outcome {
+    if config.encoding == config::Encoding::OtlpGrpc {
+        return grpc::attempt(config, &pool.h2, request).await;
+    }
     let target = &request.target;
     let mut sender = ready_connection(config, pool, &target.authority).await?;
     let mut req = hyper::Request::new(Full::new(request.body.clone()));

@@ -75,7 +75,9 @@ impl Filling {
                 }
             }
             // Built as protobuf either way; JSON is written from it when the request is sent.
-            Encoding::Otlp | Encoding::OtlpJson => self.otlp.push(batch, event, &mut self.buf),
+            Encoding::Otlp | Encoding::OtlpJson | Encoding::OtlpGrpc => {
+                self.otlp.push(batch, event, &mut self.buf);
+            }
         }
         self.events += 1;
     }

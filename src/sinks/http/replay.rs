@@ -105,7 +105,7 @@ fn body(config: &HttpSinkConfig, letters: &[DeadLetter]) -> Vec<u8> {
             }
             out.push(b']');
         }
-        Encoding::Otlp | Encoding::OtlpJson => {
+        Encoding::Otlp | Encoding::OtlpJson | Encoding::OtlpGrpc => {
             // Each letter is an event's JSON line: its keys become the record (the OTLP-mapped
             // ones, `attributes`, `resources`, `severity_number`..., fill the log record as
             // before; loghaul's own fields as written, `timestamp`, `hostname`..., come back as

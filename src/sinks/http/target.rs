@@ -70,15 +70,24 @@ impl Target {
                 Encoding::Text => "text/plain",
                 Encoding::Otlp => "application/x-protobuf",
                 Encoding::OtlpJson => "application/json",
+                Encoding::OtlpGrpc => "application/grpc",
             }),
         );
-        match config.compression {
-            Compression::None => {}
-            Compression::Gzip => {
-                headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        if config.encoding == Encoding::OtlpGrpc {
+            // gRPC compresses each message (flagged in its frame), never the body.
+            headers.insert(header::TE, HeaderValue::from_static("trailers"));
+            if config.compression == Compression::Gzip {
+                headers.insert("grpc-encoding", HeaderValue::from_static("gzip"));
             }
-            Compression::Zstd => {
-                headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("zstd"));
+        } else {
+            match config.compression {
+                Compression::None => {}
+                Compression::Gzip => {
+                    headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                }
+                Compression::Zstd => {
+                    headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("zstd"));
+                }
             }
         }
         // Inserted, not appended: a configured header replaces the sink's own (Content-Type).
