@@ -169,7 +169,8 @@ pub(super) async fn attempt(
             let message = field("grpc-message")
                 .map(percent_decode)
                 .unwrap_or_default();
-            let retry_info = field("grpc-status-details-bin").is_some();
+            let delay = field("grpc-status-details-bin").and_then(retry_delay);
+            let retry_info = delay.is_some();
             let error = SinkError::from_cause(
                 judge(code, retry_info),
                 Answer {
@@ -177,17 +178,64 @@ pub(super) async fn attempt(
                     excerpt: format!("gRPC status {code}: {message}"),
                 },
             );
-            // RetryInfo's delay is honoured as one second, the shortest a server asks here.
-            Err(if retry_info {
-                error.with_retry_after(Some(Duration::from_secs(1)))
-            } else {
-                error
-            })
+            // The server's RetryInfo says how long to wait (capped as Retry-After is).
+            Err(error.with_retry_after(delay.map(|d| d.min(Duration::from_secs(300)))))
         }
         None => Err(SinkError::retryable(
             "the answer carries no grpc-status (not a gRPC server?)",
         )),
     }
+}
+
+/// The delay of the `google.rpc.RetryInfo` in a `grpc-status-details-bin` value (a
+/// `google.rpc.Status`, base64 with or without padding); `None` when it holds none.
+fn retry_delay(value: &[u8]) -> Option<Duration> {
+    use base64::Engine as _;
+    use loghaul_codec::otlp::wire::{Reader, Wire};
+    let trimmed: Vec<u8> = value.iter().copied().filter(|&b| b != b'=').collect();
+    let status = base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(&trimmed)
+        .ok()?;
+    let mut r = Reader::new(&status);
+    while let Ok(Some((n, w))) = r.field() {
+        // details (3): Any { type_url (1), value (2) }
+        let (3, Wire::Len(a, b)) = (n, w) else {
+            continue;
+        };
+        let mut any = r.nested(a, b);
+        let (mut is_retry, mut body) = (false, None);
+        while let Ok(Some((n, w))) = any.field() {
+            match (n, w) {
+                (1, Wire::Len(x, y)) => {
+                    is_retry = any.bytes(x, y).ends_with(b"google.rpc.RetryInfo");
+                }
+                (2, Wire::Len(x, y)) => body = Some((x, y)),
+                _ => {}
+            }
+        }
+        let (Some((x, y)), true) = (body, is_retry) else {
+            continue;
+        };
+        // RetryInfo { Duration retry_delay = 1 }; Duration { int64 seconds = 1; int32 nanos = 2 }
+        let mut info = any.nested(x, y);
+        let mut delay = Duration::ZERO;
+        while let Ok(Some((n, w))) = info.field() {
+            if let (1, Wire::Len(p, q)) = (n, w) {
+                let mut d = info.nested(p, q);
+                while let Ok(Some((n, w))) = d.field() {
+                    match (n, w) {
+                        (1, Wire::Varint(s)) => delay += Duration::from_secs(s.min(86_400)),
+                        (2, Wire::Varint(ns)) => {
+                            delay += Duration::from_nanos(ns.min(999_999_999));
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        return Some(delay);
+    }
+    None
 }
 
 /// The `partial_success` of a framed `ExportLogsServiceResponse`.
@@ -211,5 +259,28 @@ mod tests {
         assert_eq!(judge(8, false), Retry::Permanent);
         assert_eq!(judge(8, true), Retry::Retryable);
         assert_eq!(percent_decode(b"bad%20field%3A x%"), "bad field: x%");
+    }
+
+    #[test]
+    fn a_retry_info_gives_its_delay() {
+        use base64::Engine as _;
+        let status = loghaul_codec::otlp::status(
+            loghaul_codec::otlp::Code::Unavailable,
+            "busy",
+            Some(7),
+            false,
+        );
+        for engine in [
+            base64::engine::general_purpose::STANDARD,
+            base64::engine::general_purpose::STANDARD_NO_PAD,
+        ] {
+            let value = engine.encode(&status);
+            assert_eq!(retry_delay(value.as_bytes()), Some(Duration::from_secs(7)));
+        }
+        let plain =
+            loghaul_codec::otlp::status(loghaul_codec::otlp::Code::Internal, "x", None, false);
+        let value = base64::engine::general_purpose::STANDARD.encode(&plain);
+        assert_eq!(retry_delay(value.as_bytes()), None);
+        assert_eq!(retry_delay(b"%%%"), None);
     }
 }
