@@ -40,29 +40,18 @@ impl Connections {
         {
             return Ok(c);
         }
-        let open = async {
-            let stream = tokio::net::TcpStream::connect(authority)
-                .await
-                .map_err(|e| {
-                    SinkError::retryable(format!("cannot connect to {authority}")).with_cause(e)
-                })?;
-            let _ = stream.set_nodelay(true);
-            let (sender, connection) =
-                hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-                    .handshake(TokioIo::new(stream))
-                    .await
-                    .map_err(|e| {
-                        SinkError::retryable(format!("HTTP/2 handshake with {authority} failed"))
-                            .with_cause(e)
-                    })?;
-            tokio::spawn(async move {
-                let _ = connection.await;
-            });
-            Ok::<_, SinkError>(sender)
-        };
-        let sender = tokio::time::timeout(timeout, open)
+        // Cleartext HTTP/2 (prior knowledge): the sink's config refuses gRPC over TLS.
+        let stream = super::open_stream(authority, None, timeout).await?;
+        let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .handshake(TokioIo::new(stream))
             .await
-            .map_err(|_| SinkError::retryable(format!("connecting to {authority} timed out")))??;
+            .map_err(|e| {
+                SinkError::retryable(format!("HTTP/2 handshake with {authority} failed"))
+                    .with_cause(e)
+            })?;
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -649,6 +649,28 @@ async fn connect(
     tls: Option<&TlsClient>,
     timeout: Duration,
 ) -> Result<Sender, SinkError> {
+    let stream = open_stream(authority, tls, timeout).await?;
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| {
+            SinkError::retryable(format!("HTTP handshake with {authority} failed")).with_cause(e)
+        })?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    Ok(sender)
+}
+
+/// A TCP connection to `authority` (TLS over it when `tls` is given), within `timeout`.
+///
+/// # Errors
+///
+/// The connection or the TLS handshake failed or timed out: retryable.
+async fn open_stream(
+    authority: &str,
+    tls: Option<&TlsClient>,
+    timeout: Duration,
+) -> Result<MaybeTls<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>, SinkError> {
     let open = async {
         let stream = tokio::net::TcpStream::connect(authority)
             .await
@@ -667,18 +689,9 @@ async fn connect(
                 }),
         }
     };
-    let stream = tokio::time::timeout(timeout, open)
+    tokio::time::timeout(timeout, open)
         .await
-        .map_err(|_| SinkError::retryable(format!("connecting to {authority} timed out")))??;
-    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| {
-            SinkError::retryable(format!("HTTP handshake with {authority} failed")).with_cause(e)
-        })?;
-    tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    Ok(sender)
+        .map_err(|_| SinkError::retryable(format!("connecting to {authority} timed out")))?
 }
 
 /// A connection to `authority` ready for a request: a pooled one, or a new one when there is

@@ -17,6 +17,7 @@
 
 use std::sync::Arc;
 
+use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -147,7 +148,8 @@ impl Answer {
             }
             if let Some(seconds) = retry_after {
                 let details = otlp::status(self.code, &self.message, Some(seconds), false);
-                let b64 = base64_no_pad(&details);
+                // Binary gRPC metadata (`-bin` headers) is base64 without padding.
+                let b64 = base64::engine::general_purpose::STANDARD_NO_PAD.encode(&details);
                 if let Ok(v) = HeaderValue::from_str(&b64) {
                     h.insert("grpc-status-details-bin", v);
                 }
@@ -191,22 +193,6 @@ fn percent_encode(s: &str) -> String {
             out.push(char::from(b));
         } else {
             out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// Binary gRPC metadata (`-bin` headers) is base64 without padding.
-fn base64_no_pad(bytes: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let n = chunk
-            .iter()
-            .enumerate()
-            .fold(0u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
-        for i in 0..=chunk.len() {
-            out.push(char::from(A[((n >> (18 - 6 * i)) & 63) as usize]));
         }
     }
     out
