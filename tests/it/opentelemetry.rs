@@ -578,11 +578,17 @@ impl Drop for Collector {
 
 /// A Collector receiving OTLP/HTTP on `{PORT}` into a file exporter writing `out`.
 fn collector_to_file(out: &std::path::Path) -> String {
+    collector_receiving("http", out)
+}
+
+/// A Collector receiving OTLP over `protocol` (`http` or `grpc`) on `{PORT}` into a file
+/// exporter writing `out`.
+fn collector_receiving(protocol: &str, out: &std::path::Path) -> String {
     format!(
         r#"receivers:
   otlp:
     protocols:
-      http:
+      {protocol}:
         endpoint: "127.0.0.1:{{PORT}}"
 exporters:
   file:
@@ -992,30 +998,8 @@ fn otlp_sdk_exports_over_tls() {
 fn otlp_sink_grpc_calls_reach_the_collector_and_loghaul() {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = dir.path().join("collector.jsonl");
-    let mut collector = Collector::start(
-        dir.path(),
-        "collector",
-        &format!(
-            r#"receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: "127.0.0.1:{{PORT}}"
-exporters:
-  file:
-    path: "{}"
-service:
-  telemetry:
-    metrics:
-      level: none
-  pipelines:
-    logs:
-      receivers: [otlp]
-      exporters: [file]
-"#,
-            out.display()
-        ),
-    );
+    let mut collector =
+        Collector::start(dir.path(), "collector", &collector_receiving("grpc", &out));
     let receiver = Server::start(&config(""));
     let sender = Server::start(&format!(
         r#"api: {{ address: "127.0.0.1:{{API}}" }}
