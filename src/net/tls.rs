@@ -209,6 +209,51 @@ impl TlsClient {
     /// The handshake failed: the server's certificate is not trusted or not for that name, or
     /// the connection broke. Retrying helps only if the connection broke.
     pub async fn connect(&self, tcp: TcpStream, host: &str) -> io::Result<ClientStream> {
+        self.handshake(self.watched.current(), tcp, host).await
+    }
+
+    /// [`TlsClient::connect`] offering the application protocols `alpn` (`h2` for gRPC, whose
+    /// servers refuse a TLS connection that did not agree on HTTP/2), and refusing a server
+    /// that picks none of them.
+    ///
+    /// # Errors
+    ///
+    /// As [`TlsClient::connect`]; also when the server agreed on no protocol of `alpn`
+    /// (a retry does not help: the server speaks something else).
+    pub async fn connect_alpn(
+        &self,
+        tcp: TcpStream,
+        host: &str,
+        alpn: &[&[u8]],
+    ) -> io::Result<ClientStream> {
+        // A copy per connection: these connections are long-lived and few (one per server).
+        let mut config = (*self.watched.current()).clone();
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let stream = self.handshake(Arc::new(config), tcp, host).await?;
+        let agreed = match &stream {
+            MaybeTls::Tls(tls) => tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec),
+            MaybeTls::Plain(_) => None,
+        };
+        match agreed {
+            Some(p) if alpn.contains(&p.as_slice()) => Ok(stream),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the server agreed on no application protocol of {:?} (ALPN)",
+                    alpn.iter()
+                        .map(|p| String::from_utf8_lossy(p))
+                        .collect::<Vec<_>>()
+                ),
+            )),
+        }
+    }
+
+    async fn handshake(
+        &self,
+        config: Arc<rustls::ClientConfig>,
+        tcp: TcpStream,
+        host: &str,
+    ) -> io::Result<ClientStream> {
         let name = self.server_name.as_deref().unwrap_or(host);
         let name = rustls::pki_types::ServerName::try_from(name.to_owned()).map_err(|e| {
             io::Error::new(
@@ -216,7 +261,7 @@ impl TlsClient {
                 format!("`{name}` is not a server name: {e}"),
             )
         })?;
-        let connector = tokio_rustls::TlsConnector::from(self.watched.current());
+        let connector = tokio_rustls::TlsConnector::from(config);
         let tls = connector.connect(name, tcp).await?;
         Ok(MaybeTls::Tls(Box::new(tls)))
     }

@@ -23,7 +23,8 @@ pub struct RawOpentelemetrySink {
     /// The receiver's logs endpoint. Default `http://127.0.0.1:4318/v1/logs`.
     #[serde(default)]
     pub uri: Option<String>,
-    /// `http` (the default: OTLP/HTTP) or `grpc` (OTLP/gRPC, cleartext HTTP/2).
+    /// `http` (the default: OTLP/HTTP) or `grpc` (OTLP/gRPC over HTTP/2: cleartext for an
+    /// `http://` uri, TLS agreeing on `h2` for `https://`).
     #[serde(default)]
     pub protocol: Option<OtlpProtocol>,
     /// `protobuf` (the default) or `json`: OTLP/HTTP's two encodings.
@@ -136,8 +137,9 @@ impl ComponentConfig for OpentelemetrySinkConfig {
             config.encoding = Encoding::OtlpGrpc;
             // The call's path is the service's, whatever path the URI names.
             let uri = match &config.uri {
-                UriSpec::Static(u) if !config.https => u.authority().and_then(|a| {
-                    format!("http://{a}{}", loghaul_codec::otlp::grpc::LOGS_EXPORT)
+                UriSpec::Static(u) => u.authority().and_then(|a| {
+                    let scheme = if config.https { "https" } else { "http" };
+                    format!("{scheme}://{a}{}", loghaul_codec::otlp::grpc::LOGS_EXPORT)
                         .parse::<hyper::Uri>()
                         .ok()
                 }),
@@ -148,7 +150,7 @@ impl ComponentConfig for OpentelemetrySinkConfig {
                 None => {
                     cx.error(
                         &["uri"],
-                        "OTLP/gRPC needs a fixed `http://HOST:PORT` (cleartext HTTP/2; gRPC over TLS is not offered yet, use `protocol: http` with https://)",
+                        "OTLP/gRPC needs a fixed `http://HOST:PORT` (cleartext HTTP/2) or `https://HOST:PORT` (TLS), without templates",
                         None,
                     );
                     return None;
@@ -222,10 +224,20 @@ mod tests {
             "encoding",
             "protobuf",
         );
+        let c = config_of(
+            "type: opentelemetry\nprotocol: grpc\nuri: \"https://collector:4317/ignored\"\n",
+        );
+        let UriSpec::Static(uri) = &c.uri else {
+            panic!("a fixed uri")
+        };
+        assert_eq!(
+            uri.to_string(),
+            "https://collector:4317/opentelemetry.proto.collector.logs.v1.LogsService/Export"
+        );
         error_at(
-            &sink("type: opentelemetry\nprotocol: grpc\nuri: \"https://collector:4317\"\n"),
+            &sink("type: opentelemetry\nprotocol: grpc\nuri: \"http://{{ host }}:4317\"\n"),
             "uri",
-            "TLS",
+            "templates",
         );
     }
 }

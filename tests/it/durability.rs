@@ -416,9 +416,26 @@ sinks:
     let got = wait_all(&out, N, Duration::from_secs(90));
     a.wait_metric_eq("loghaul_disk_buffer_records", "up", None, 0);
     let dups = assert_none_lost(&got, N, "a 20 MB request across a stop");
-    assert_eq!(dups, 0, "the server was down: nothing was in flight");
+    // A duplicate means a connection broke after the receiver wrote and before it acked; its
+    // warnings (and the sender's) say why, first in the message since long logs get cut.
+    assert_eq!(
+        dups,
+        0,
+        "the server was down: nothing was in flight.\nreceiver:\n{}\nsender:\n{}",
+        warnings(&b.stderr()),
+        warnings(&a.stderr())
+    );
     a.finish();
     b.finish();
+}
+
+/// The WARN and ERROR lines of a server's log, at most the last 20.
+fn warnings(log: &str) -> String {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+        .collect();
+    lines[lines.len().saturating_sub(20)..].join("\n")
 }
 
 /// Between two runs, bytes are flipped in the middle of a sealed segment and the open one loses

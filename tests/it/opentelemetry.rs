@@ -584,12 +584,19 @@ fn collector_to_file(out: &std::path::Path) -> String {
 /// A Collector receiving OTLP over `protocol` (`http` or `grpc`) on `{PORT}` into a file
 /// exporter writing `out`.
 fn collector_receiving(protocol: &str, out: &std::path::Path) -> String {
+    collector_receiving_with(protocol, "", out)
+}
+
+/// [`collector_receiving`] with `receiver` (YAML lines at the protocol's indent) added to the
+/// receiver's protocol settings.
+fn collector_receiving_with(protocol: &str, receiver: &str, out: &std::path::Path) -> String {
     format!(
         r#"receivers:
   otlp:
     protocols:
       {protocol}:
         endpoint: "127.0.0.1:{{PORT}}"
+{receiver}
 exporters:
   file:
     path: "{}"
@@ -1056,4 +1063,92 @@ sinks:
         sender.metric("loghaul_component_errors_total", "collector", None),
         0
     );
+}
+
+/// `protocol: grpc` with an `https://` uri: gRPC over TLS, agreeing on `h2` by ALPN, to the
+/// Collector's gRPC receiver (grpc-go refuses a TLS client that offers no `h2`) and to loghaul's
+/// own source; the receivers' certificate is verified with the test's CA.
+#[test]
+fn otlp_sink_grpc_over_tls_reaches_the_collector_and_loghaul() {
+    use loghaul_tls::pki::{Ca, Leaf};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = Ca::new("loghaul test CA").expect("CA");
+    let ca_file = dir.path().join("ca.crt");
+    ca.write(&ca_file).expect("write CA");
+    ca.issue(&Leaf::new("localhost"))
+        .expect("issue")
+        .write(dir.path(), "server")
+        .expect("write certificate");
+    let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+    let out = dir.path().join("collector.jsonl");
+    let mut collector = Collector::start(
+        dir.path(),
+        "collector",
+        &collector_receiving_with(
+            "grpc",
+            &format!(
+                "        tls:\n          cert_file: \"{}\"\n          key_file: \"{}\"",
+                cert.display(),
+                key.display()
+            ),
+            &out,
+        ),
+    );
+    let receiver = Server::start(&config(&format!(
+        ", tls: {{ cert: \"{}\", key: \"{}\" }}",
+        cert.display(),
+        key.display()
+    )));
+    let tls = format!(
+        "tls: {{ ca: \"{}\", server_name: localhost }}",
+        ca_file.display()
+    );
+    let sender = Server::start(&format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+sources:
+  in: {{ type: syslog, mode: tcp, address: "127.0.0.1:{{TCP}}", format: rfc3164 }}
+sinks:
+  collector: {{ type: opentelemetry, inputs: [in], protocol: grpc, uri: "https://127.0.0.1:{}", timeout: 50ms, {tls} }}
+  loghaul: {{ type: opentelemetry, inputs: [in], protocol: grpc, uri: "https://127.0.0.1:{}", timeout: 50ms, {tls} }}
+"#,
+        collector.port, receiver.ports.tcp
+    ));
+    let lines: String = (0..1_000)
+        .map(|i| format!("<13>Nov 27 10:00:00 host app: tls {i}\n"))
+        .collect();
+    send_tcp(sender.ports.tcp, lines.as_bytes());
+    sender.wait_metric(
+        "loghaul_component_sent_events_total",
+        "collector",
+        None,
+        1_000,
+    );
+    let got = wait_lines(&receiver.out(), 1_000, ARRIVE_TIMEOUT);
+    collector.stop();
+    let number = |text: &str| -> usize {
+        text.strip_prefix("tls ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected message {text}"))
+    };
+    let mut seen = vec![0u8; 1_000];
+    for (r, _, _) in &collector_records(&out) {
+        seen[number(r["body"]["stringValue"].as_str().unwrap_or_default())] += 1;
+    }
+    assert!(
+        seen.iter().all(|&n| n == 1),
+        "each record once at the Collector"
+    );
+    let mut seen = vec![0u8; 1_000];
+    for e in &got {
+        seen[number(message(e))] += 1;
+    }
+    assert!(seen.iter().all(|&n| n == 1), "each record once at loghaul");
+    for sink in ["collector", "loghaul"] {
+        assert_eq!(
+            sender.metric("loghaul_component_errors_total", sink, None),
+            0,
+            "{sink}: {}",
+            sender.stderr()
+        );
+    }
 }

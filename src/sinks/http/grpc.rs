@@ -1,5 +1,5 @@
 //! OTLP/gRPC requests of the `opentelemetry` sink (`protocol: grpc`): one HTTP/2 connection per
-//! `HOST:PORT`, shared by every worker (HTTP/2 multiplexes their calls), and the call's status
+//! `HOST:PORT` (cleartext, or TLS agreeing on `h2`), shared by every worker (HTTP/2 multiplexes their calls), and the call's status
 //! read from the response's trailers (or its headers, for a trailers-only answer).
 //!
 //! What is retried is what OTLP says for gRPC: CANCELLED, DEADLINE_EXCEEDED, ABORTED,
@@ -17,6 +17,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 
 use super::config::HttpSinkConfig;
 use super::{Answer, Outcome, Request};
+use crate::net::tls::TlsClient;
 use crate::sinks::{Retry, SinkError};
 
 type H2 = hyper::client::conn::http2::SendRequest<Full<Bytes>>;
@@ -27,7 +28,12 @@ pub(super) struct Connections(Mutex<HashMap<String, H2>>);
 
 impl Connections {
     /// A live connection to `authority`: the shared one, or a new one.
-    async fn get(&self, authority: &str, timeout: Duration) -> Result<H2, SinkError> {
+    async fn get(
+        &self,
+        authority: &str,
+        tls: Option<&TlsClient>,
+        timeout: Duration,
+    ) -> Result<H2, SinkError> {
         let shared = self
             .0
             .lock()
@@ -40,8 +46,9 @@ impl Connections {
         {
             return Ok(c);
         }
-        // Cleartext HTTP/2 (prior knowledge): the sink's config refuses gRPC over TLS.
-        let stream = super::open_stream(authority, None, timeout).await?;
+        // Cleartext HTTP/2 by prior knowledge, or TLS agreeing on `h2` by ALPN (gRPC servers
+        // refuse a TLS connection without it).
+        let stream = super::open_stream(authority, tls, &[b"h2"], timeout).await?;
         let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
             .handshake(TokioIo::new(stream))
             .await
@@ -92,11 +99,12 @@ fn percent_decode(s: &[u8]) -> String {
 pub(super) async fn attempt(
     config: &HttpSinkConfig,
     connections: &Connections,
+    tls: Option<&TlsClient>,
     request: &Request,
 ) -> Outcome {
     let target = &request.target;
     let mut sender = connections
-        .get(&target.authority, config.request_timeout)
+        .get(&target.authority, tls, config.request_timeout)
         .await?;
     let mut req = hyper::Request::new(Full::new(request.body.clone()));
     *req.method_mut() = hyper::Method::POST;

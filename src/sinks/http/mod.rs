@@ -649,7 +649,7 @@ async fn connect(
     tls: Option<&TlsClient>,
     timeout: Duration,
 ) -> Result<Sender, SinkError> {
-    let stream = open_stream(authority, tls, timeout).await?;
+    let stream = open_stream(authority, tls, &[], timeout).await?;
     let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| {
@@ -669,6 +669,7 @@ async fn connect(
 async fn open_stream(
     authority: &str,
     tls: Option<&TlsClient>,
+    alpn: &[&[u8]],
     timeout: Duration,
 ) -> Result<MaybeTls<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>, SinkError> {
     let open = async {
@@ -680,8 +681,15 @@ async fn open_stream(
         let _ = stream.set_nodelay(true);
         match tls {
             None => Ok(MaybeTls::Plain(stream)),
-            Some(tls) => tls
+            Some(tls) if alpn.is_empty() => tls
                 .connect(stream, crate::net::tls::host_of(authority))
+                .await
+                .map_err(|e| {
+                    SinkError::retryable(format!("TLS handshake with {authority} failed"))
+                        .with_cause(e)
+                }),
+            Some(tls) => tls
+                .connect_alpn(stream, crate::net::tls::host_of(authority), alpn)
                 .await
                 .map_err(|e| {
                     SinkError::retryable(format!("TLS handshake with {authority} failed"))
@@ -717,7 +725,7 @@ async fn ready_connection(
 
 async fn attempt(config: &HttpSinkConfig, pool: &Pool, request: &Request) -> Outcome {
     if config.encoding == config::Encoding::OtlpGrpc {
-        return grpc::attempt(config, &pool.h2, request).await;
+        return grpc::attempt(config, &pool.h2, pool.tls.as_deref(), request).await;
     }
     let target = &request.target;
     let mut sender = ready_connection(config, pool, &target.authority).await?;
