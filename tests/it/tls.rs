@@ -271,6 +271,93 @@ sinks:
     receiver.finish();
 }
 
+/// A server certificate made as Fluentd's users make theirs (`openssl req -x509`: self-signed,
+/// `CA:TRUE`, the host in the common name only), given to the `fluent` sink as its `ca`, is
+/// trusted as it is. The sink ends its TLS connections with a close_notify (the receiver sees
+/// a clean end, no read error), and a sink the receiver refuses (a wrong shared key) logs the
+/// reason the PONG gave.
+#[test]
+fn fluent_sink_pins_an_openssl_self_signed_certificate_closes_cleanly_and_logs_a_refusal() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (cert, key) = (dir.path().join("self.crt"), dir.path().join("self.key"));
+    let made = Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+        ])
+        .args(["-subj", "/CN=fluentd.example"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl is installed (scripts/install-peers.sh)");
+    assert!(made.status.success(), "{}", output_text(&made));
+    let text = Command::new("openssl")
+        .args(["x509", "-noout", "-text", "-in"])
+        .arg(&cert)
+        .output()
+        .expect("openssl x509");
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("CA:TRUE"),
+        "openssl req -x509 made no CA:TRUE certificate: the case this test is about"
+    );
+    let receiver = Server::start(&format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+sources:
+  in: {{ type: fluent, address: "127.0.0.1:{{TCP}}", shared_key: right, tls: {{ cert: "{}", key: "{}" }} }}
+sinks:
+  out: {{ type: file, inputs: [in], path: "{{DIR}}/out.jsonl", flush_interval: 50ms }}
+"#,
+        cert.display(),
+        key.display()
+    ));
+    let sender = |shared_key: &str| {
+        Server::spawn(&format!(
+            r#"api: {{ address: "127.0.0.1:{{API}}" }}
+sources:
+  in: {{ type: syslog, mode: tcp, address: "127.0.0.1:{{TCP}}" }}
+sinks:
+  up: {{ type: fluent, inputs: [in], servers: [{{ address: "127.0.0.1:{}" }}], shared_key: {shared_key}, self_hostname: sender, require_ack: true, tls: {{ ca: "{}" }} }}
+"#,
+            receiver.ports.tcp,
+            cert.display()
+        ))
+    };
+    let mut good = sender("right");
+    good.wait_healthy(Duration::from_secs(20))
+        .expect("the sink shakes hands with the pinned server");
+    send_tcp(good.ports.tcp, &lines("pinned", 0..1000));
+    let events = wait_lines(&receiver.out(), 1000, Duration::from_secs(30));
+    let got: Vec<u64> = events.iter().map(|e| trailing_number(message(e))).collect();
+    assert_each_once(
+        &got,
+        1000,
+        "fluent sink to a pinned self-signed certificate",
+    );
+    good.stop();
+    receiver.wait_metric_eq("loghaul_open_connections", "in", None, 0);
+    assert_eq!(
+        receiver.metric("loghaul_component_errors_total", "in", None),
+        0,
+        "the sink's close must be clean (close_notify):\n{}",
+        receiver.stderr()
+    );
+
+    let refused = sender("wrong");
+    refused.wait_api(Duration::from_secs(20));
+    send_tcp(refused.ports.tcp, &lines("refused", 0..10));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !refused.stderr().contains("shared_key mismatch") {
+        assert!(
+            Instant::now() < deadline,
+            "the sink does not log the PONG's reason:\n{}",
+            refused.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    receiver.finish();
+}
+
 /// `http_server` over TLS with curl (`--cacert`), over HTTP/1.1 and HTTP/2 (agreed by ALPN),
 /// and with a client certificate whose subject lands in the events.
 #[test]

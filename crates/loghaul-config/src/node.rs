@@ -297,9 +297,6 @@ impl de::Error for DeError {
 
 /// Fluentd's names for keys loghaul spells otherwise (`out_forward`, `<transport tls>`), with
 /// loghaul's and what to know: the hint an unknown key gets where its map has loghaul's key.
-/// What a Fluentd user turning the hostname check off needs to know.
-const HOSTNAME_CHECKED: &str = ": the server's name is always checked against its certificate, `server_name` says which name to expect";
-
 const FLUENTD_SPELLINGS: &[(&str, &str, &str)] = &[
     ("require_ack_response", "require_ack", ""),
     ("ack_response_timeout", "ack_timeout", ""),
@@ -311,8 +308,12 @@ const FLUENTD_SPELLINGS: &[(&str, &str, &str)] = &[
     ("private_key_path", "key", ""),
     ("tls_client_private_key_path", "key", ""),
     ("client_cert_auth", "verify_client", ""),
-    ("tls_verify_hostname", "server_name", HOSTNAME_CHECKED),
-    ("verify_hostname", "server_name", HOSTNAME_CHECKED),
+    ("tls_verify_hostname", "verify_hostname", " (in `tls`)"),
+    (
+        "tls_allow_self_signed_cert",
+        "ca",
+        " (give the server's own certificate: it is trusted as it is)",
+    ),
 ];
 
 /// Unknown keys found while deserializing; recorded instead of returned so one typo does not hide

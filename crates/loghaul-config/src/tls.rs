@@ -57,6 +57,10 @@ pub struct RawTls {
     /// Listeners: how long a client may take to finish the handshake. Default `10s`.
     #[serde(default)]
     pub handshake_timeout: Option<RawDuration>,
+    /// Clients: `false` accepts a server certificate that does not carry the server's name
+    /// (its chain, or its pin, is still verified). Default `true`.
+    #[serde(default)]
+    pub verify_hostname: Option<bool>,
 }
 
 /// A TLS version as written: `1.2` may come as a YAML number.
@@ -96,6 +100,11 @@ impl<'p> At<'_, '_, 'p> {
     fn error(&mut self, key: &[&str], message: impl Into<String>, hint: Option<String>) {
         let pos = self.cx.val_pos(&self.path(key));
         self.cx.error(pos, message, hint);
+    }
+
+    fn warn(&mut self, key: &[&str], message: impl Into<String>, hint: Option<String>) {
+        let pos = self.cx.val_pos(&self.path(key));
+        self.cx.warn(pos, message, hint);
     }
 
     fn error_at_key(&mut self, key: &[&str], message: impl Into<String>, hint: Option<String>) {
@@ -153,6 +162,11 @@ pub(crate) fn validate_tls(
             Role::Client,
         ),
         ("server_name", raw.server_name.is_some(), Role::Server),
+        (
+            "verify_hostname",
+            raw.verify_hostname.is_some(),
+            Role::Server,
+        ),
     ] {
         if given && role == wrong_end {
             let (what, other) = match role {
@@ -183,6 +197,13 @@ pub(crate) fn validate_tls(
         );
         ok = false;
     }
+    if role == Role::Client && raw.verify_hostname == Some(false) {
+        v.warn(
+            &["tls", "verify_hostname"],
+            "the server's name is not checked: any server holding a certificate that `ca` (or the system's store) trusts is taken for this one",
+            Some("prefer `server_name` with the name the certificate carries".to_owned()),
+        );
+    }
     if raw.cert.is_some() != raw.key.is_some() {
         let missing = if raw.cert.is_some() { "key" } else { "cert" };
         v.error(
@@ -201,6 +222,7 @@ pub(crate) fn validate_tls(
         ciphers: raw.ciphers,
         server_name: raw.server_name,
         handshake_timeout: handshake_timeout?,
+        verify_hostname: raw.verify_hostname.unwrap_or(true),
     };
     if !ok {
         return None;

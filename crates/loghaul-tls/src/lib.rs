@@ -55,6 +55,9 @@ pub struct TlsConfig {
     pub server_name: Option<String>,
     /// Server: how long a client may take to finish its handshake.
     pub handshake_timeout: Duration,
+    /// Client: whether the server's certificate must carry its name (`server_name`, or the
+    /// host connected to). The chain (or the pin) is verified either way.
+    pub verify_hostname: bool,
 }
 
 impl Default for TlsConfig {
@@ -68,6 +71,7 @@ impl Default for TlsConfig {
             ciphers: None,
             server_name: None,
             handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            verify_hostname: true,
         }
     }
 }
@@ -318,8 +322,14 @@ pub fn build_client(
     files: &Files,
 ) -> Result<Arc<rustls::ClientConfig>, TlsError> {
     let provider = provider(config)?;
+    let mut pinned = Vec::new();
     let roots = match (&config.ca, &files.ca) {
-        (Some(ca_path), Some(ca)) => parse_roots(ca_path, ca)?,
+        (Some(ca_path), Some(ca)) => {
+            // Each certificate of `ca` is also trusted as it is when a server presents it
+            // (a self-signed server certificate, CA:TRUE or not): see verify.rs.
+            pinned = parse_certs(ca_path, ca)?;
+            parse_roots(ca_path, ca)?
+        }
         _ => {
             let native = rustls_native_certs::load_native_certs();
             let mut roots = RootCertStore::empty();
@@ -332,10 +342,22 @@ pub fn build_client(
             roots
         }
     };
+    let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .build()
+    .map_err(|e| TlsError::general(format!("cannot verify servers: {e}")))?;
+    let verifier = verify::ServerVerifier {
+        inner,
+        pinned,
+        check_name: config.verify_hostname,
+    };
     let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(config.min_version.versions())
         .map_err(|e| TlsError::general(format!("no usable protocol version: {e}")))?
-        .with_root_certificates(roots);
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(verifier));
     let client = match (&config.cert, &files.cert, &config.key, &files.key) {
         (Some(cert_path), Some(cert), Some(key_path), Some(key)) => {
             let chain = parse_certs(cert_path, cert)?;
@@ -612,6 +634,7 @@ pub fn peer_subject(certs: Option<&[CertificateDer<'_>]>) -> Option<String> {
 
 pub mod dn;
 pub mod pki;
+mod verify;
 
 #[cfg(test)]
 mod tests;

@@ -165,6 +165,12 @@ impl Ca {
         &self.pem
     }
 
+    /// The CA's private key, as PEM: with [`Ca::pem`], a self-signed `CA:TRUE` certificate a
+    /// server can present, as `openssl req -x509` makes them.
+    pub fn key_pem(&self) -> String {
+        self.issuer.key().serialize_pem()
+    }
+
     /// Writes the CA certificate to `path`.
     ///
     /// # Errors

@@ -330,3 +330,65 @@ fn rotated_files_serve_new_handshakes_and_a_broken_rotation_keeps_the_old() {
     assert_eq!(watched.poll(), Reload::Unchanged);
     assert_eq!(handshake(watched.current(), c).unwrap().0, "03");
 }
+
+/// A self-signed `CA:TRUE` server certificate (`openssl req -x509`'s kind), given to the client
+/// as its `ca`, is trusted as it is; webpki alone refuses it (`CaUsedAsEndEntity`). Another
+/// client's CA still refuses it.
+#[test]
+fn a_self_signed_ca_certificate_given_as_ca_is_pinned() {
+    let t = setup();
+    let own = Ca::new("self-signed server").unwrap();
+    own.write(&t.path("self.crt")).unwrap();
+    std::fs::write(t.path("self.key"), own.key_pem()).unwrap();
+    let s = server(&TlsConfig {
+        cert: Some(t.path("self.crt")),
+        key: Some(t.path("self.key")),
+        ..TlsConfig::default()
+    });
+    let pinned = TlsConfig {
+        ca: Some(t.path("self.crt")),
+        ..TlsConfig::default()
+    };
+    handshake(s.clone(), client(&pinned)).unwrap();
+    let e = handshake(s, client(&t.client(None))).unwrap_err();
+    assert!(e.contains("invalid peer certificate"), "{e}");
+}
+
+/// `verify_hostname: false` accepts a certificate for another name when its chain verifies,
+/// and only then.
+#[test]
+fn verify_hostname_false_skips_the_name_and_only_the_name() {
+    let t = setup();
+    t.issue(
+        &t.ca,
+        Leaf {
+            names: vec!["elsewhere.example".to_owned()],
+            ..Leaf::new("elsewhere")
+        },
+        "elsewhere",
+    );
+    let s = server(&TlsConfig {
+        cert: Some(t.path("elsewhere.crt")),
+        key: Some(t.path("elsewhere.key")),
+        ..TlsConfig::default()
+    });
+    let e = handshake(s.clone(), client(&t.client(None))).unwrap_err();
+    assert!(
+        e.contains("NotValidForName") || e.contains("not valid for name"),
+        "{e}"
+    );
+    let lax = TlsConfig {
+        verify_hostname: false,
+        ..t.client(None)
+    };
+    handshake(s, client(&lax)).unwrap();
+    // A chain from another CA is still refused.
+    let other = Ca::new("other CA").unwrap();
+    t.issue(&other, Leaf::new("forged"), "forged");
+    let forged = server(&TlsConfig {
+        cert: Some(t.path("forged.crt")),
+        key: Some(t.path("forged.key")),
+        ..TlsConfig::default()
+    });
+    assert!(handshake(forged, client(&lax)).is_err());
+}

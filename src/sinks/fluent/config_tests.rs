@@ -1,5 +1,7 @@
 //! The `fluent` sink's configuration errors, each at the line of the key that causes it.
 
+#![allow(clippy::expect_used)]
+
 use crate::config::testing::{error_at, ok, sink, warning_at};
 
 const BASE: &str = "type: fluent\nservers: [{ address: \"127.0.0.1:24224\" }]\n";
@@ -143,8 +145,8 @@ fn tls_is_the_client_end() {
     error_at(&t, "ca:", "cannot read");
 }
 
-/// A Fluentd user's spellings name loghaul's keys (and `verify_hostname` no longer suggests
-/// the server-side `verify_client`).
+/// A Fluentd user's spellings name loghaul's keys (and none suggests the server-side
+/// `verify_client`).
 #[test]
 fn fluentd_spellings_name_loghauls_keys() {
     let hint = |body: &str| {
@@ -160,11 +162,11 @@ fn fluentd_spellings_name_loghauls_keys() {
         ("tls:\n  private_key_path: /k.pem", "loghaul's is 'key'"),
         (
             "tls:\n  tls_verify_hostname: false",
-            "loghaul's is 'server_name'",
+            "loghaul's is 'verify_hostname'",
         ),
         (
-            "tls:\n  verify_hostname: false",
-            "always checked against its certificate",
+            "tls:\n  tls_allow_self_signed_cert: true",
+            "loghaul's is 'ca'",
         ),
     ] {
         let e = hint(body);
@@ -174,4 +176,26 @@ fn fluentd_spellings_name_loghauls_keys() {
     // Elsewhere the usual suggestion stands.
     let e = hint("requre_ack: true");
     assert!(e.contains("did you mean 'require_ack'?"), "{e}");
+}
+
+/// `tls.verify_hostname: false` is a client's choice, taken with a warning; a listener refuses it.
+#[test]
+fn verify_hostname_false_warns_on_a_client_and_is_refused_on_a_listener() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let ca = loghaul_tls::pki::Ca::new("test CA").expect("CA");
+    let ca_file = dir.path().join("ca.crt");
+    ca.write(&ca_file).expect("write CA");
+    warning_at(
+        &sink(&format!(
+            "{BASE}tls:\n  ca: {}\n  verify_hostname: false",
+            ca_file.display()
+        )),
+        "verify_hostname",
+        "the server's name is not checked",
+    );
+    error_at(
+        "sources:\n  in:\n    type: fluent\n    tls: { cert: a.crt, key: a.key, verify_hostname: false }\n",
+        "verify_hostname",
+        "means nothing to a listener",
+    );
 }

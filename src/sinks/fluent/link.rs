@@ -244,10 +244,29 @@ async fn client_handshake<S: AsyncRead + AsyncWrite + Unpin>(
     Ok(())
 }
 
-/// Writes requests and reads their acks until the connection breaks or the sink is done.
+/// Writes requests and reads their acks until the connection breaks or the sink is done, then
+/// closes the connection: over TLS with a close_notify, so the server sees a clean end (Fluentd
+/// warns `unexpected eof while reading` at a close without one).
 async fn serve<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-    mut rd: R,
+    rd: R,
     mut wr: W,
+    config: &FluentSinkConfig,
+    rx: &mut mpsc::Receiver<Outgoing>,
+    events: &mpsc::UnboundedSender<LinkEvent>,
+    index: usize,
+) -> Ended {
+    let ended = exchange(rd, &mut wr, config, rx, events, index).await;
+    // Bounded: a server that stopped reading must not hold the sink.
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, wr.shutdown()).await;
+    ended
+}
+
+/// How long a close (TLS close_notify, TCP FIN) may take.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+async fn exchange<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
+    mut rd: R,
+    wr: &mut W,
     config: &FluentSinkConfig,
     rx: &mut mpsc::Receiver<Outgoing>,
     events: &mpsc::UnboundedSender<LinkEvent>,
