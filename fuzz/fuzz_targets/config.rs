@@ -55,7 +55,7 @@ const FILES: [&str; 3] = ["/fuzz/cert.pem", "/fuzz/key.pem", "/fuzz/ca.pem"];
 /// Checks a `tls` map's files against the fake file system: the three [`FILES`] make a working
 /// config at either end, any other path cannot be read. Deterministic, and as cheap as the rest
 /// of the loader (the real check parses PEM and may load the system's trust store).
-fn tls_files(config: &TlsConfig, _: TlsRole) -> Result<(), TlsError> {
+fn tls_files(config: &TlsConfig, _: TlsRole) -> Result<Vec<String>, TlsError> {
     for path in [&config.cert, &config.key, &config.ca].into_iter().flatten() {
         if !FILES.iter().any(|f| Path::new(f) == path) {
             return Err(TlsError {
@@ -64,7 +64,7 @@ fn tls_files(config: &TlsConfig, _: TlsRole) -> Result<(), TlsError> {
             });
         }
     }
-    Ok(())
+    Ok(Vec::new())
 }
 
 fn check_tls(tls: &Option<TlsConfig>) {

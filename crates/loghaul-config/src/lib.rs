@@ -65,6 +65,10 @@ fn env_var(name: &str) -> Option<String> {
     }
 }
 
+/// Reads and checks a `tls` map's files for one end: `Ok` with warnings (what works here but
+/// fails with some peers), or what is wrong.
+pub type TlsCheck<'a> = dyn Fn(&TlsConfig, TlsRole) -> Result<Vec<String>, TlsError> + 'a;
+
 /// What loading reads besides the configuration text: the values of `${VAR}` (and the secret
 /// files of `${file:PATH}`), and the files a `tls` map names. [`Config::load`] and
 /// [`Config::from_str`] use the process's ([`Environment::process`]); tests and fuzz targets
@@ -75,7 +79,7 @@ pub struct Environment<'a> {
     pub vars: &'a dyn Fn(&str) -> Option<String>,
     /// Whether the files a validated `tls` map names make a working config for its end of the
     /// connections ([`loghaul_tls::check`], which reads them, for the process).
-    pub tls: &'a dyn Fn(&TlsConfig, TlsRole) -> Result<(), TlsError>,
+    pub tls: &'a TlsCheck<'a>,
 }
 
 impl Environment<'_> {

@@ -228,7 +228,13 @@ pub(crate) fn validate_tls(
         return None;
     }
     // The files themselves: read and checked now, with the key that named the bad one.
-    if let Err(error) = (v.cx.tls_check)(&config, role) {
+    let checked = (v.cx.tls_check)(&config, role);
+    if let Ok(concerns) = &checked {
+        for concern in concerns {
+            v.warn(&["tls", "cert"], concern.clone(), None);
+        }
+    }
+    if let Err(error) = checked {
         let key = match &error.path {
             Some(p) if config.cert.as_ref() == Some(p) => "cert",
             Some(p) if config.key.as_ref() == Some(p) => "key",

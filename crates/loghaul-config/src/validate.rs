@@ -47,8 +47,7 @@ pub(crate) struct Ctx<'a> {
     pub(crate) diags: &'a mut Vec<Diagnostic>,
     pub(crate) errors: usize,
     /// Checks the files of a `tls` map (see [`crate::Environment::tls`]).
-    pub(crate) tls_check:
-        &'a dyn Fn(&loghaul_tls::TlsConfig, loghaul_tls::Role) -> Result<(), loghaul_tls::TlsError>,
+    pub(crate) tls_check: &'a crate::TlsCheck<'a>,
 }
 
 impl Ctx<'_> {
@@ -452,10 +451,7 @@ pub(crate) fn validate<R: Registry>(
     root: &Node,
     text: &str,
     origin: &str,
-    tls_check: &dyn Fn(
-        &loghaul_tls::TlsConfig,
-        loghaul_tls::Role,
-    ) -> Result<(), loghaul_tls::TlsError>,
+    tls_check: &crate::TlsCheck<'_>,
     diags: &mut Vec<Diagnostic>,
 ) -> Option<Config<R>> {
     let mut cx = Ctx {

@@ -229,17 +229,51 @@ fn certified_key(
 }
 
 /// Checks that `config`'s files make a working config for `role` (what `loghaul validate`
-/// runs).
+/// runs); `Ok` holds what works here but will fail with some peers (warnings).
 ///
 /// # Errors
 ///
 /// What is wrong, with the file's path.
-pub fn check(config: &TlsConfig, role: Role) -> Result<(), TlsError> {
+pub fn check(config: &TlsConfig, role: Role) -> Result<Vec<String>, TlsError> {
     let files = Files::read(config)?;
     match role {
-        Role::Server => build_server(config, &files, &[]).map(drop),
-        Role::Client => build_client(config, &files).map(drop),
+        Role::Server => {
+            build_server(config, &files, &[])?;
+            let (Some(path), Some(pem)) = (&config.cert, &files.cert) else {
+                return Ok(Vec::new());
+            };
+            let chain = parse_certs(path, pem)?;
+            Ok(chain.first().map(server_concerns).unwrap_or_default())
+        }
+        Role::Client => build_client(config, &files).map(|_| Vec::new()),
     }
+}
+
+/// What makes a server certificate fail with clients that verify as webpki (rustls, so
+/// loghaul's own clients and Vector's) and Go do, though OpenSSL-based clients take it.
+fn server_concerns(cert: &CertificateDer<'_>) -> Vec<String> {
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
+        return Vec::new();
+    };
+    let mut concerns = Vec::new();
+    if let Ok(Some(bc)) = parsed.basic_constraints()
+        && bc.value.ca
+    {
+        concerns.push(
+            "the server certificate is a CA certificate (CA:TRUE, as `openssl req -x509` makes): rustls-based clients refuse it as a server's unless they are given this very certificate to trust (loghaul's clients: as their `ca`)".to_owned(),
+        );
+    }
+    let names = parsed
+        .subject_alternative_name()
+        .ok()
+        .flatten()
+        .is_some_and(|san| !san.value.general_names.is_empty());
+    if !names {
+        concerns.push(
+            "the server certificate has no subject alternative names (its host only in the common name): clients that check names (rustls, Go) find none, unless they trust this very certificate or skip the name check".to_owned(),
+        );
+    }
+    concerns
 }
 
 /// A rustls server config from `config` and the files' bytes; `alpn` lists the application
