@@ -6,7 +6,7 @@
 //! ```text
 //! request ─► path: /v1/logs (HTTP) | LogsService/Export (gRPC) | another signal (refused)
 //!         ─► body (≤ max_body_size) ─► inflate (Content-Encoding, or grpc-encoding) ─► JSON?
-//!         ─► measure (structure checked, size bounded, charged) ─► decode ─► fan-out ─► commit
+//!         ─► decode within a charged bound (else measure, charge, decode) ─► fan-out ─► commit
 //!         ─► 200 ExportLogsServiceResponse (partial_success for rejected records)
 //!          | HTTP 4xx/5xx + google.rpc.Status | gRPC status in trailers (+ RetryInfo)
 //! ```
@@ -201,6 +201,11 @@ fn percent_encode(s: &str) -> String {
 fn header_str(req: &hyper::http::request::Parts, name: impl header::AsHeaderName) -> Option<&str> {
     req.headers.get(name).and_then(|v| v.to_str().ok())
 }
+
+/// The memory a request's tables (events, entries) may take per byte of protobuf before its
+/// decoding stops and measures it first: records as the SDKs and the Collector send them take
+/// 2 to 4 (a resource's attributes are repeated in each of its records).
+const TABLES_PER_BYTE: usize = 8;
 
 /// Bodies from this size on are decoded off the worker (`cpu_heavy`); smaller ones, as
 /// exporters send them (hundreds of records, tens of KB), take less than handing the worker's
@@ -437,30 +442,43 @@ async fn take(
         message = Bytes::from(proto);
         share.set(message.len());
     }
-    let measure = cpu(message.len(), || logs::measure(&message)).map_err(|e| {
+    let bad = |e: otlp::wire::WireError| {
         Answer::bad(format!(
             "the request is no valid ExportLogsServiceRequest: {e}"
         ))
-    })?;
+    };
     let max_events = ctx.config.max_events_per_request;
-    if measure.records > max_events {
-        return Err(Answer::from_refusal(Refusal::TooManyEvents(max_events)));
-    }
-    // The request's bytes, the arena that starts as their copy, and the tables.
+    // The request's bytes and the arena that starts as their copy, plus the tables: first a
+    // bound that what exporters send stays under, so that one walk builds the batch; a
+    // request that would take more is measured, charged exactly, and built.
+    let tables = message.len().saturating_mul(TABLES_PER_BYTE);
     share
-        .hold(
-            message
-                .len()
-                .saturating_mul(2)
-                .saturating_add(measure.bytes()),
-        )
+        .hold(message.len().saturating_mul(2).saturating_add(tables))
         .await
         .map_err(Answer::from_refusal)?;
-    let decoded = cpu(message.len(), || logs::decode(&message, ctx.id.clone())).map_err(|e| {
-        Answer::bad(format!(
-            "the request is no valid ExportLogsServiceRequest: {e}"
-        ))
-    })?;
+    let quick = cpu(message.len(), || {
+        logs::decode_within(&message, ctx.id.clone(), tables, max_events)
+    })
+    .map_err(bad)?;
+    let decoded = match quick {
+        Some(decoded) => decoded,
+        None => {
+            let measure = cpu(message.len(), || logs::measure(&message)).map_err(bad)?;
+            if measure.records > max_events {
+                return Err(Answer::from_refusal(Refusal::TooManyEvents(max_events)));
+            }
+            share
+                .hold(
+                    message
+                        .len()
+                        .saturating_mul(2)
+                        .saturating_add(measure.bytes()),
+                )
+                .await
+                .map_err(Answer::from_refusal)?;
+            cpu(message.len(), || logs::decode(&message, ctx.id.clone())).map_err(bad)?
+        }
+    };
     drop(message);
     let mut batch = decoded.batch;
     if let Some(TlsSubject(subject)) = req.extensions.get::<TlsSubject>() {

@@ -1,7 +1,9 @@
 //! `ExportLogsServiceRequest` (binary protobuf) into a batch: one event per log record, its
 //! strings spans into the request itself (the batch's arena starts with the request's bytes).
 //!
-//! A request is read twice: [`measure`] checks the whole structure and bounds what the batch
+//! [`decode_within`] builds a batch in one walk as long as it stays within a bound the caller
+//! has charged to the memory budget (what exporters send always does). A request that would
+//! take more is read twice: [`measure`] checks the whole structure and bounds what the batch
 //! will take (records, record entries: a resource's attributes are repeated in each of its
 //! records), so the caller charges the memory budget before [`decode`] builds anything.
 //! The mapping of each field is the table in `docs/specs/otlp.md`.
@@ -59,6 +61,11 @@ pub fn measure(body: &[u8]) -> Result<Measure, WireError> {
     let mut walk = Walk {
         b: None,
         names: Names::default(),
+        max_records: 0,
+        max_bytes: 0,
+        taken: Measure::default(),
+        over: false,
+        attrs: Vec::new(),
     };
     walk.request(Reader::new(body), &mut |records, fields| {
         m.records += records;
@@ -73,18 +80,55 @@ pub fn measure(body: &[u8]) -> Result<Measure, WireError> {
 ///
 /// As [`measure`].
 pub fn decode(body: &Bytes, source: Arc<str>) -> Result<Decoded, WireError> {
+    build(body, source, usize::MAX, usize::MAX)?.ok_or(WireError {
+        offset: 0,
+        what: "over an unbounded limit",
+    })
+}
+
+/// Decodes a request in one walk if its batch takes at most `max_bytes` (as
+/// [`Measure::bytes`] counts) and `max_records` records; `Ok(None)` as soon as it would take
+/// more (nothing is kept: [`measure`] it, charge that, and [`decode`]).
+///
+/// # Errors
+///
+/// As [`measure`].
+pub fn decode_within(
+    body: &Bytes,
+    source: Arc<str>,
+    max_bytes: usize,
+    max_records: usize,
+) -> Result<Option<Decoded>, WireError> {
+    build(body, source, max_bytes, max_records)
+}
+
+fn build(
+    body: &Bytes,
+    source: Arc<str>,
+    max_bytes: usize,
+    max_records: usize,
+) -> Result<Option<Decoded>, WireError> {
     let mut b = RecordBuilder::over(body.to_vec());
     let names = Names::put(&mut b);
     let rejected = {
         let mut walk = Walk {
             b: Some(&mut b),
             names,
+            max_records,
+            max_bytes,
+            taken: Measure::default(),
+            over: false,
+            attrs: Vec::new(),
         };
-        walk.request(Reader::new(body), &mut |_, _| {})?;
+        match walk.request(Reader::new(body), &mut |_, _| {}) {
+            Ok(()) => {}
+            Err(_) if walk.over => return Ok(None),
+            Err(e) => return Err(e),
+        }
         walk.names.rejected
     };
     let batch = b.finish(source, "opentelemetry");
-    Ok(Decoded { batch, rejected })
+    Ok(Some(Decoded { batch, rejected }))
 }
 
 /// The record keys loghaul writes, appended to the arena once per batch.
@@ -135,6 +179,15 @@ impl Names {
 struct Walk<'b> {
     b: Option<&'b mut RecordBuilder>,
     names: Names,
+    /// Building: the most records and bytes ([`Measure::bytes`]) the batch may take before
+    /// the walk gives up (`over`).
+    max_records: usize,
+    max_bytes: usize,
+    /// Building: what the batch takes so far.
+    taken: Measure,
+    over: bool,
+    /// A record's attributes, found before any is built (reused from record to record).
+    attrs: Vec<(usize, usize)>,
 }
 
 /// What a resource or scope gives each of its records.
@@ -201,7 +254,7 @@ impl Walk<'_> {
                         let Wire::Len(a, b) = w else {
                             return Err(wrong(&res, "an attribute is not a message"));
                         };
-                        let (field, size) = self.key_value(res.nested(a, b), 1)?;
+                        let (field, size) = self.key_value(res.nested(a, b), 1, true)?;
                         fields += size;
                         if let Value::Str(v) = field.value {
                             let key = res.bytes(field.name.start as usize, field.name.end as usize);
@@ -291,6 +344,15 @@ impl Walk<'_> {
                     self.log_record(it.nested(a, b), shared, &extra[..n_extra], record_mark)?;
                 records += 1;
                 fields = fields.saturating_add(size + per_record);
+                if self.b.is_some() {
+                    self.taken.records += 1;
+                    self.taken.fields = self.taken.fields.saturating_add(size + per_record);
+                    if self.taken.records > self.max_records || self.taken.bytes() > self.max_bytes
+                    {
+                        self.over = true;
+                        return Err(wrong(&it, "over the decode limit"));
+                    }
+                }
             }
         }
         count(records, fields);
@@ -326,7 +388,7 @@ impl Walk<'_> {
                     }
                 }
                 (3, Wire::Len(a, b)) => {
-                    let (field, s) = self.key_value(r.nested(a, b), 2)?;
+                    let (field, s) = self.key_value(r.nested(a, b), 2, true)?;
                     size += s;
                     any_attr = true;
                     if let Some(e) = attrs.as_mut() {
@@ -375,7 +437,8 @@ impl Walk<'_> {
         let mut trace_id = None;
         let mut span_id = None;
         let mut event_name = None;
-        let mut attrs_at = Vec::new();
+        let mut attrs_at = std::mem::take(&mut self.attrs);
+        attrs_at.clear();
         let mut it = r;
         while let Some((n, w)) = it.field()? {
             match (n, w) {
@@ -413,9 +476,11 @@ impl Walk<'_> {
         }
         if deep {
             self.names.rejected += 1;
+            self.attrs = attrs_at;
             return Ok(0);
         }
         if self.b.is_none() {
+            self.attrs = attrs_at;
             return Ok(size);
         }
         let names = self.names;
@@ -457,7 +522,7 @@ impl Walk<'_> {
         if !attrs_at.is_empty() {
             let mut attrs = self.scratch();
             for &(a, b) in &attrs_at {
-                let (field, _) = self.key_value(r.nested(a, b), 2)?;
+                let (field, _) = self.key_value(r.nested(a, b), 2, false)?;
                 attrs.push(field);
             }
             let value = self.close_map(attrs);
@@ -503,6 +568,7 @@ impl Walk<'_> {
         if let Some(b) = self.b.as_deref_mut() {
             b.push_record(event, entries, extra, mark);
         }
+        self.attrs = attrs_at;
         Ok(size)
     }
 
@@ -543,7 +609,15 @@ impl Walk<'_> {
     }
 
     /// `KeyValue { string key = 1; AnyValue value = 2; }`, and how many entries it takes.
-    fn key_value(&mut self, mut r: Reader<'_>, depth: usize) -> Result<(Field, usize), WireError> {
+    /// A `KeyValue` and the entries it takes: always when only measuring, and when building
+    /// only if `sized` (a resource's and a scope's, which every record repeats; a record's own
+    /// were sized before it was built).
+    fn key_value(
+        &mut self,
+        mut r: Reader<'_>,
+        depth: usize,
+        sized: bool,
+    ) -> Result<(Field, usize), WireError> {
         let mut key = Span::EMPTY;
         let mut value = None;
         while let Some((n, w)) = r.field()? {
@@ -575,7 +649,13 @@ impl Walk<'_> {
             ));
         }
         let value = self.any_value(r.nested(a, b), depth)?;
-        Ok((Field { name: key, value }, 0))
+        let size = if sized {
+            // any_value refused what nests too deep: this finds a size.
+            depth_and_size(r.nested(a, b), Kind::AnyValue, depth)?.map_or(0, |s| s + 1)
+        } else {
+            0
+        };
+        Ok((Field { name: key, value }, size))
     }
 
     /// `AnyValue`: one of string (1), bool (2), int64 (3), double (4), ArrayValue (5),
@@ -623,7 +703,7 @@ impl Walk<'_> {
                             let Wire::Len(x, y) = w else {
                                 return Err(wrong(&inner, "a map entry is not a message"));
                             };
-                            let (f, _) = self.key_value(inner.nested(x, y), depth + 1)?;
+                            let (f, _) = self.key_value(inner.nested(x, y), depth + 1, false)?;
                             entries.push(f);
                         }
                     }

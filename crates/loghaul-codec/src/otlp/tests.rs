@@ -126,6 +126,35 @@ fn the_measure_bounds_the_batch() {
     assert_eq!(d.rejected, 0);
 }
 
+/// One walk builds what stays within the charged bound, the same batch as measuring first, and
+/// counts as `measure` does (one byte less than its measure gives up); past the bound (bytes or
+/// records) it gives up and keeps nothing.
+#[test]
+fn decoding_within_a_bound_builds_the_same_batch_or_gives_up() {
+    let body = Bytes::from(request(50));
+    let m = logs::measure(&body).expect("measures");
+    let whole = logs::decode(&body, Arc::from("otel")).expect("decodes");
+    let quick = logs::decode_within(&body, Arc::from("otel"), m.bytes(), 50)
+        .expect("decodes")
+        .expect("within its own measure");
+    assert_eq!(quick.batch.len(), whole.batch.len());
+    assert_eq!(quick.batch.fields.len(), whole.batch.fields.len());
+    assert_eq!(reencode(&quick.batch), reencode(&whole.batch));
+    assert!(
+        logs::decode_within(&body, Arc::from("otel"), m.bytes() - 1, 50)
+            .expect("decodes")
+            .is_none()
+    );
+    assert!(
+        logs::decode_within(&body, Arc::from("otel"), usize::MAX, 49)
+            .expect("decodes")
+            .is_none()
+    );
+    // A broken request is an error, not a bound exceeded.
+    let cut = Bytes::copy_from_slice(&body[..body.len() - 1]);
+    assert!(logs::decode_within(&cut, Arc::from("otel"), usize::MAX, usize::MAX).is_err());
+}
+
 #[test]
 fn a_body_of_another_type_stays_in_the_record() {
     let mut w = Writer::default();
