@@ -22,20 +22,11 @@ fn in_arena(batch: &EventBatch, span: Span) {
 }
 
 fn check_fields(batch: &EventBatch, range: (u32, u32), parent: Option<usize>, depth: usize) {
-    assert!(
-        depth <= logs::MAX_DEPTH + 4,
-        "nesting deeper than the decoder allows"
-    );
+    assert!(depth <= logs::MAX_DEPTH + 4, "nesting deeper than the decoder allows");
     let (start, end) = (range.0 as usize, range.1 as usize);
-    assert!(
-        start <= end && end <= batch.fields.len(),
-        "range outside the table"
-    );
+    assert!(start <= end && end <= batch.fields.len(), "range outside the table");
     if let Some(parent) = parent {
-        assert!(
-            start > parent || start == end,
-            "a child range before its parent"
-        );
+        assert!(start > parent || start == end, "a child range before its parent");
     }
     for (i, field) in batch.fields[start..end].iter().enumerate() {
         let Field { name, value } = *field;
@@ -71,22 +62,13 @@ fuzz_target!(|data: &[u8]| {
     let quick = logs::decode_within(&body, Arc::from("fuzz"), bound, 1000);
     let Ok(measure) = logs::measure(&body) else {
         // Given up before the break is as good: the caller measures next.
-        assert!(
-            !matches!(quick, Ok(Some(_))),
-            "decode_within accepted what measure refuses"
-        );
+        assert!(!matches!(quick, Ok(Some(_))), "decode_within accepted what measure refuses");
         return;
     };
     match quick {
         Err(e) => panic!("measure accepted what decode_within refuses: {e}"),
-        Ok(Some(_)) => assert!(
-            measure.bytes() <= bound && measure.records <= 1000,
-            "{measure:?}"
-        ),
-        Ok(None) => assert!(
-            measure.bytes() > bound || measure.records > 1000,
-            "{measure:?}"
-        ),
+        Ok(Some(_)) => assert!(measure.bytes() <= bound && measure.records <= 1000, "{measure:?}"),
+        Ok(None) => assert!(measure.bytes() > bound || measure.records > 1000, "{measure:?}"),
     }
     let decoded = match logs::decode(&body, Arc::from("fuzz")) {
         Ok(d) => d,
@@ -97,13 +79,9 @@ fuzz_target!(|data: &[u8]| {
     assert!(batch.fields.len() <= measure.fields, "{measure:?}");
     let mut out = Vec::new();
     for event in &batch.events {
-        for span in [
-            event.message.get(),
-            event.hostname.get(),
-            event.appname.get(),
-        ]
-        .into_iter()
-        .flatten()
+        for span in [event.message.get(), event.hostname.get(), event.appname.get()]
+            .into_iter()
+            .flatten()
         {
             in_arena(batch, span);
         }
@@ -111,10 +89,7 @@ fuzz_target!(|data: &[u8]| {
         out.clear();
         encode_json(batch, event, &mut out);
         if let Err(e) = serde_json::from_slice::<serde_json::Value>(&out) {
-            panic!(
-                "JSON output does not parse ({e}): {}",
-                String::from_utf8_lossy(&out)
-            );
+            panic!("JSON output does not parse ({e}): {}", String::from_utf8_lossy(&out));
         }
     }
 });
