@@ -1,5 +1,5 @@
 //! Templates over events (file paths, forward tags, HTTP URIs and header values): how a
-//! `{{ name }}` renders for an event.
+//! `{{ name }}` (or `{{ name ?? "default" }}`) renders for an event.
 //!
 //! A name the event's record has (a top-level key, or a dotted path into it) renders the
 //! record's value, as in JSON output, where the record's keys shadow loghaul's own; otherwise it
@@ -27,6 +27,9 @@ pub fn render(template: &PathTemplate, batch: &EventBatch, event: &Event, out: &
                 }
             }
             TemplatePart::Field(name) => push_field(out, batch, event, name),
+            TemplatePart::FieldOr(name, default) => {
+                push_field_or(out, batch, event, name, default);
+            }
         }
     }
 }
@@ -69,7 +72,7 @@ pub fn parse_fields(text: &str) -> Result<(PathTemplate, Vec<String>), TemplateE
     if !rest.is_empty() {
         parts.push(TemplatePart::Literal(rest.to_owned()));
     }
-    let has_fields = parts.iter().any(|p| matches!(p, TemplatePart::Field(_)));
+    let has_fields = parts.iter().any(TemplatePart::is_field);
     Ok((
         PathTemplate {
             parts,
@@ -99,6 +102,9 @@ pub fn append_checked(
                 let _ = write!(out, "{}", t.format(fmt));
             }
             TemplatePart::Field(name) => complete &= push_field_checked(out, batch, event, name),
+            TemplatePart::FieldOr(name, default) => {
+                push_field_or(out, batch, event, name, default);
+            }
         }
     }
     complete
@@ -112,6 +118,21 @@ pub fn append_checked(
 /// arrays, null and absent fields render as `-`.
 pub fn push_field(out: &mut String, batch: &EventBatch, event: &Event, name: &str) {
     push_field_checked(out, batch, event, name);
+}
+
+/// [`push_field`], or `default` (made safe the same way) where the field has nothing to render.
+pub fn push_field_or(
+    out: &mut String,
+    batch: &EventBatch,
+    event: &Event,
+    name: &str,
+    default: &str,
+) {
+    let start = out.len();
+    if !push_field_checked(out, batch, event, name) {
+        out.truncate(start);
+        push_path_component(out, default.as_bytes());
+    }
 }
 
 /// [`push_field`], returning whether the field had a value (false when it rendered `-` for want
@@ -226,5 +247,32 @@ mod tests {
         assert_eq!(out, "keep:/web/-");
         let (t, _) = parse_fields("/{{ appname }}").unwrap();
         assert!(append_checked(&t, &batch, &batch.events[0], &mut out));
+    }
+
+    /// `{{ name ?? "default" }}` renders the field, or the default (made as safe as a value)
+    /// where the field has nothing; the quotes are optional.
+    #[test]
+    fn a_field_with_a_default_renders_it_when_the_field_has_nothing() {
+        let mut batch = EventBatch::new(Bytes::from_static(b"web"), "src".into(), "test");
+        batch.events.push(Event {
+            appname: Span::new(0, 3).into(),
+            ..Event::default()
+        });
+        let (t, warnings) = parse_fields(
+            "agent.{{ appname ?? \"unknown\" }}.{{ hostname ?? \"no host/x\" }}.{{ msgid??bare }}",
+        )
+        .unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(
+            t.parts[1],
+            TemplatePart::FieldOr("appname".into(), "unknown".into())
+        );
+        let mut out = String::new();
+        assert!(append_checked(&t, &batch, &batch.events[0], &mut out));
+        assert_eq!(out, "agent.web.no_host_x.bare");
+        render(&t, &batch, &batch.events[0], &mut out);
+        assert_eq!(out, "agent.web.no_host_x.bare");
+        // The name is checked as any field's.
+        assert!(parse_fields("{{ a-b ?? \"x\" }}").is_err());
     }
 }

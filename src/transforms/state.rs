@@ -126,6 +126,14 @@ impl Key {
                         TemplatePart::Field(name) => {
                             out.extend_from_slice(&text(get(value, name)?))
                         }
+                        TemplatePart::FieldOr(name, default) => {
+                            let v = get(value, name).map(text).unwrap_or_default();
+                            out.extend_from_slice(if v.is_empty() {
+                                default.as_bytes()
+                            } else {
+                                &v
+                            });
+                        }
                         // Field-only templates hold no strftime part.
                         TemplatePart::Strftime(_) => {}
                     }

@@ -1,4 +1,5 @@
-//! File path templates: strftime specifiers and `{{ field }}` references, parsed at load time.
+//! File path templates: strftime specifiers and `{{ field }}` references (with a default:
+//! `{{ field ?? "unknown" }}`), parsed at load time.
 //!
 //! ```text
 //! /var/log/loghaul/%Y-%m-%d/{{ appname }}.jsonl
@@ -50,6 +51,16 @@ pub enum TemplatePart {
     Strftime(String),
     /// An event field: one of [`KNOWN_FIELDS`] or an extra field's name.
     Field(String),
+    /// `{{ name ?? "default" }}`: the field, or the default text where the field would render
+    /// nothing (absent, null, empty, a map or an array).
+    FieldOr(String, String),
+}
+
+impl TemplatePart {
+    /// Whether the part reads an event field.
+    pub fn is_field(&self) -> bool {
+        matches!(self, TemplatePart::Field(_) | TemplatePart::FieldOr(..))
+    }
 }
 
 /// Why a template was rejected.
@@ -99,9 +110,24 @@ impl PathTemplate {
                         offset: i,
                     });
                 };
-                let name = text[byte + 2..byte + 2 + close].trim();
-                check_field(name, i, &mut warnings)?;
-                parts.push(TemplatePart::Field(name.to_owned()));
+                let inner = text[byte + 2..byte + 2 + close].trim();
+                match inner.split_once("??") {
+                    Some((name, default)) => {
+                        let name = name.trim();
+                        check_field(name, i, &mut warnings)?;
+                        let default = default.trim();
+                        // Quoted as VRL and Jinja write it, or bare.
+                        let default = default
+                            .strip_prefix('"')
+                            .and_then(|d| d.strip_suffix('"'))
+                            .unwrap_or(default);
+                        parts.push(TemplatePart::FieldOr(name.to_owned(), default.to_owned()));
+                    }
+                    None => {
+                        check_field(inner, i, &mut warnings)?;
+                        parts.push(TemplatePart::Field(inner.to_owned()));
+                    }
+                }
                 let end = byte + 2 + close + 2;
                 while i < chars.len() && chars[i].0 < end {
                     i += 1;
@@ -121,7 +147,7 @@ impl PathTemplate {
         }
         let parts = merge_strftime(parts);
         let has_time = parts.iter().any(|p| matches!(p, TemplatePart::Strftime(_)));
-        let has_fields = parts.iter().any(|p| matches!(p, TemplatePart::Field(_)));
+        let has_fields = parts.iter().any(TemplatePart::is_field);
         Ok((
             PathTemplate {
                 parts,
@@ -153,6 +179,10 @@ impl PathTemplate {
                 }
                 TemplatePart::Field(name) => {
                     push_path_component(&mut out, field(name).as_deref().unwrap_or("").as_bytes())
+                }
+                TemplatePart::FieldOr(name, default) => {
+                    let value = field(name).filter(|v| !v.is_empty());
+                    push_path_component(&mut out, value.as_deref().unwrap_or(default).as_bytes())
                 }
             }
         }

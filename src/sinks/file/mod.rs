@@ -50,7 +50,7 @@ mod torn;
 pub use config::FileSinkConfig;
 
 use super::encoder::{BufferPool, LineEncoder};
-use super::template::push_field;
+use super::template::{push_field, push_field_or};
 use super::{BuildSink, BuiltSink, ReopenGeneration, Retry, SinkContext, SinkError};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::pipeline::dlq::DeadLetters;
@@ -648,6 +648,9 @@ impl FileSink {
                     .scratch
                     .push_str(times.next().map_or("", |s| s.as_str())),
                 TemplatePart::Field(name) => push_field(&mut self.scratch, batch, event, name),
+                TemplatePart::FieldOr(name, default) => {
+                    push_field_or(&mut self.scratch, batch, event, name, default);
+                }
             }
         }
         self.scratch != self.current_path

@@ -367,7 +367,7 @@ fn stand_in_key(config: &HttpSinkConfig) -> String {
         for part in &template.parts {
             match part {
                 TemplatePart::Literal(s) | TemplatePart::Strftime(s) => key.push_str(s),
-                TemplatePart::Field(_) => key.push_str(STAND_IN),
+                TemplatePart::Field(_) | TemplatePart::FieldOr(..) => key.push_str(STAND_IN),
             }
         }
     }

@@ -381,6 +381,11 @@ fn raw(
                     out.extend_from_slice(v);
                 });
             }
+            loghaul_config::TemplatePart::FieldOr(name, default) => {
+                crate::sinks::template::with_field(batch, event, name, |v| {
+                    out.extend_from_slice(if v.is_empty() { default.as_bytes() } else { v });
+                });
+            }
         }
     }
 }
