@@ -214,7 +214,7 @@ impl TlsClient {
 
     /// [`TlsClient::connect`] offering the application protocols `alpn` (`h2` for gRPC, whose
     /// servers refuse a TLS connection that did not agree on HTTP/2), and refusing a server
-    /// that picks none of them.
+    /// that picks none of them; with no `alpn`, exactly [`TlsClient::connect`].
     ///
     /// # Errors
     ///
@@ -226,6 +226,9 @@ impl TlsClient {
         host: &str,
         alpn: &[&[u8]],
     ) -> io::Result<ClientStream> {
+        if alpn.is_empty() {
+            return self.connect(tcp, host).await;
+        }
         // A copy per connection: these connections are long-lived and few (one per server).
         let mut config = (*self.watched.current()).clone();
         config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();

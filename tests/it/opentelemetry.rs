@@ -947,20 +947,9 @@ sinks:
 /// (gRPC agrees on HTTP/2 by ALPN).
 #[test]
 fn otlp_sdk_exports_over_tls() {
-    use loghaul_tls::pki::{Ca, Leaf};
-    let pki = tempfile::tempdir().expect("temp dir");
-    let ca = Ca::new("loghaul test CA").expect("CA");
-    let ca_file = pki.path().join("ca.crt");
-    ca.write(&ca_file).expect("write CA");
-    ca.issue(&Leaf::new("localhost"))
-        .expect("issue")
-        .write(pki.path(), "server")
-        .expect("write certificate");
-    let server = Server::start(&config(&format!(
-        ", tls: {{ cert: \"{}\", key: \"{}\" }}",
-        pki.path().join("server.crt").display(),
-        pki.path().join("server.key").display()
-    )));
+    let pki = crate::tls::Pki::new();
+    let ca_file = pki.path("ca.crt");
+    let server = Server::start(&config(&pki.listener("")));
     let port = server.ports.tcp;
     for (protocol, endpoint) in [
         ("http", format!("https://localhost:{port}/v1/logs")),
@@ -1070,16 +1059,10 @@ sinks:
 /// own source; the receivers' certificate is verified with the test's CA.
 #[test]
 fn otlp_sink_grpc_over_tls_reaches_the_collector_and_loghaul() {
-    use loghaul_tls::pki::{Ca, Leaf};
+    let pki = crate::tls::Pki::new();
+    let ca_file = pki.path("ca.crt");
+    let (cert, key) = (pki.path("server.crt"), pki.path("server.key"));
     let dir = tempfile::tempdir().expect("temp dir");
-    let ca = Ca::new("loghaul test CA").expect("CA");
-    let ca_file = dir.path().join("ca.crt");
-    ca.write(&ca_file).expect("write CA");
-    ca.issue(&Leaf::new("localhost"))
-        .expect("issue")
-        .write(dir.path(), "server")
-        .expect("write certificate");
-    let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
     let out = dir.path().join("collector.jsonl");
     let mut collector = Collector::start(
         dir.path(),
@@ -1094,11 +1077,7 @@ fn otlp_sink_grpc_over_tls_reaches_the_collector_and_loghaul() {
             &out,
         ),
     );
-    let receiver = Server::start(&config(&format!(
-        ", tls: {{ cert: \"{}\", key: \"{}\" }}",
-        cert.display(),
-        key.display()
-    )));
+    let receiver = Server::start(&config(&pki.listener("")));
     let tls = format!(
         "tls: {{ ca: \"{}\", server_name: localhost }}",
         ca_file.display()

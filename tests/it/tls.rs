@@ -23,13 +23,13 @@ use crate::harness::*;
 
 /// A CA, the server's certificate (serial 1, for `localhost` and 127.0.0.1) and whatever else a
 /// test issues, in one folder.
-struct Pki {
+pub(crate) struct Pki {
     dir: tempfile::TempDir,
     ca: Ca,
 }
 
 impl Pki {
-    fn new() -> Pki {
+    pub(crate) fn new() -> Pki {
         let dir = tempfile::Builder::new()
             .prefix("loghaul-it-pki-")
             .tempdir()
@@ -41,7 +41,7 @@ impl Pki {
         pki
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
@@ -54,7 +54,7 @@ impl Pki {
     }
 
     /// The `tls` map of a listener with the server certificate, and `extra` keys.
-    fn listener(&self, extra: &str) -> String {
+    pub(crate) fn listener(&self, extra: &str) -> String {
         format!(
             ", tls: {{ cert: \"{}\", key: \"{}\"{extra} }}",
             self.path("server.crt").display(),

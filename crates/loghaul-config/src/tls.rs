@@ -228,27 +228,28 @@ pub(crate) fn validate_tls(
         return None;
     }
     // The files themselves: read and checked now, with the key that named the bad one.
-    let checked = (v.cx.tls_check)(&config, role);
-    if let Ok(concerns) = &checked {
-        for concern in concerns {
-            v.warn(&["tls", "cert"], concern.clone(), None);
+    match (v.cx.tls_check)(&config, role) {
+        Ok(concerns) => {
+            for concern in concerns {
+                v.warn(&["tls", "cert"], concern, None);
+            }
         }
-    }
-    if let Err(error) = checked {
-        let key = match &error.path {
-            Some(p) if config.cert.as_ref() == Some(p) => "cert",
-            Some(p) if config.key.as_ref() == Some(p) => "key",
-            Some(p) if config.ca.as_ref() == Some(p) => "ca",
-            _ if error.message.contains("cipher") => "ciphers",
-            _ => "",
-        };
-        let at: Vec<&str> = if key.is_empty() {
-            vec!["tls"]
-        } else {
-            vec!["tls", key]
-        };
-        v.error(&at, error.to_string(), None);
-        return None;
+        Err(error) => {
+            let key = match &error.path {
+                Some(p) if config.cert.as_ref() == Some(p) => "cert",
+                Some(p) if config.key.as_ref() == Some(p) => "key",
+                Some(p) if config.ca.as_ref() == Some(p) => "ca",
+                _ if error.message.contains("cipher") => "ciphers",
+                _ => "",
+            };
+            let at: Vec<&str> = if key.is_empty() {
+                vec!["tls"]
+            } else {
+                vec!["tls", key]
+            };
+            v.error(&at, error.to_string(), None);
+            return None;
+        }
     }
     Some(Some(config))
 }

@@ -306,7 +306,7 @@ pub fn build_server(
         .map_err(|e| TlsError::general(format!("no usable protocol version: {e}")))?;
     let builder = match (&config.ca, &files.ca) {
         (Some(ca_path), Some(ca)) => {
-            let roots = Arc::new(parse_roots(ca_path, ca)?);
+            let roots = Arc::new(roots_of(ca_path, &parse_certs(ca_path, ca)?)?);
             let verifier = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
             let verifier = if config.verify_client {
                 verifier.build()
@@ -362,7 +362,7 @@ pub fn build_client(
             // Each certificate of `ca` is also trusted as it is when a server presents it
             // (a self-signed server certificate, CA:TRUE or not): see verify.rs.
             pinned = parse_certs(ca_path, ca)?;
-            parse_roots(ca_path, ca)?
+            roots_of(ca_path, &pinned)?
         }
         _ => {
             let native = rustls_native_certs::load_native_certs();
@@ -461,12 +461,12 @@ fn parse_key(path: &Path, pem: &[u8]) -> Result<PrivateKeyDer<'static>, TlsError
         .map_err(|e| TlsError::at(path, format!("holds no usable PEM private key: {e}")))
 }
 
-fn parse_roots(path: &Path, pem: &[u8]) -> Result<RootCertStore, TlsError> {
-    let certs = parse_certs(path, pem)?;
+/// The CA certificates `certs` (of the file at `path`) as trust anchors.
+fn roots_of(path: &Path, certs: &[CertificateDer<'static>]) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
     for cert in certs {
         roots
-            .add(cert)
+            .add(cert.clone())
             .map_err(|e| TlsError::at(path, format!("not a usable CA certificate: {e}")))?;
     }
     Ok(roots)

@@ -284,7 +284,11 @@ fn tls_1_3_only_refuses_a_1_2_client() {
         ..t.server.clone()
     });
     let ca = t.path("ca.crt");
-    let roots = parse_roots(&ca, &std::fs::read(&ca).unwrap()).unwrap();
+    let roots = roots_of(
+        &ca,
+        &parse_certs(&ca, &std::fs::read(&ca).unwrap()).unwrap(),
+    )
+    .unwrap();
     let old = Arc::new(
         rustls::ClientConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),

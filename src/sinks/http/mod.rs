@@ -681,13 +681,6 @@ async fn open_stream(
         let _ = stream.set_nodelay(true);
         match tls {
             None => Ok(MaybeTls::Plain(stream)),
-            Some(tls) if alpn.is_empty() => tls
-                .connect(stream, crate::net::tls::host_of(authority))
-                .await
-                .map_err(|e| {
-                    SinkError::retryable(format!("TLS handshake with {authority} failed"))
-                        .with_cause(e)
-                }),
             Some(tls) => tls
                 .connect_alpn(stream, crate::net::tls::host_of(authority), alpn)
                 .await
