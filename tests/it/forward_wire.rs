@@ -975,7 +975,7 @@ fn forward_time_encodings() {
         (
             "whole EventTime",
             event_time(1_441_588_984, 0),
-            Some("2015-09-07T01:23:04.000000000Z"),
+            Some("2015-09-07T01:23:04Z"),
         ),
         (
             "EventTime with metadata",
@@ -1022,7 +1022,7 @@ fn forward_time_encodings() {
         (
             "timestamp32",
             cat(&[&[0xd6, 0xff], &1_441_588_984u32.to_be_bytes()]),
-            Some("2015-09-07T01:23:04.000000000Z"),
+            Some("2015-09-07T01:23:04Z"),
         ),
         (
             "timestamp64",
@@ -1030,7 +1030,7 @@ fn forward_time_encodings() {
                 &[0xd7, 0xff],
                 &((250_000_000u64 << 34) | 1_441_588_984).to_be_bytes(),
             ]),
-            Some("2015-09-07T01:23:04.250000000Z"),
+            Some("2015-09-07T01:23:04.250Z"),
         ),
         (
             "timestamp96",

@@ -30,6 +30,7 @@ mod formats;
 mod forward_clients;
 mod forward_wire;
 mod framing;
+mod hops;
 mod http_server;
 mod http_sink;
 mod kafka;

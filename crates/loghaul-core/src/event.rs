@@ -167,13 +167,36 @@ impl Timestamp {
         }
     }
 
+    /// A time from a protocol that carries nanoseconds but not the digits they were written
+    /// with (a forward EventTime, a VRL timestamp): the fewest of 0, 3, 6 or 9 digits that
+    /// write it exactly, as Vector's RFC 3339 output does. A time that crossed a hop as
+    /// nanoseconds is written as it was before (`12:00:00Z` stays `12:00:00Z`, `.003` stays
+    /// `.003`), except that a fraction whose last three written digits were zeros comes out
+    /// shorter: `.120000` as `.120`, the same instant.
+    #[inline]
+    pub fn from_nanos_shortest(nanos: i64) -> Timestamp {
+        let frac = nanos.rem_euclid(1_000_000_000);
+        let digits = if frac == 0 {
+            0
+        } else if frac % 1_000_000 == 0 {
+            3
+        } else if frac % 1_000 == 0 {
+            6
+        } else {
+            9
+        };
+        Timestamp::from_nanos(nanos, digits)
+    }
+
     /// The current wall-clock time with microsecond digits (what receive times carry).
     pub fn now() -> Timestamp {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as i64)
             .unwrap_or(0);
-        Timestamp::from_nanos(nanos, 6)
+        // Truncated to what the six digits show, so the time is the same wherever it is written
+        // or carried (a forward EventTime holds all nine).
+        Timestamp::from_nanos(nanos - nanos % 1_000, 6)
     }
 
     /// How many fractional-second digits the time is written with, 0 to 9.
@@ -320,6 +343,21 @@ mod tests {
             assert_eq!(Timestamp::from_nanos(5, d).frac_digits(), d);
         }
         assert_eq!(Timestamp::from_nanos(5, 200).frac_digits(), 9);
+        for (nanos, digits) in [
+            (1_700_000_000_000_000_000, 0),
+            (1_700_000_000_003_000_000, 3),
+            (1_700_000_000_120_000_000, 3),
+            (1_700_000_000_123_456_000, 6),
+            (1_700_000_000_123_456_789, 9),
+            (-1_500_000_000, 3),
+            (-2_000_000_000, 0),
+        ] {
+            assert_eq!(
+                Timestamp::from_nanos_shortest(nanos).frac_digits(),
+                digits,
+                "{nanos}"
+            );
+        }
         assert_eq!(Timestamp::now().frac_digits(), 6);
         // Ordered by time first.
         assert!(Timestamp::from_nanos(1, 9) < Timestamp::from_nanos(2, 0));

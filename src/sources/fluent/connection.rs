@@ -124,7 +124,11 @@ pub async fn serve(mut conn: Conn, ctx: Arc<FluentContext>) {
 }
 
 fn new_batch(ctx: &FluentContext, peer: SocketAddr) -> EventBatch {
-    let mut batch = EventBatch::new(bytes::Bytes::new(), ctx.id.clone(), "fluent");
+    let mut batch = EventBatch::new(
+        bytes::Bytes::new(),
+        ctx.id.clone(),
+        loghaul_codec::forward::FORWARD_SOURCE_TYPE,
+    );
     batch.peers.push(peer.ip());
     batch
 }

@@ -1033,7 +1033,7 @@ fn set_time(event: &mut Event, input: &EventBatch, orig: &Event, nanos: i64) {
     event.timestamp = if nanos == input.time_of(orig).nanos {
         orig.timestamp
     } else {
-        Some(Timestamp::from_nanos(nanos, auto_digits(nanos)))
+        Some(Timestamp::from_nanos_shortest(nanos))
     };
 }
 
@@ -1109,19 +1109,4 @@ fn message_only(value: &Vrl) -> ObjectMap {
     let mut obj = ObjectMap::new();
     obj.insert("message".into(), value.clone());
     obj
-}
-
-/// The fewest of 0, 3, 6 or 9 fractional digits that write `nanos` exactly (what Vector's
-/// RFC 3339 output does).
-fn auto_digits(nanos: i64) -> u8 {
-    let sub = nanos.rem_euclid(1_000_000_000);
-    if sub == 0 {
-        0
-    } else if sub % 1_000_000 == 0 {
-        3
-    } else if sub % 1_000 == 0 {
-        6
-    } else {
-        9
-    }
 }

@@ -581,7 +581,7 @@ fn event_time(sec: i64, nsec: u32) -> Option<Option<Timestamp>> {
     let nanos = sec
         .checked_mul(1_000_000_000)?
         .checked_add(i64::from(nsec))?;
-    Some(Some(Timestamp::from_nanos(nanos, 9)))
+    Some(Some(Timestamp::from_nanos_shortest(nanos)))
 }
 
 /// Decodes a record map of `n` entries into `fields`: its entries' slots first, nested

@@ -3,15 +3,19 @@
 //! ```text
 //! entry:   [EventTime(sec, nsec) | int sec, {record}]
 //! record:  loghaul's own fields the event has (hostname, appname, procid, msgid, facility,
-//!          severity, version, structured_data, message, flags; source_ip for events that came
-//!          without a record), then the record's keys in the sender's order. A record key with
-//!          one of loghaul's names shadows loghaul's value, as in JSON output.
+//!          severity, version, structured_data, message, flags; source_ip and source_type for
+//!          events that did not come by forward), then the record's keys in the sender's order.
+//!          A record key with one of loghaul's names shadows loghaul's value, as in JSON output.
 //! request: [tag, bin32(entries), {"size": n, "chunk": id?, "compressed": "gzip"?}]
 //! ```
 //!
 //! The time and the tag leave the record: they are the entry's time and the request's tag. A
 //! record that came in by forward goes out with the same keys (its lifted `message` put back), so
-//! loghaul relays what Fluentd and Fluent Bit send without changing it.
+//! loghaul relays what Fluentd and Fluent Bit send without changing it. An event's origin
+//! travels with it: the first forward hop writes where it came from (`source_type`, and
+//! `source_ip` when known) into the record, and at every later hop those record keys shadow the
+//! hop's own (`fluent`, the previous hop's address), so a tree's receiver writes what a direct
+//! one would.
 
 use loghaul_core::names::{facility_name, severity_name};
 use loghaul_core::{Event, EventBatch, Field, SdElement, SdParam, Span, Value};
@@ -21,12 +25,15 @@ use super::msgpack::{
     write_map_len, write_nil, write_str, write_uint,
 };
 
+/// The `source_type` of events that came by forward (the `fluent` source's).
+pub const FORWARD_SOURCE_TYPE: &str = "fluent";
+
 /// Records nested deeper than this are cut (a deeper value is written as nil); decoders refuse
 /// such input long before, so this only bounds the recursion.
 const MAX_DEPTH: usize = 128;
 
 /// The names of loghaul's fields a forwarded record may carry, in output order.
-const OWN: [&str; 11] = [
+const OWN: [&str; 12] = [
     "hostname",
     "appname",
     "procid",
@@ -38,6 +45,7 @@ const OWN: [&str; 11] = [
     "message",
     "flags",
     "source_ip",
+    "source_type",
 ];
 
 /// Appends one `[time, record]` entry for `event`. `time_as_integer` writes whole seconds
@@ -68,11 +76,10 @@ pub fn encode_record(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
     let own = |i: usize| shadow & (1 << i) == 0;
     let facility = event.facility.and_then(facility_name);
     let severity = event.severity.and_then(severity_name);
-    let source_ip = if fields.is_empty() && event.tag.is_none() {
-        batch.source_ip(event)
-    } else {
-        None
-    };
+    // Where the event came from, for the first forward hop only: a relayed record already
+    // carries its origin's (or, from Fluentd and Fluent Bit, none) and goes out as it came.
+    let origin = batch.source_type != FORWARD_SOURCE_TYPE;
+    let source_ip = if origin { batch.source_ip(event) } else { None };
     let present = [
         event.hostname.is_some(),
         event.appname.is_some(),
@@ -85,6 +92,7 @@ pub fn encode_record(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
         event.message.is_some(),
         !event.flags.is_empty(),
         source_ip.is_some(),
+        origin,
     ];
     let count = present
         .iter()
@@ -146,6 +154,9 @@ pub fn encode_record(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
                 .unwrap_or_default()
                 .as_bytes(),
         );
+    }
+    if key(out, 11) {
+        write_str(out, batch.source_type.as_bytes());
     }
     for f in fields {
         write_str(out, batch.str(f.name));

@@ -545,6 +545,64 @@ fn encoded_entries_decode_to_the_same_events() {
     );
 }
 
+/// The first forward hop writes the event's origin into the record; a relayed record goes out
+/// with the keys it came with, and a record's own `source_type` is never overwritten.
+#[test]
+fn the_origin_goes_into_the_record_at_the_first_hop_only() {
+    let (_, blob) = entries(2);
+    let (_, mut batch, _, _) = decode_stream(&packed_request("relay", &blob, false, None));
+    let reencode = |batch: &EventBatch| {
+        let mut out = Vec::new();
+        let start = begin_packed(&mut out, b"t");
+        for e in &batch.events {
+            encode_entry(batch, e, false, &mut out);
+        }
+        finish_packed(&mut out, start, batch.len(), None, false);
+        let (_, again, _, err) = decode_stream(&out);
+        assert_eq!(err, None);
+        again
+    };
+    let text = |b: &EventBatch, v: Value| match v {
+        Value::Str(s) => b.str(s).to_vec(),
+        other => panic!("not a string: {other:?}"),
+    };
+    let relayed = reencode(&batch);
+    for e in &relayed.events {
+        assert_eq!(relayed.lookup(e, "source_type"), None);
+        assert_eq!(relayed.lookup(e, "source_ip"), None);
+    }
+    batch.source_type = "syslog";
+    let peer = batch.peer_index(Some(std::net::Ipv4Addr::new(192, 0, 2, 7).into()));
+    for e in &mut batch.events {
+        e.peer = peer;
+    }
+    let first = reencode(&batch);
+    for e in &first.events {
+        assert_eq!(
+            first.lookup(e, "source_type").map(|v| text(&first, v)),
+            Some(b"syslog".to_vec())
+        );
+        assert_eq!(
+            first.lookup(e, "source_ip").map(|v| text(&first, v)),
+            Some(b"192.0.2.7".to_vec())
+        );
+    }
+    // A record that has its own `source_type` keeps it.
+    let mut again = reencode(&first);
+    again.source_type = "http_server";
+    let kept = reencode(&again);
+    for e in &kept.events {
+        let v = kept.lookup(e, "source_type").map(|v| text(&kept, v));
+        assert_eq!(v, Some(b"syslog".to_vec()));
+        let n = kept
+            .fields_of(e)
+            .iter()
+            .filter(|f| kept.str(f.name) == b"source_type")
+            .count();
+        assert_eq!(n, 1, "one source_type key");
+    }
+}
+
 /// Regression: a key that is a container or an extension was skipped by its header only, which
 /// put the reader out of step: the valid event after it was dropped (and its request acked), or
 /// the request was refused as malformed on every resend.
