@@ -776,6 +776,81 @@ sinks:
     assert!(server.wait_exit(Duration::from_secs(20)).is_some());
 }
 
+/// An agent tailing a large file into a forward receiver that takes bytes and never acks: the
+/// tailer must stop reading once the budget is spent (acks withheld, queues full), and the
+/// agent's RSS stay within the budget plus the documented margin. With the default budget
+/// (256 MiB) the same agent holds about 160 MiB, so the figure is the budget's doing.
+#[test]
+fn an_agent_tailing_into_a_stalled_receiver_stays_within_its_budget() {
+    const BUDGET_MIB: u64 = 32;
+    const MARGIN_MIB: u64 = 64;
+    const LINES: u64 = 1_000_000;
+    let stalled = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let stalled_port = stalled.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for conn in stalled.incoming() {
+            let Ok(mut conn) = conn else { return };
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 16];
+                while matches!(std::io::Read::read(&mut conn, &mut buf), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    let files = tempfile::tempdir().expect("temp dir");
+    let log = files.path().join("app.log");
+    {
+        let mut w = std::io::BufWriter::new(fs::File::create(&log).expect("create log"));
+        for i in 0..LINES {
+            writeln!(w, "{:<100} {i:08}", "agent payload line").expect("write log");
+        }
+        w.flush().expect("flush log");
+    }
+    let server = Server::start(&format!(
+        r#"api: {{ address: "127.0.0.1:{{API}}" }}
+shutdown_timeout: 2s
+limits: {{ memory: {BUDGET_MIB}MiB }}
+sources:
+  tail: {{ type: file, include: ["{}"], data_dir: "{{DIR}}/state", read_from: beginning }}
+sinks:
+  up: {{ type: fluent, inputs: [tail], servers: [{{ address: "127.0.0.1:{stalled_port}" }}], ack_timeout: 60s }}
+"#,
+        log.display()
+    ));
+    // Reading stops once the budget is spent; wait until it has stopped.
+    let mut read = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = server.metric("loghaul_component_received_events_total", "tail", None);
+        if now == read && now > 0 {
+            break;
+        }
+        read = now;
+    }
+    let used = server
+        .metrics_text()
+        .lines()
+        .find_map(|l| l.strip_prefix("loghaul_memory_used_bytes "))
+        .map(|v| v.trim().to_owned())
+        .unwrap_or_default();
+    let peak_mib = server.peak_rss_kib() / 1024;
+    eprintln!(
+        "memory budget {BUDGET_MIB} MiB: {read} of {LINES} lines read, {used} bytes charged, peak RSS {peak_mib} MiB"
+    );
+    assert!(read > 0, "the agent read nothing");
+    assert!(
+        read < LINES,
+        "back-pressure held the tailer: it read all {LINES} lines into a receiver that acks nothing"
+    );
+    assert!(
+        peak_mib <= BUDGET_MIB + MARGIN_MIB,
+        "peak RSS {peak_mib} MiB is over the budget ({BUDGET_MIB} MiB) plus the margin ({MARGIN_MIB} MiB)"
+    );
+    let mut server = server;
+    server.signal("KILL");
+    let _ = server.wait_exit(Duration::from_secs(5));
+}
+
 /// `loghaul buffer inspect DIR`: (records pending after the cursor, bytes of segments).
 fn inspect_pending(dir: &Path) -> (u64, u64) {
     let report = output_text(&loghaul(&["buffer", "inspect", dir.to_str().unwrap()]));
