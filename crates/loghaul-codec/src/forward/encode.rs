@@ -66,14 +66,6 @@ pub fn encode_entry(batch: &EventBatch, event: &Event, time_as_integer: bool, ou
 /// Appends the record map of `event` (see the module doc for what it holds).
 pub fn encode_record(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
     let fields = batch.fields_of(event);
-    let mut shadow = 0u16;
-    for f in fields {
-        let name = batch.str(f.name);
-        if let Some(i) = OWN.iter().position(|o| o.as_bytes() == name) {
-            shadow |= 1 << i;
-        }
-    }
-    let own = |i: usize| shadow & (1 << i) == 0;
     let facility = event.facility.and_then(facility_name);
     let severity = event.severity.and_then(severity_name);
     // Where the event came from, for the first forward hop only: a relayed record already
@@ -94,6 +86,28 @@ pub fn encode_record(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
         source_ip.is_some(),
         origin,
     ];
+    // A record key shadows only a field the event has: a relayed record (only its lifted
+    // `message` is loghaul's) compares each key with one name, a syslog event has no keys.
+    let mut wanted = 0u16;
+    for (i, p) in present.iter().enumerate() {
+        wanted |= u16::from(*p) << i;
+    }
+    let mut shadow = 0u16;
+    if wanted != 0 {
+        for f in fields {
+            let name = batch.str(f.name);
+            let mut rest = wanted & !shadow;
+            while rest != 0 {
+                let i = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                if OWN.get(i).is_some_and(|o| o.as_bytes() == name) {
+                    shadow |= 1 << i;
+                    break;
+                }
+            }
+        }
+    }
+    let own = |i: usize| shadow & (1 << i) == 0;
     let count = present
         .iter()
         .enumerate()
