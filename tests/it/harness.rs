@@ -507,6 +507,36 @@ impl Server {
         proc_status_kib(self.pid(), "VmHWM:")
     }
 
+    /// Starts sampling the child's anonymous resident memory (`RssAnon`) every 20 ms: what it
+    /// allocated, without the pages of its program file (a debug build maps some 40 MiB of them,
+    /// more or less depending on the kernel's fault-around, which VmHWM counts).
+    pub fn watch_anon(&self) -> AnonWatch {
+        let pid = self.pid();
+        let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (p, s) = (peak.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+                    return;
+                };
+                if let Some(kib) = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("RssAnon:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+                {
+                    p.fetch_max(kib, std::sync::atomic::Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        AnonWatch {
+            peak,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
     fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
@@ -616,6 +646,24 @@ impl Drop for Server {
 
 /// Ports held while their server is down (see [`Server::hold_ports`]); dropping it lets them go.
 pub struct PortHold(Vec<socket2::Socket>);
+
+/// The peak anonymous memory of a server, sampled (see [`Server::watch_anon`]).
+pub struct AnonWatch {
+    peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl AnonWatch {
+    /// Stops sampling; the highest `RssAnon` seen, in MiB.
+    pub fn peak_mib(mut self) -> u64 {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        self.peak.load(std::sync::atomic::Ordering::Relaxed) / 1024
+    }
+}
 
 fn proc_status_kib(pid: u32, key: &str) -> u64 {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");

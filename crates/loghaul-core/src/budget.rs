@@ -138,6 +138,12 @@ impl Charge {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    /// A new charge of nothing against the same budget, to be grown: what a sink charges for
+    /// what it made of batches it no longer holds (an HTTP request body waiting to be sent).
+    pub fn sibling(&self) -> Charge {
+        self.budget.hold()
+    }
+
     /// The bytes held.
     pub fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)

@@ -36,6 +36,7 @@ use http_body_util::{BodyExt as _, Full};
 use hyper::header::{self, HeaderValue};
 use hyper_util::rt::TokioIo;
 use loghaul_core::BatchStatus;
+use loghaul_core::budget::Charge;
 use loghaul_core::finalizer::Ack;
 use tokio::sync::mpsc;
 
@@ -61,6 +62,10 @@ struct Request {
     events: usize,
     acks: Vec<Ack>,
     target: Arc<Target>,
+    /// The body's bytes, held against the memory budget until the request is done with (sent,
+    /// or dead-lettered): the batches it was made of are let go once encoded, and a request that
+    /// is retried against a server that is down would otherwise hold memory nobody counts.
+    _charge: Option<Charge>,
 }
 
 impl BuildSink for HttpSinkConfig {
@@ -175,17 +180,23 @@ async fn run(
         workers.push(task);
     }
     let mut ready: Vec<Ready> = Vec::new();
+    // The budget the batches were charged to, reached through the first charged batch (a
+    // disk buffer's batches are outside the budget, and so are their requests).
+    let mut budget: Option<Charge> = None;
     loop {
         let deadline = batcher.next_deadline();
         tokio::select! {
             delivery = input.recv() => {
                 let Some(delivery) = delivery else { break };
                 let batch = delivery.batch.clone();
+                if budget.is_none() {
+                    budget = batch.charge.as_ref().map(|c| c.sibling());
+                }
                 batcher.begin(Some(&delivery.ack));
                 for event in &batch.events {
                     batcher.add(&batch, event, &mut ready);
                     for full in ready.drain(..) {
-                        send(&config, &tx, full).await;
+                        send(&config, &tx, full, budget.as_ref()).await;
                     }
                 }
                 drop(batch);
@@ -202,14 +213,14 @@ async fn run(
             () = sleep_until(deadline) => {
                 batcher.expire(tokio::time::Instant::now(), &mut ready);
                 for full in ready.drain(..) {
-                    send(&config, &tx, full).await;
+                    send(&config, &tx, full, budget.as_ref()).await;
                 }
             }
         }
     }
     batcher.flush(&mut ready);
     for full in ready.drain(..) {
-        send(&config, &tx, full).await;
+        send(&config, &tx, full, budget.as_ref()).await;
     }
     drop(tx);
     workers.join().await;
@@ -224,8 +235,13 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 }
 
 /// Finishes and compresses a request and hands it to the workers (waiting while they are all
-/// busy: back-pressure).
-async fn send(config: &HttpSinkConfig, tx: &mpsc::Sender<Request>, ready: Ready) {
+/// busy: back-pressure), its body charged to `budget`'s budget.
+async fn send(
+    config: &HttpSinkConfig,
+    tx: &mpsc::Sender<Request>,
+    ready: Ready,
+    budget: Option<&Charge>,
+) {
     let Ready {
         mut filling,
         target,
@@ -252,11 +268,17 @@ async fn send(config: &HttpSinkConfig, tx: &mpsc::Sender<Request>, ready: Ready)
         _ => {}
     }
     let body = compress(config, filling.buf);
+    let charge = budget.map(|b| {
+        let charge = b.sibling();
+        charge.grow(body.capacity());
+        charge
+    });
     let request = Request {
         body: Bytes::from(body),
         events: filling.events,
         acks: filling.acks,
         target,
+        _charge: charge,
     };
     // A closed channel means every worker is gone: the acks drop uncommitted (Errored).
     let _ = tx.send(request).await;

@@ -66,6 +66,8 @@ async fn send(
         events: letters.len(),
         acks: Vec::new(),
         target,
+        // A one-shot replay of dead letters runs outside any pipeline's budget.
+        _charge: None,
     };
     let mut backoff = config.retry.initial;
     let mut tried = 0;
