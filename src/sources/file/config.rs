@@ -13,8 +13,10 @@ use super::lines::{Mode, Multiline, Rules};
 pub const DEFAULT_MAX_LINE_SIZE: usize = 100 << 10;
 /// Default `max_open_files`.
 pub const DEFAULT_MAX_OPEN_FILES: usize = 1024;
-/// Default `max_read_size`: 1MiB per file per turn.
-pub const DEFAULT_MAX_READ_SIZE: usize = 1 << 20;
+/// Default `max_read_size`: 256KiB per file per turn. A turn's read becomes one batch; at 1MiB a
+/// file read at full speed kept some 2MiB of text and tables per batch in flight for the same
+/// rate (`tail`: 7.0–7.3M lines/s at 26–35MiB RSS, against 6.2–7.2M/s at 38–69MiB).
+pub const DEFAULT_MAX_READ_SIZE: usize = 256 << 10;
 pub const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_GLOB_INTERVAL: Duration = Duration::from_secs(1);
 pub const DEFAULT_ROTATE_WAIT: Duration = Duration::from_secs(5);
