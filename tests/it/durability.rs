@@ -300,7 +300,9 @@ sinks:
     ));
     let lines: String = (0..N).map(|i| format!("file line {i}\n")).collect();
     fs::write(a.path("app.log"), lines).expect("write app.log");
-    a.wait_metric("loghaul_component_received_events_total", "up", None, N);
+    // Every line read and queued for the sink (which takes from its queue only what it can send:
+    // its server is down).
+    a.wait_metric("loghaul_component_sent_events_total", "app", None, N);
     a.signal("TERM");
     let status = a
         .wait_exit(Duration::from_secs(20))

@@ -18,7 +18,7 @@
 //! stream that breaks the protocol ends its connection, as in loghaul.
 //!
 //! For `tail` it reads a file instead of connections ([`tail`]): one thread reads the file in
-//! 1MiB chunks (the `file` source's `max_read_size`), cuts lines with memchr as the source cuts
+//! 256KiB chunks (the `file` source's `max_read_size`), cuts lines with memchr as the source cuts
 //! them (a `\r` before the newline dropped, lines over `max_line_size` cut and flagged, lines that
 //! are not UTF-8 flagged), builds one batch per read with the `file` and `host` fields the source
 //! adds, JSON-encodes it and appends it with one `write`. No checkpoints, acknowledgements,
@@ -59,7 +59,7 @@ const MAX_DECOMPRESSED: usize = 256 << 20;
 const BATCH_BYTES: usize = 8 << 20;
 /// The `file` source's defaults: bytes read from a file per turn (`max_read_size`) and the
 /// longest event (`max_line_size`).
-const TAIL_READ: usize = 1 << 20;
+const TAIL_READ: usize = 256 << 10;
 const MAX_LINE: usize = 100 * 1024;
 /// The longest nap at the end of the tailed file, as the source's when nothing was read.
 const TAIL_IDLE_MAX: Duration = Duration::from_millis(50);

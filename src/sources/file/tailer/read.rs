@@ -152,7 +152,8 @@ impl Tailer {
             .values()
             .filter(|w| {
                 let partial = w.lines.holds(w.carry.len())
-                    && (all || now >= w.last_growth + self.config.partial_line_timeout);
+                    && (all || now >= w.last_growth + self.config.partial_line_timeout)
+                    && read_to_the_end(w);
                 let group = w
                     .lines
                     .group_deadline(&self.config.rules)
@@ -165,7 +166,8 @@ impl Tailer {
             let Some(mut w) = self.files.remove(&id) else {
                 continue;
             };
-            let partial_due = all || now >= w.last_growth + self.config.partial_line_timeout;
+            let partial_due = (all || now >= w.last_growth + self.config.partial_line_timeout)
+                && read_to_the_end(&w);
             any |= self.flush_file(&mut w, &mut builder, partial_due, now);
             self.files.insert(id, w);
         }
@@ -362,6 +364,18 @@ impl Tailer {
             None => {}
         }
     }
+}
+
+/// Whether everything the file holds was read: only then is a line without its newline complete
+/// as far as anyone can know. A read that stopped short (a turn's `max_read_size`, back-pressure)
+/// leaves the rest of that line in the file; emitting its first part (at a stop, or after
+/// `partial_line_timeout`) cut it in two, and the checkpoint past it lost the line whole.
+fn read_to_the_end(w: &Watched) -> bool {
+    w.at_eof
+        && w.file
+            .as_ref()
+            .and_then(|f| f.metadata().ok())
+            .is_none_or(|m| m.len() <= w.read_pos)
 }
 
 /// Reads up to `buf.len()` bytes at `offset`; fewer only at the end of the file.
