@@ -1170,6 +1170,26 @@ pub fn loghaul(args: &[&str]) -> Output {
     )
 }
 
+/// util-linux `logger`, installed by scripts/install-peers.sh (Debian package bsdutils).
+pub const LOGGER: &str = "/usr/bin/logger";
+
+/// `logger` set to send to loghaul on `127.0.0.1:port` over TCP; the caller adds the rest.
+pub fn logger_tcp(port: u16) -> Command {
+    assert!(
+        Path::new(LOGGER).exists(),
+        "{LOGGER} is missing: run scripts/install-peers.sh (util-linux logger, Debian package bsdutils)"
+    );
+    let mut cmd = Command::new(LOGGER);
+    cmd.args([
+        "--server",
+        "127.0.0.1",
+        "--port",
+        &port.to_string(),
+        "--tcp",
+    ]);
+    cmd
+}
+
 /// Runs a command with stdout/stderr captured, killing it after `timeout`.
 pub fn run_bounded(cmd: &mut Command, timeout: Duration) -> Output {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -4,14 +4,11 @@
 //! `source_ip`) and timestamp precision included, with the hop's own `tag` as the one addition.
 
 use std::collections::BTreeMap;
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
 
 use crate::harness::*;
-
-const LOGGER: &str = "/usr/bin/logger";
 
 fn fluent_to(port: u16) -> String {
     format!(
@@ -58,20 +55,8 @@ sinks:
 }
 
 fn logger(port: u16, args: &[&str]) {
-    assert!(
-        std::path::Path::new(LOGGER).exists(),
-        "{LOGGER} is missing: run scripts/install-peers.sh (util-linux logger, Debian package bsdutils)"
-    );
-    let mut cmd = Command::new(LOGGER);
-    cmd.env("TZ", "UTC")
-        .args([
-            "--server",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--tcp",
-        ])
-        .args(args);
+    let mut cmd = logger_tcp(port);
+    cmd.env("TZ", "UTC").args(args);
     let out = run_bounded(&mut cmd, Duration::from_secs(20));
     assert!(out.status.success(), "logger failed: {}", output_text(&out));
 }

@@ -21,8 +21,6 @@ use serde_json::{Value, json};
 
 use crate::harness::*;
 
-const LOGGER: &str = "/usr/bin/logger";
-
 #[derive(Clone, Copy, PartialEq)]
 enum Rfc {
     R3164,

@@ -12,22 +12,14 @@ use crate::forward_clients::{go_sender, python_sender};
 use crate::harness::*;
 use crate::rsyslog::Rsyslog;
 
-const LOGGER: &str = "/usr/bin/logger";
 const SENT: &str = "loghaul_component_sent_events_total";
 const ERRORS: &str = "loghaul_component_errors_total";
 const DISCARDED: &str = "loghaul_component_discarded_events_total";
 
 /// Sends one message with util-linux `logger` over TCP.
 fn logger(port: u16, rfc: &str, priority: &str, tag: &str, message: &str) {
-    let status = Command::new(LOGGER)
+    let status = logger_tcp(port)
         .env("TZ", "UTC")
-        .args([
-            "--server",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--tcp",
-        ])
         .args([rfc, "-p", priority, "-t", tag, message])
         .status()
         .expect("run logger (scripts/install-peers.sh installs it)");

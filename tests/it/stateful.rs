@@ -4,13 +4,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write as _;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use serde_json::Value;
 
 use crate::harness::*;
 
-const LOGGER: &str = "/usr/bin/logger";
 const RECEIVED: &str = "loghaul_component_received_events_total";
 const SENT: &str = "loghaul_component_sent_events_total";
 const DISCARDED: &str = "loghaul_component_discarded_events_total";
@@ -189,14 +188,7 @@ fn stack_trace() -> Vec<String> {
 
 /// Sends `lines` with util-linux `logger` over TCP, one message per line of its standard input.
 fn logger_lines(port: u16, priority: &str, lines: &[String]) {
-    let mut child = Command::new(LOGGER)
-        .args([
-            "--server",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--tcp",
-        ])
+    let mut child = logger_tcp(port)
         .args(["-t", "shop", "-p", priority])
         .stdin(Stdio::piped())
         .spawn()

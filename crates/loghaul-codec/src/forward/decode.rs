@@ -581,18 +581,7 @@ fn event_time(sec: i64, nsec: u32) -> Option<Option<Timestamp>> {
     let nanos = sec
         .checked_mul(1_000_000_000)?
         .checked_add(i64::from(nsec))?;
-    // The fewest of 0, 3, 6 or 9 digits that show it (as `Timestamp::from_nanos_shortest`),
-    // told from the 32-bit fraction alone: this runs for every entry.
-    let digits = if nsec == 0 {
-        0
-    } else if nsec.is_multiple_of(1_000_000) {
-        3
-    } else if nsec.is_multiple_of(1_000) {
-        6
-    } else {
-        9
-    };
-    Some(Some(Timestamp::from_nanos(nanos, digits)))
+    Some(Some(Timestamp::from_nanos_shortest(nanos)))
 }
 
 /// Decodes a record map of `n` entries into `fields`: its entries' slots first, nested
