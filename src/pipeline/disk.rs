@@ -6,10 +6,12 @@
 //! ```text
 //!  fan-out ──(encode on the sender's task)──► queue ──► writer thread: append a group,
 //!                                                       fsync per `sync`, then commit the acks
-//!                                                           │ segments on disk
-//!  sink ◄── the sink's own queue ◄── reader task: read, decode, attach a finalizer per record;
-//!                                    Delivered/Rejected ⇒ ack the record (the cursor moves,
-//!                                    fully acknowledged segments are deleted)
+//!                                                           │ segments on disk, and the latest
+//!                                                           │ groups and batches in memory
+//!  sink ◄── the sink's own queue ◄── reader thread: read (from memory while it keeps up),
+//!   (encodes)                        decode (or take the kept batch), attach a finalizer per
+//!                                    record; Delivered/Rejected ⇒ ack the record (the cursor
+//!                                    moves, fully acknowledged segments are deleted)
 //! ```
 //!
 //! A source's acknowledgement covers the write to the buffer: with `sync: every_batch` it comes
@@ -42,6 +44,10 @@ const WRITER_QUEUE: usize = 64;
 const GROUP_BYTES: usize = 8 << 20;
 /// The largest batch the buffer takes (an encoded batch; sources' batches are far smaller).
 const MAX_RECORD: u32 = loghaul_buffer::Config::DEFAULT_MAX_RECORD;
+/// The latest appended bytes the reader takes from memory instead of reading them back: a
+/// reader that keeps up with the writer never reads the file (reading back what was just
+/// written cost as much as writing it). Two of the largest groups.
+const RECENT_BYTES: usize = 2 * GROUP_BYTES;
 /// Segment size: small enough that acknowledged space comes back soon, large enough that
 /// rotation is rare.
 const SEGMENT_SIZE: u64 = 32 << 20;
@@ -268,11 +274,13 @@ pub fn start(options: DiskOptions) -> anyhow::Result<Started> {
         stop,
     } = options;
     let Opened {
-        writer,
+        mut writer,
         reader,
         gauges,
         first_new,
     } = open_log(&id, &dir, max_size, sync, &metrics)?;
+    writer.keep_recent(RECENT_BYTES);
+    let hot = Arc::new(Hot::default());
 
     let (tx, rx) = mpsc::channel::<Delivery>(WRITER_QUEUE);
     let sender = InputSender {
@@ -288,7 +296,7 @@ pub fn start(options: DiskOptions) -> anyhow::Result<Started> {
     super::spawn_on_own_thread(
         format!("buffer-{id}"),
         id.clone(),
-        write_loop(writer, rx, sync, when_full, metrics.clone()),
+        write_loop(writer, rx, sync, when_full, metrics.clone(), hot.clone()),
         writer_done_tx,
     )
     .with_context(|| format!("cannot start the disk buffer thread of '{id}'"))?;
@@ -297,12 +305,14 @@ pub fn start(options: DiskOptions) -> anyhow::Result<Started> {
         writer_done: writer_done_rx,
         gauges,
         metrics,
-        id,
+        id: id.clone(),
         first_new,
         until: None,
         stop,
+        hot,
     }
-    .spawn(sink);
+    .spawn(sink)
+    .with_context(|| format!("cannot start the disk buffer reader thread of '{id}'"))?;
     Ok(Started {
         sender,
         done: done.0,
@@ -357,8 +367,10 @@ pub fn resume(
         first_new,
         until: Some(first_new),
         stop,
+        hot: Arc::new(Hot::default()),
     }
     .spawn(sink)
+    .with_context(|| format!("cannot start the disk buffer reader thread of '{id}'"))?
     .0;
     Ok(Some((writer, done)))
 }
@@ -380,13 +392,23 @@ struct ReadTask<F: FileSystem> {
     /// Only records below this are delivered (the rest stay in the log).
     until: Option<u64>,
     stop: ShutdownSignal,
+    /// The batches the writer just appended (see [`Hot`]).
+    hot: Arc<Hot>,
 }
 
 impl ReadTask<RealFs> {
     /// Starts feeding `sink`; the receiver resolves once the task has finished.
     /// The returned list is the sink it feeds: a reload that replaces the sink points it at the
     /// new one's queue, and the buffer carries over.
-    fn spawn(self, sink: InputSender) -> (oneshot::Receiver<()>, Arc<super::fanout::Readers>) {
+    ///
+    /// The reader runs on a thread of its own, as the writer does: on the runtime's workers it
+    /// was one task among every connection's, got that share of the cores, fell behind the
+    /// writer, and then had to read back and decode what it could otherwise have taken from
+    /// memory (see [`Hot`]).
+    fn spawn(
+        self,
+        sink: InputSender,
+    ) -> std::io::Result<(oneshot::Receiver<()>, Arc<super::fanout::Readers>)> {
         let (done_tx, done_rx) = oneshot::channel();
         // The reader's own counts are not the sink's: the sink counts what it takes and writes.
         let reader_metrics = ComponentMetrics::detached(
@@ -397,13 +419,12 @@ impl ReadTask<RealFs> {
         // Not charged to the memory budget: what waits in front of the buffer may hold all of it
         // while the buffer's disk is full, and only this reader can free the disk. Its batches
         // are bounded by the sink's own queue instead.
-        let fanout = Fanout::new(vec![sink], reader_metrics);
+        // The sink encodes on its own thread: this reader is one serial stage already.
+        let fanout = Fanout::new(vec![sink], reader_metrics).unprepared();
         let target = fanout.readers();
-        tokio::spawn(async move {
-            read_loop(self, fanout).await;
-            let _ = done_tx.send(());
-        });
-        (done_rx, target)
+        let (thread, component) = (format!("bufread-{}", self.id), self.id.clone());
+        super::spawn_on_own_thread(thread, component, read_loop(self, fanout), done_tx)?;
+        Ok((done_rx, target))
     }
 }
 
@@ -415,7 +436,9 @@ async fn write_loop<F: FileSystem>(
     sync: SyncMode,
     when_full: WhenFull,
     metrics: Arc<ComponentMetrics>,
+    hot: Arc<Hot>,
 ) {
+    let mut seqs = Vec::new();
     // Written, waiting for the timed fsync (interval mode).
     let mut unsynced: Vec<Delivery> = Vec::new();
     let mut next_sync = tokio::time::Instant::now();
@@ -451,7 +474,9 @@ async fn write_loop<F: FileSystem>(
             continue;
         }
         let mut group = group;
-        let written = append(&mut writer, &group, when_full, &metrics).await;
+        seqs.clear();
+        let written = append_tracked(&mut writer, &group, when_full, &metrics, &mut seqs).await;
+        hot.keep(group.iter().zip(&seqs).map(|(d, &seq)| (seq, d)));
         // Dropped for a full buffer (`drop_newest`): counted, reported errored.
         for d in group.split_off(written) {
             metrics.discarded(DiscardReason::BufferFull, d.batch.len() as u64);
@@ -524,6 +549,17 @@ pub(super) async fn append<F: FileSystem>(
     when_full: WhenFull,
     metrics: &ComponentMetrics,
 ) -> usize {
+    append_tracked(writer, group, when_full, metrics, &mut Vec::new()).await
+}
+
+/// [`append`], pushing each written batch's sequence number onto `seqs`.
+async fn append_tracked<F: FileSystem>(
+    writer: &mut Writer<F>,
+    group: &[Delivery],
+    when_full: WhenFull,
+    metrics: &ComponentMetrics,
+    seqs: &mut Vec<u64>,
+) -> usize {
     let mut done = 0;
     let mut whole = true;
     let mut backoff = FIRST_BACKOFF;
@@ -531,7 +567,8 @@ pub(super) async fn append<F: FileSystem>(
         let end = if whole { group.len() } else { done + 1 };
         let payloads: Vec<&[u8]> = group[done..end].iter().map(payload).collect();
         match writer.append(&payloads) {
-            Ok(_) => {
+            Ok(appended) => {
+                seqs.extend((appended.first_seq..).take(end - done));
                 // The buffer's failure only: the sink's own reason (its server down) stays.
                 metrics.set_buffer_failure(None);
                 done = end;
@@ -627,6 +664,7 @@ async fn read_loop<F: FileSystem>(task: ReadTask<F>, fanout: Fanout) {
         first_new,
         until,
         mut stop,
+        hot,
     } = task;
     let shared = reader.shared().clone();
     let (status_tx, mut status_rx) = mpsc::unbounded_channel::<(u64, BatchStatus)>();
@@ -649,9 +687,9 @@ async fn read_loop<F: FileSystem>(task: ReadTask<F>, fanout: Fanout) {
         if let Some(out) = fanout.as_ref().filter(|_| grace.is_none()) {
             let mut again = std::mem::take(&mut redeliver).into_iter();
             loop {
-                let record = match again.next() {
+                let (record, from_log) = match again.next() {
                     Some(seq) => match held.remove(&seq) {
-                        Some((payload, _)) => loghaul_buffer::Record { seq, payload },
+                        Some((payload, _)) => (loghaul_buffer::Record { seq, payload }, false),
                         None => continue,
                     },
                     None => match reader.next() {
@@ -659,7 +697,7 @@ async fn read_loop<F: FileSystem>(task: ReadTask<F>, fanout: Fanout) {
                             caught_up = true;
                             break;
                         }
-                        Ok(Some(record)) => record,
+                        Ok(Some(record)) => (record, true),
                         Ok(None) => {
                             caught_up = true;
                             break;
@@ -674,7 +712,17 @@ async fn read_loop<F: FileSystem>(task: ReadTask<F>, fanout: Fanout) {
                 };
                 let seq = record.seq;
                 held.insert(seq, (record.payload.clone(), target.version()));
-                match decode(record.payload, &source) {
+                let kept = if from_log { hot.take(seq) } else { None };
+                let batch = match kept {
+                    Some(mut batch) => {
+                        if batch.source.is_empty() {
+                            batch.source = source.clone();
+                        }
+                        Ok(batch)
+                    }
+                    None => decode(record.payload, &source),
+                };
+                match batch {
                     Ok(mut batch) => {
                         if seq < first_new {
                             gauges
@@ -820,6 +868,82 @@ fn ack<F: FileSystem>(reader: &mut Reader<F>, seq: u64, metrics: &ComponentMetri
     }
 }
 
+/// The batches of the records the writer just appended, as the reader would decode them from
+/// their payloads: a reader that keeps up with the writer takes them from here and decodes
+/// nothing. Each is a copy of the sender's batch without its finalizer and budget charge, so
+/// the source's acknowledgement still comes with the write and the fsync, whatever the sink
+/// does. Bounded like the log's copy of recent groups ([`RECENT_BYTES`]): a reader further
+/// behind decodes what it reads.
+#[derive(Default)]
+struct Hot {
+    inner: std::sync::Mutex<HotInner>,
+}
+
+#[derive(Default)]
+struct HotInner {
+    batches: std::collections::VecDeque<(u64, usize, EventBatch)>,
+    bytes: usize,
+}
+
+impl Hot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HotInner> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Keeps the batches just appended, with their sequence numbers, letting go of the oldest
+    /// past the bound.
+    fn keep<'a>(&self, written: impl Iterator<Item = (u64, &'a Delivery)>) {
+        let mut inner = self.lock();
+        for (seq, d) in written {
+            let size = prepared_len(d);
+            inner.bytes += size;
+            inner.batches.push_back((seq, size, detached(&d.batch)));
+        }
+        while inner.bytes > RECENT_BYTES {
+            let Some((_, size, _)) = inner.batches.pop_front() else {
+                break;
+            };
+            inner.bytes -= size;
+        }
+    }
+
+    /// The batch of record `seq`, if it is still kept; older ones are let go.
+    fn take(&self, seq: u64) -> Option<EventBatch> {
+        let mut inner = self.lock();
+        while let Some(&(first, size, _)) = inner.batches.front() {
+            if first > seq {
+                return None;
+            }
+            inner.bytes -= size;
+            let (first, _, batch) = inner.batches.pop_front()?;
+            if first == seq {
+                return Some(batch);
+            }
+        }
+        None
+    }
+}
+
+/// What decoding the batch's record gives: the same events, without the finalizer and the
+/// budget charge (their arena is shared, not copied).
+fn detached(batch: &EventBatch) -> EventBatch {
+    EventBatch {
+        arena: batch.arena.clone(),
+        events: batch.events.clone(),
+        sd_elements: batch.sd_elements.clone(),
+        sd_params: batch.sd_params.clone(),
+        fields: batch.fields.clone(),
+        received: batch.received,
+        peers: batch.peers.clone(),
+        source: batch.source.clone(),
+        source_type: batch.source_type,
+        finalizer: loghaul_core::Finalizer::none(),
+        charge: None,
+    }
+}
+
 fn decode(payload: Bytes, source: &Arc<str>) -> Result<EventBatch, loghaul_core::DecodeError> {
     let mut batch = loghaul_core::decode_batch(payload)?;
     if batch.source.is_empty() {
@@ -866,6 +990,42 @@ mod tests {
         (d, status)
     }
 
+    #[test]
+    fn a_kept_batch_is_what_its_record_decodes_to() {
+        let (mut b, _status) = batch("<13>Nov 27 12:00:00 host app: kept");
+        b.peers.push(std::net::IpAddr::from([192, 0, 2, 7]));
+        b.received = loghaul_core::Timestamp::from_nanos_shortest(1_764_244_800_123_456_000);
+        let source: Arc<str> = Arc::from("out (disk buffer)");
+        let Ok(decoded) = decode(Bytes::from(Encode.prepare(&b).bytes), &source) else {
+            panic!("the record does not decode");
+        };
+        let kept = detached(&b);
+        assert!(!kept.finalizer.is_tracked() && kept.charge.is_none());
+        let (mut a, mut c) = (Vec::new(), Vec::new());
+        loghaul_core::encode_batch(&kept, &mut a);
+        loghaul_core::encode_batch(&decoded, &mut c);
+        assert_eq!(a, c);
+    }
+
+    #[test]
+    fn hot_gives_each_batch_once_in_order_and_lets_older_ones_go() {
+        let hot = Hot::default();
+        let ds: Vec<_> = ["a", "b", "c"].map(|t| delivery(t).0).into_iter().collect();
+        hot.keep([10, 11, 12].into_iter().zip(&ds));
+        // 10 was read from the log (the reader fell behind): asking for 11 lets it go.
+        assert_eq!(
+            hot.take(11).map(|b| b.arena),
+            Some(Bytes::from_static(b"b"))
+        );
+        assert!(hot.take(10).is_none());
+        assert!(hot.take(11).is_none());
+        assert_eq!(
+            hot.take(12).map(|b| b.arena),
+            Some(Bytes::from_static(b"c"))
+        );
+        assert_eq!(hot.lock().bytes, 0);
+    }
+
     fn mem_log(fs: &MemFs, max_size: u64) -> (Writer<MemFs>, Reader<MemFs>) {
         let mut config = log_config(Path::new("/buf"), max_size, SyncMode::EveryBatch);
         config.segment_size = 4096;
@@ -891,6 +1051,7 @@ mod tests {
             SyncMode::Interval(every),
             WhenFull::Block,
             metrics(),
+            Arc::default(),
         ));
         let (d, mut status) = delivery("a");
         let _ = tx.send(d).await;
@@ -918,6 +1079,7 @@ mod tests {
             SyncMode::EveryBatch,
             WhenFull::Block,
             metrics.clone(),
+            Arc::default(),
         ));
         fs.fail_next_sync();
         let (d, mut status) = delivery("a");

@@ -63,6 +63,8 @@ pub struct Fanout {
     output: Option<Arc<std::sync::atomic::AtomicU64>>,
     /// Where `loghaul tap` sees what this output sends.
     tap: Option<Arc<crate::tap::TapPoint>>,
+    /// Leave the downstreams' prepare steps to the downstreams (see [`Fanout::unprepared`]).
+    unprepared: bool,
 }
 
 impl Fanout {
@@ -76,7 +78,16 @@ impl Fanout {
             budget: None,
             output: None,
             tap: None,
+            unprepared: false,
         }
+    }
+
+    /// Sends batches without running the downstreams' prepare steps: each downstream then
+    /// encodes on its own thread. For a sender that is one serial stage (a disk buffer's
+    /// reader) and would otherwise do its sink's encoding too.
+    pub fn unprepared(mut self) -> Fanout {
+        self.unprepared = true;
+        self
     }
 
     /// Lets `loghaul tap` see what this fan-out sends, through `point`.
@@ -191,7 +202,11 @@ impl Fanout {
             };
             match permit {
                 Ok(permit) => {
-                    let prepared = prepare(out, &batch);
+                    let prepared = if self.unprepared {
+                        None
+                    } else {
+                        prepare(out, &batch)
+                    };
                     out.deliver(permit, &batch, prepared);
                     delivered = true;
                 }

@@ -72,6 +72,7 @@ mod cursor;
 mod format;
 pub mod fs;
 mod inspect;
+mod pool;
 mod reader;
 mod recover;
 mod shared;

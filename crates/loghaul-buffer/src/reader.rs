@@ -27,6 +27,7 @@ use crate::format::{
     FRAME_HEADER_LEN, HEADER_LEN, decode_header, frame_len, record_crc, resync, segment_path,
 };
 use crate::fs::{FileSystem, read_exact_at};
+use crate::pool::Pool;
 use crate::shared::{SegmentInfo, Shared, add, sub};
 use crate::{Config, EventCount, cursor, events_in};
 
@@ -67,6 +68,8 @@ pub struct Reader<F: FileSystem> {
     /// Bytes read ahead from `seg_id`, starting at `window_offset`.
     window: Bytes,
     window_offset: u64,
+    /// The windows' buffers.
+    pool: Pool,
     /// The last valid sequence number the reader walked over (records must exceed it).
     scan_seq: u64,
     /// The last sequence number delivered, or passed over as acked before a restart.
@@ -104,6 +107,7 @@ impl<F: FileSystem> Reader<F> {
             seg_events: 0,
             window: Bytes::new(),
             window_offset: 0,
+            pool: Pool::default(),
             scan_seq: 0,
             last_seq: cursor,
             unacked: BTreeMap::new(),
@@ -253,16 +257,21 @@ impl<F: FileSystem> Reader<F> {
         }
         let in_window = at >= self.window_offset
             && at + len as u64 <= self.window_offset + self.window.len() as u64;
-        if !in_window {
+        if !in_window && let Some(group) = self.shared.find_recent(self.seg_id, at, len) {
+            // Just written: no need to read it back.
+            self.window = group.bytes;
+            self.window_offset = group.offset;
+        } else if !in_window {
             let Some(file) = self.file.as_ref() else {
                 return Ok(None);
             };
             let want = len
                 .max(READ_AHEAD)
                 .min(usize::try_from(end - at).unwrap_or(usize::MAX));
-            let mut buf = vec![0; want];
+            let mut buf = self.pool.take(want);
+            buf.resize(want, 0);
             read_exact_at(file, &mut buf, at)?;
-            self.window = Bytes::from(buf);
+            self.window = self.pool.share(buf);
             self.window_offset = at;
         }
         let start = (at - self.window_offset) as usize;

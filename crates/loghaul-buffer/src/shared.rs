@@ -4,11 +4,23 @@
 //! Invariant: a segment's `readable_end` only ever covers records that were written whole; the
 //! writer raises it after a successful append and the reader never reads past it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use bytes::Bytes;
 use tokio::sync::Notify;
+
+impl Recent {
+    fn evict(&mut self) {
+        while self.bytes > self.max {
+            let Some(old) = self.groups.pop_front() else {
+                break;
+            };
+            self.bytes -= old.bytes.len();
+        }
+    }
+}
 
 /// The state of one segment, as the writer and the reader see it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +52,25 @@ pub struct Shared {
     pub stats: Stats,
     acked: AtomicU64,
     segments: Mutex<BTreeMap<u64, SegmentInfo>>,
+    recent: Mutex<Recent>,
+}
+
+/// The latest groups the writer appended, as it wrote them (see [`crate::Writer::keep_recent`]).
+/// A reader that keeps up with the writer finds its next records here and does not read the
+/// file back: the bytes are the ones just written, the same the page cache would return.
+#[derive(Default)]
+struct Recent {
+    groups: VecDeque<RecentGroup>,
+    bytes: usize,
+    max: usize,
+}
+
+/// One appended group: the frames written at `offset` of segment `segment`.
+#[derive(Clone)]
+pub(crate) struct RecentGroup {
+    pub segment: u64,
+    pub offset: u64,
+    pub bytes: Bytes,
 }
 
 impl Shared {
@@ -50,7 +81,51 @@ impl Shared {
             stats: Stats::default(),
             acked: AtomicU64::new(acked),
             segments: Mutex::new(segments),
+            recent: Mutex::new(Recent::default()),
         }
+    }
+
+    fn recent(&self) -> MutexGuard<'_, Recent> {
+        self.recent.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Keeps at most `max` bytes of the latest appended groups (0: none).
+    pub(crate) fn set_recent_max(&self, max: usize) {
+        let mut recent = self.recent();
+        recent.max = max;
+        recent.evict();
+    }
+
+    /// Whether appended groups are kept at all.
+    pub(crate) fn keeps_recent(&self) -> bool {
+        self.recent().max > 0
+    }
+
+    /// Keeps a group just appended, letting go of the oldest ones past the limit.
+    pub(crate) fn push_recent(&self, group: RecentGroup) {
+        let mut recent = self.recent();
+        if group.bytes.len() > recent.max {
+            return;
+        }
+        recent.bytes += group.bytes.len();
+        recent.groups.push_back(group);
+        recent.evict();
+    }
+
+    /// The kept group of `segment` that holds `len` bytes at `at`, if there is one.
+    pub(crate) fn find_recent(&self, segment: u64, at: u64, len: usize) -> Option<RecentGroup> {
+        let recent = self.recent();
+        // Readers that keep up want the newest groups: search from the back.
+        recent
+            .groups
+            .iter()
+            .rev()
+            .find(|g| {
+                g.segment == segment
+                    && g.offset <= at
+                    && at + len as u64 <= g.offset + g.bytes.len() as u64
+            })
+            .cloned()
     }
 
     /// The highest sequence number through which every record is acknowledged (as the reader

@@ -477,6 +477,53 @@ fn corruption_seen_while_reading_is_skipped_and_counted() {
 }
 
 #[test]
+fn a_reader_that_keeps_up_takes_the_latest_groups_from_memory() {
+    // Damage written into the file after the append is not seen: the reader never reads the
+    // file back. Were it read, record 3 would be skipped as damaged (as in the test above).
+    let fs = MemFs::new();
+    let (mut writer, mut reader, _) = open(fs.clone(), config()).unwrap();
+    writer.keep_recent(1 << 20);
+    append_range(&mut writer, 1..=5);
+    let path = segment_path(Path::new(DIR), 1);
+    fs.corrupt(
+        &path,
+        HEADER_LEN + 2 * FRAME + FRAME_HEADER_LEN as u64,
+        &[0xFF],
+    )
+    .unwrap();
+    let records = drain(&mut reader);
+    assert_eq!(seqs(&records), [1, 2, 3, 4, 5]);
+    assert_eq!(records[2].payload, payload(3));
+    assert_eq!(reader.shared().stats.snapshot().damaged_records, 0);
+}
+
+#[test]
+fn a_reader_behind_the_kept_groups_reads_the_file() {
+    // Room for the last two groups only: records 1..=3 come from the file (where the damage
+    // is seen), 4 and 5 from memory, in order, across a segment rotation.
+    let fs = MemFs::new();
+    let small = Config {
+        segment_size: HEADER_LEN + 2 * FRAME,
+        ..config()
+    };
+    let (mut writer, mut reader, _) = open(fs.clone(), small).unwrap();
+    writer.keep_recent(2 * FRAME as usize);
+    append_range(&mut writer, 1..=5);
+    fs.corrupt(
+        &segment_path(Path::new(DIR), 1),
+        HEADER_LEN + FRAME + FRAME_HEADER_LEN as u64,
+        &[0xFF],
+    )
+    .unwrap();
+    let records = drain(&mut reader);
+    assert_eq!(seqs(&records), [1, 3, 4, 5]);
+    for (record, i) in records.iter().zip([1, 3, 4, 5]) {
+        assert_eq!(record.payload, payload(i));
+    }
+    assert_eq!(reader.shared().stats.snapshot().damaged_records, 1);
+}
+
+#[test]
 fn bad_header_is_salvaged() {
     let fs = MemFs::new();
     {

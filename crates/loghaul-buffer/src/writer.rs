@@ -17,7 +17,9 @@ use std::sync::Arc;
 
 use crate::format::{HEADER_LEN, SEGMENT_HEADER, encode, frame_len, segment_path};
 use crate::fs::{FileSystem, FsFile, write_all_at};
-use crate::shared::{SegmentInfo, Shared, add};
+use crate::shared::{RecentGroup, SegmentInfo, Shared, add};
+
+use crate::pool::Pool;
 use crate::{Config, SyncMode, events_in};
 
 /// What an append wrote.
@@ -153,6 +155,8 @@ pub struct Writer<F: FileSystem> {
     /// A segment was created since the directory was last synced.
     dir_dirty: bool,
     buf: Vec<u8>,
+    /// The groups' buffers, while they are kept for the reader.
+    pool: Pool,
 }
 
 impl<F: FileSystem> Writer<F> {
@@ -174,12 +178,22 @@ impl<F: FileSystem> Writer<F> {
             next_seq,
             dir_dirty: false,
             buf: Vec::new(),
+            pool: Pool::default(),
         }
     }
 
     /// What the writer shares with the reader: notifications and statistics.
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// Keeps the latest `max_bytes` of appended groups in memory for the reader, which then
+    /// takes records from there instead of reading the segment back while it keeps up with the
+    /// writer (0, the default: it always reads the file). The bytes are exactly the ones
+    /// written, which is also what reading them back from the page cache returns; only a file
+    /// changed behind the buffer's back reads differently.
+    pub fn keep_recent(&mut self, max_bytes: usize) {
+        self.shared.set_recent_max(max_bytes);
     }
 
     /// The sequence number the next record will get.
@@ -255,10 +269,17 @@ impl<F: FileSystem> Writer<F> {
             }
         }
 
-        self.buf.clear();
+        // Kept for the reader: a buffer of its own (shared once written), else the reused one.
+        let keep = self.shared.keeps_recent();
+        let mut buf = if keep {
+            self.pool.take(usize::try_from(bytes).unwrap_or(0))
+        } else {
+            std::mem::take(&mut self.buf)
+        };
+        buf.clear();
         let mut events = 0;
         for (seq, payload) in (first_seq..).zip(payloads) {
-            encode(&mut self.buf, seq, payload.as_ref());
+            encode(&mut buf, seq, payload.as_ref());
             events += u64::from(events_in(self.config.event_count, payload.as_ref()));
         }
         let count = payloads.len() as u64;
@@ -267,7 +288,10 @@ impl<F: FileSystem> Writer<F> {
             return Err(AppendError::Io(io::Error::other("no segment to write to")));
         };
         let offset = current.len;
-        if let Err(error) = write_all_at(&current.file, &self.buf, offset) {
+        if let Err(error) = write_all_at(&current.file, &buf, offset) {
+            if !keep {
+                self.buf = buf;
+            }
             self.roll_back(offset, count, &error);
             // A file system that is full (smaller than `max_size`, or shared) frees space only
             // when acknowledged segments are deleted, and the current one never is: seal it, so
@@ -279,8 +303,18 @@ impl<F: FileSystem> Writer<F> {
             return Err(AppendError::Io(error));
         }
 
+        let segment = current.id;
         current.len += bytes;
         current.dirty = true;
+        if keep {
+            self.shared.push_recent(RecentGroup {
+                segment,
+                offset,
+                bytes: self.pool.share(buf),
+            });
+        } else {
+            self.buf = buf;
+        }
         let last_seq = first_seq + count - 1;
         self.next_seq = last_seq + 1;
         let stats = &self.shared.stats;

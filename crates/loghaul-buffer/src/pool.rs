@@ -1,0 +1,83 @@
+//! Reused I/O buffers handed out as `Bytes`: the writer's groups and the reader's windows are
+//! megabytes each, and a fresh allocation of that size per group or window came from pages the
+//! allocator had just given back, so every one was faulted in (and zeroed) again.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use bytes::Bytes;
+
+/// At most this many idle buffers are kept.
+const IDLE: usize = 8;
+/// Buffers larger than this are not kept (a rare oversized record).
+const MAX_KEPT: usize = 16 << 20;
+
+/// A shared set of idle buffers.
+#[derive(Clone, Default)]
+pub(crate) struct Pool(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl Pool {
+    /// An empty buffer with room for at least `capacity` bytes.
+    pub fn take(&self, capacity: usize) -> Vec<u8> {
+        let mut idle = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut buf = idle.pop().unwrap_or_default();
+        drop(idle);
+        buf.clear();
+        buf.reserve(capacity);
+        buf
+    }
+
+    /// `buf` as `Bytes` that give it back to the pool once the last slice of it is dropped.
+    pub fn share(&self, buf: Vec<u8>) -> Bytes {
+        Bytes::from_owner(Pooled {
+            buf,
+            pool: self.clone(),
+        })
+    }
+}
+
+struct Pooled {
+    buf: Vec<u8>,
+    pool: Pool,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        if buf.capacity() == 0 || buf.capacity() > MAX_KEPT {
+            return;
+        }
+        let mut idle = self.pool.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < IDLE {
+            idle.push(buf);
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buffer_comes_back_once_its_last_slice_is_gone() {
+        let pool = Pool::default();
+        let mut buf = pool.take(100);
+        buf.extend_from_slice(b"hello world");
+        let ptr = buf.as_ptr();
+        let bytes = pool.share(buf);
+        let slice = bytes.slice(6..);
+        drop(bytes);
+        assert!(pool.0.lock().unwrap().is_empty(), "a slice still holds it");
+        assert_eq!(&slice[..], b"world");
+        drop(slice);
+        let again = pool.take(10);
+        assert_eq!(again.as_ptr(), ptr);
+        assert!(again.is_empty());
+    }
+}
