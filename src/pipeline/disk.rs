@@ -4,8 +4,9 @@
 //! crash.
 //!
 //! ```text
-//!  fan-out ──(encode on the sender's task)──► queue ──► writer thread: append a group,
-//!                                                       fsync per `sync`, then commit the acks
+//!  fan-out ──(encode on the sender's task)──► queue ──► writer thread: append groups; fsync
+//!                                                       per `sync` on the blocking pool while
+//!                                                       it appends on, then commit the acks
 //!                                                           │ segments on disk, and the latest
 //!                                                           │ groups and batches in memory
 //!  sink ◄── the sink's own queue ◄── reader thread: read (from memory while it keeps up),
@@ -32,6 +33,7 @@ use loghaul_buffer::{AppendError, FileSystem, Reader, RealFs, Shared, Stats, Wri
 use loghaul_config::{SyncMode, WhenFull};
 use loghaul_core::{BatchNotifier, BatchStatus, EventBatch};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 
 use super::ShutdownSignal;
 use super::fanout::Fanout;
@@ -439,22 +441,53 @@ async fn write_loop<F: FileSystem>(
     hot: Arc<Hot>,
 ) {
     let mut seqs = Vec::new();
-    // Written, waiting for the timed fsync (interval mode).
+    // Written, not yet covered by a sync.
     let mut unsynced: Vec<Delivery> = Vec::new();
+    // The sync running on the blocking pool, with the batches it covers: the writer goes on
+    // appending meanwhile (an fsync waits for the disk, and the appends need only the page
+    // cache), and the next sync covers what was appended during this one (group commit).
+    let mut in_flight: Option<(JoinHandle<loghaul_buffer::SyncOutcome>, Vec<Delivery>)> = None;
     let mut next_sync = tokio::time::Instant::now();
-    loop {
-        let first = if unsynced.is_empty() {
-            rx.recv().await
-        } else {
-            tokio::select! {
-                d = rx.recv() => d,
-                () = tokio::time::sleep_until(next_sync) => {
-                    sync_and_commit(&mut writer, &mut unsynced, &metrics).await;
-                    continue;
-                }
-            }
+    let mut open = true;
+    while open || in_flight.is_some() {
+        let due = match sync {
+            SyncMode::EveryBatch => true,
+            SyncMode::Interval(_) => tokio::time::Instant::now() >= next_sync,
+            SyncMode::Never => false,
         };
-        let Some(first) = first else { break };
+        if in_flight.is_none() && due && !unsynced.is_empty() {
+            let pending = writer.begin_sync();
+            let covered = std::mem::take(&mut unsynced);
+            in_flight = Some((tokio::task::spawn_blocking(move || pending.run()), covered));
+        }
+        let first = tokio::select! {
+            biased;
+            done = async { (&mut in_flight.as_mut()?.0).await.ok() }, if in_flight.is_some() => {
+                let covered = in_flight.take().map(|(_, c)| c).unwrap_or_default();
+                let outcome = done.ok_or_else(|| std::io::Error::other("the sync task failed"));
+                match writer.finish_sync(outcome) {
+                    Ok(()) => commit(covered),
+                    Err(error) => {
+                        // Nothing since the last good sync is known durable: write it all
+                        // again to a new segment and sync there, before taking more.
+                        let mut again = covered;
+                        again.append(&mut unsynced);
+                        let reason = format!("fsync failed: {error}; writing again");
+                        let mut backoff = FIRST_BACKOFF;
+                        fail_and_back_off(&metrics, reason, &mut backoff).await;
+                        let _ = append(&mut writer, &again, WhenFull::Block, &metrics).await;
+                        sync_and_commit(&mut writer, &mut again, &metrics).await;
+                    }
+                }
+                continue;
+            }
+            () = tokio::time::sleep_until(next_sync), if in_flight.is_none() && !unsynced.is_empty() => continue,
+            d = rx.recv(), if open => d,
+        };
+        let Some(first) = first else {
+            open = false;
+            continue;
+        };
         let mut group = vec![first];
         let mut bytes = prepared_len(&group[0]);
         while bytes < GROUP_BYTES
@@ -486,18 +519,14 @@ async fn write_loop<F: FileSystem>(
             continue;
         }
         match sync {
-            SyncMode::EveryBatch => {
-                unsynced.extend(group);
-                sync_and_commit(&mut writer, &mut unsynced, &metrics).await;
-            }
+            SyncMode::EveryBatch => unsynced.extend(group),
             SyncMode::Interval(every) => {
+                // Synced `every` after the oldest write it covers (or once the sync before it
+                // is done, when that takes longer).
                 if unsynced.is_empty() {
                     next_sync = tokio::time::Instant::now() + every;
                 }
                 unsynced.extend(group);
-                if tokio::time::Instant::now() >= next_sync {
-                    sync_and_commit(&mut writer, &mut unsynced, &metrics).await;
-                }
             }
             SyncMode::Never => commit(group),
         }

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use bytes::Bytes;
 
 /// At most this many idle buffers are kept.
-const IDLE: usize = 8;
+const IDLE: usize = 2;
 /// Buffers larger than this are not kept (a rare oversized record).
 const MAX_KEPT: usize = 16 << 20;
 

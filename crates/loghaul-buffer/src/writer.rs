@@ -131,7 +131,8 @@ impl std::error::Error for AppendError {
 /// The segment being written.
 struct Current<File> {
     id: u64,
-    file: File,
+    /// Shared with a sync running elsewhere (see [`Writer::begin_sync`]).
+    file: Arc<File>,
     /// The end of the last record written whole.
     len: u64,
     /// Written since the last successful sync.
@@ -146,7 +147,7 @@ pub struct Writer<F: FileSystem> {
     /// `None` until the first append, and after a seal: the next append starts a segment.
     current: Option<Current<F::File>>,
     /// Rotated segments with writes not yet synced.
-    unsynced: Vec<F::File>,
+    unsynced: Vec<Arc<F::File>>,
     /// The same with [`SyncMode::Never`], by id: nothing may call sync for a long time, and
     /// their handles would pile up; a sync reopens them.
     unsynced_ids: Vec<u64>,
@@ -288,7 +289,7 @@ impl<F: FileSystem> Writer<F> {
             return Err(AppendError::Io(io::Error::other("no segment to write to")));
         };
         let offset = current.len;
-        if let Err(error) = write_all_at(&current.file, &buf, offset) {
+        if let Err(error) = write_all_at(&*current.file, &buf, offset) {
             if !keep {
                 self.buf = buf;
             }
@@ -348,56 +349,59 @@ impl<F: FileSystem> Writer<F> {
     /// committed: the failing segment was sealed, is never synced again, and later appends go
     /// to a new segment.
     pub fn sync(&mut self) -> io::Result<()> {
-        let mut first_error = None;
-        for id in std::mem::take(&mut self.unsynced_ids) {
-            match self.fs.open(&segment_path(&self.config.dir, id)) {
-                Ok(file) => self.unsynced.push(file),
-                // Acked through and deleted already.
-                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
-                Err(error) => {
-                    add(&self.shared.stats.fsync_failures, 1);
-                    first_error.get_or_insert(error);
-                }
-            }
+        let pending = self.begin_sync();
+        let outcome = pending.run();
+        self.finish_sync(Ok(outcome))
+    }
+
+    /// Takes out what the next sync must cover (the segments written since the last one, and
+    /// the directory when a segment was created), to run with [`PendingSync::run`] on another
+    /// thread while this writer goes on appending; hand the outcome to
+    /// [`Writer::finish_sync`]. The sync covers every record appended before this call.
+    pub fn begin_sync(&mut self) -> PendingSync<F> {
+        let current = self.current.as_mut().filter(|c| c.dirty).map(|c| {
+            c.dirty = false;
+            (c.id, c.file.clone())
+        });
+        PendingSync {
+            fs: self.fs.clone(),
+            dir: self.config.dir.clone(),
+            shared: self.shared.clone(),
+            ids: std::mem::take(&mut self.unsynced_ids),
+            rotated: std::mem::take(&mut self.unsynced),
+            current,
+            sync_dir: std::mem::take(&mut self.dir_dirty),
         }
-        for file in std::mem::take(&mut self.unsynced) {
-            match file.sync_data() {
-                Ok(()) => add(&self.shared.stats.fsyncs, 1),
-                Err(error) => {
-                    add(&self.shared.stats.fsync_failures, 1);
-                    tracing::warn!(%error, "Failed to sync a disk buffer segment; its recent records are not durable.");
-                    first_error.get_or_insert(error);
-                }
+    }
+
+    /// Takes the outcome of a sync begun with [`Writer::begin_sync`].
+    ///
+    /// # Errors
+    /// The sync's first I/O error (or why it could not run). The records appended before it
+    /// began are then not committed: a segment whose sync failed is sealed and never synced
+    /// again (a later sync that succeeds does not prove its data reached the disk), and later
+    /// appends go to a new segment.
+    pub fn finish_sync(&mut self, outcome: io::Result<SyncOutcome>) -> io::Result<()> {
+        let outcome = match outcome {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                // Nothing is known synced: treat it as a failed sync of everything it covered.
+                add(&self.shared.stats.fsync_failures, 1);
+                self.seal(false);
+                self.dir_dirty = true;
+                return Err(error);
             }
+        };
+        if let Some(id) = outcome.failed_current
+            && self.current.as_ref().is_some_and(|c| c.id == id)
+        {
+            // Not kept for a later sync: that one could succeed without the data.
+            self.seal(false);
         }
-        if let Some(current) = self.current.as_mut().filter(|c| c.dirty) {
-            match current.file.sync_data() {
-                Ok(()) => {
-                    current.dirty = false;
-                    add(&self.shared.stats.fsyncs, 1);
-                }
-                Err(error) => {
-                    add(&self.shared.stats.fsync_failures, 1);
-                    tracing::warn!(%error, segment = current.id, "Failed to sync a disk buffer segment; its recent records are not durable.");
-                    // Not kept for a later sync: that one could succeed without the data.
-                    self.seal(false);
-                    first_error.get_or_insert(error);
-                }
-            }
+        if outcome.dir_failed {
+            self.dir_dirty = true;
         }
-        if self.dir_dirty {
-            match self.fs.sync_dir(&self.config.dir) {
-                Ok(()) => {
-                    self.dir_dirty = false;
-                    add(&self.shared.stats.fsyncs, 1);
-                }
-                Err(error) => {
-                    add(&self.shared.stats.fsync_failures, 1);
-                    first_error.get_or_insert(error);
-                }
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        outcome.error.map_or(Ok(()), Err)
     }
 
     /// Stops writing to the current segment. With `keep_for_sync`, its unsynced writes are
@@ -461,7 +465,7 @@ impl<F: FileSystem> Writer<F> {
         add(&self.shared.stats.bytes_on_disk, HEADER_LEN);
         self.current = Some(Current {
             id,
-            file,
+            file: Arc::new(file),
             len: HEADER_LEN,
             dirty: true,
         });
@@ -508,4 +512,84 @@ fn is_out_of_space(error: &io::Error) -> bool {
         error.kind(),
         io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
     )
+}
+
+/// A sync taken out of a [`Writer`] with [`Writer::begin_sync`]: run it anywhere, once.
+pub struct PendingSync<F: FileSystem> {
+    fs: F,
+    dir: std::path::PathBuf,
+    shared: Arc<Shared>,
+    /// Rotated segments to reopen by id (their handles were let go).
+    ids: Vec<u64>,
+    /// Rotated segments with their handles.
+    rotated: Vec<Arc<F::File>>,
+    /// The segment being written, if written since the last sync.
+    current: Option<(u64, Arc<F::File>)>,
+    sync_dir: bool,
+}
+
+/// What a [`PendingSync`] did, for [`Writer::finish_sync`].
+#[derive(Debug)]
+pub struct SyncOutcome {
+    error: Option<io::Error>,
+    /// The segment being written failed its sync.
+    failed_current: Option<u64>,
+    /// The directory's sync failed: it is synced again next time.
+    dir_failed: bool,
+}
+
+impl<F: FileSystem> PendingSync<F> {
+    /// fsyncs the segments and the directory (blocking).
+    pub fn run(self) -> SyncOutcome {
+        let stats = &self.shared.stats;
+        let mut outcome = SyncOutcome {
+            error: None,
+            failed_current: None,
+            dir_failed: false,
+        };
+        let mut files = self.rotated;
+        for id in self.ids {
+            match self.fs.open(&segment_path(&self.dir, id)) {
+                Ok(file) => files.push(Arc::new(file)),
+                // Acked through and deleted already.
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => {
+                    add(&stats.fsync_failures, 1);
+                    outcome.error.get_or_insert(error);
+                }
+            }
+        }
+        for file in files {
+            match file.sync_data() {
+                Ok(()) => add(&stats.fsyncs, 1),
+                Err(error) => {
+                    add(&stats.fsync_failures, 1);
+                    tracing::warn!(%error, "Failed to sync a disk buffer segment; its recent records are not durable.");
+                    outcome.error.get_or_insert(error);
+                }
+            }
+        }
+        if let Some((id, file)) = self.current {
+            match file.sync_data() {
+                Ok(()) => add(&stats.fsyncs, 1),
+                Err(error) => {
+                    add(&stats.fsync_failures, 1);
+                    tracing::warn!(%error, segment = id, "Failed to sync a disk buffer segment; its recent records are not durable.");
+                    outcome.failed_current = Some(id);
+                    outcome.error.get_or_insert(error);
+                }
+            }
+        }
+        if self.sync_dir {
+            match self.fs.sync_dir(&self.dir) {
+                Ok(()) => add(&stats.fsyncs, 1),
+                Err(error) => {
+                    add(&stats.fsync_failures, 1);
+                    outcome.dir_failed = true;
+                    outcome.error.get_or_insert(error);
+                }
+            }
+        }
+        outcome
+    }
 }
