@@ -8,7 +8,11 @@
 //!   is sealed at the last good offset and readers never see the group during this run, but a
 //!   restart may find the records of it that reached the disk and deliver them (at least once).
 //! - After a failed fsync, the segment is sealed and never synced again (a second fsync that
-//!   succeeds does not prove the data reached the disk); later appends go to a new segment.
+//!   succeeds does not prove the data reached the disk); later appends go to a new segment. A
+//!   sync run beside appends ([`Writer::begin_sync`]) can fail after the writer rotated the
+//!   segment it covered, which then is synced again with the rotated ones: its records count as
+//!   durable only through a copy written after the failure (the server writes everything not
+//!   yet acknowledged again).
 //! - A record is never split across segments; a group may run past `segment_size`.
 
 use std::fmt;
