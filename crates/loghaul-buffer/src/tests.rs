@@ -51,6 +51,16 @@ fn append_range<F: FileSystem>(writer: &mut Writer<F>, range: std::ops::RangeInc
     }
 }
 
+/// Flips the first payload byte of the `n`th [`payload`] record (from 0) of segment `id`.
+fn damage_payload(fs: &MemFs, id: u64, n: u64) {
+    fs.corrupt(
+        &segment_path(Path::new(DIR), id),
+        HEADER_LEN + n * FRAME + FRAME_HEADER_LEN as u64,
+        &[0xFF],
+    )
+    .unwrap();
+}
+
 fn segments(fs: &MemFs) -> Vec<String> {
     fs.list(Path::new(DIR))
         .into_iter()
@@ -457,13 +467,7 @@ fn corruption_seen_while_reading_is_skipped_and_counted() {
     let fs = MemFs::new();
     let (mut writer, mut reader, _) = open(fs.clone(), config()).unwrap();
     append_range(&mut writer, 1..=5);
-    let path = segment_path(Path::new(DIR), 1);
-    fs.corrupt(
-        &path,
-        HEADER_LEN + 2 * FRAME + FRAME_HEADER_LEN as u64,
-        &[0xFF],
-    )
-    .unwrap();
+    damage_payload(&fs, 1, 2);
     let records = drain(&mut reader);
     assert_eq!(seqs(&records), [1, 2, 4, 5]);
     let stats = reader.shared().stats.snapshot();
@@ -484,13 +488,7 @@ fn a_reader_that_keeps_up_takes_the_latest_groups_from_memory() {
     let (mut writer, mut reader, _) = open(fs.clone(), config()).unwrap();
     writer.keep_recent(1 << 20);
     append_range(&mut writer, 1..=5);
-    let path = segment_path(Path::new(DIR), 1);
-    fs.corrupt(
-        &path,
-        HEADER_LEN + 2 * FRAME + FRAME_HEADER_LEN as u64,
-        &[0xFF],
-    )
-    .unwrap();
+    damage_payload(&fs, 1, 2);
     let records = drain(&mut reader);
     assert_eq!(seqs(&records), [1, 2, 3, 4, 5]);
     assert_eq!(records[2].payload, payload(3));
@@ -509,12 +507,7 @@ fn a_reader_behind_the_kept_groups_reads_the_file() {
     let (mut writer, mut reader, _) = open(fs.clone(), small).unwrap();
     writer.keep_recent(2 * FRAME as usize);
     append_range(&mut writer, 1..=5);
-    fs.corrupt(
-        &segment_path(Path::new(DIR), 1),
-        HEADER_LEN + FRAME + FRAME_HEADER_LEN as u64,
-        &[0xFF],
-    )
-    .unwrap();
+    damage_payload(&fs, 1, 1);
     let records = drain(&mut reader);
     assert_eq!(seqs(&records), [1, 3, 4, 5]);
     for (record, i) in records.iter().zip([1, 3, 4, 5]) {
