@@ -12,8 +12,7 @@ use crate::harness::*;
 
 /// The trailing numbers of a text file's lines.
 fn numbers(path: &Path) -> Vec<u64> {
-    fs::read_to_string(path)
-        .unwrap_or_default()
+    written_text(path)
         .lines()
         .filter(|l| !l.is_empty())
         .map(trailing_number)

@@ -232,6 +232,7 @@ impl Server {
         env: &[(&str, &str)],
         wrapper: &[&str],
     ) -> Server {
+        remember_panics();
         let dir = tempfile::Builder::new()
             .prefix("loghaul-it-")
             .tempdir()
@@ -640,8 +641,44 @@ impl Drop for Server {
                 tail(&self.stderr(), 16_000),
                 tail(&self.stdout(), 4000)
             );
+            // CI shows the head and the tail of a long output: the reason goes last too.
+            PANIC_MESSAGE.with(|m| {
+                if let Some(message) = m.borrow().as_deref() {
+                    eprintln!("--- the test failed at: {message}");
+                }
+            });
         }
     }
+}
+
+thread_local! {
+    /// The last panic of this test's thread, as the panic hook printed it.
+    static PANIC_MESSAGE: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Installs (once per process) a panic hook that keeps the panic's place and message for the
+/// servers' log dumps, then prints it as the default hook does.
+fn remember_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let message = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| info.payload().downcast_ref::<&str>().copied())
+                .unwrap_or("(no message)");
+            let place = info
+                .location()
+                .map(|l| format!("{}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            // At most a few lines: the message may carry whole logs, printed above already.
+            let short: String = message.chars().take(1500).collect();
+            PANIC_MESSAGE.with(|m| *m.borrow_mut() = Some(format!("{place}: {short}")));
+            default(info);
+        }));
+    });
 }
 
 /// Ports held while their server is down (see [`Server::hold_ports`]); dropping it lets them go.
@@ -978,6 +1015,15 @@ pub fn wait_for_line(path: &Path, what: &str, pred: impl Fn(&Value) -> bool) -> 
             .collect::<Vec<_>>()
             .join("\n")
     );
+}
+
+/// The whole lines of a file a running server may be writing, as text: a last line without its
+/// newline yet is still being written and is left out (a missing file is empty).
+pub fn written_text(path: &Path) -> String {
+    let mut text = fs::read_to_string(path).unwrap_or_default();
+    let end = text.rfind('\n').map_or(0, |i| i + 1);
+    text.truncate(end);
+    text
 }
 
 /// Every line of `path` right now (parsed).

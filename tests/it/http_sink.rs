@@ -78,11 +78,7 @@ fn http_sink_retries_while_the_server_cannot_write_and_loses_nothing() {
     blocked.unblock();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let got: Vec<u64> = fs::read_to_string(&out)
-            .unwrap_or_default()
-            .lines()
-            .map(trailing_number)
-            .collect();
+        let got: Vec<u64> = written_text(&out).lines().map(trailing_number).collect();
         let (counts, _) = tally(&got, 1000);
         if counts.iter().all(|&c| c > 0) {
             break;
@@ -212,7 +208,7 @@ fn http_sink_dead_letters_what_the_server_refuses_and_replay_sends_them_once() {
 }
 
 fn read_lines_raw(path: &std::path::Path) -> usize {
-    fs::read_to_string(path).unwrap_or_default().lines().count()
+    written_text(path).lines().count()
 }
 
 #[test]
@@ -389,8 +385,7 @@ fn http_sink_adaptive_concurrency_falls_under_503_and_rises_again_losing_nothing
         let got: Vec<u64> = [&out1_path, &blocked.out]
             .iter()
             .flat_map(|p| {
-                fs::read_to_string(p)
-                    .unwrap_or_default()
+                written_text(p)
                     .lines()
                     .map(trailing_number)
                     .collect::<Vec<_>>()

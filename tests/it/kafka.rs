@@ -330,12 +330,7 @@ sinks:
     send_tcp(server.ports.tcp, &lines);
     let out = server.path("out.log");
     let deadline = Instant::now() + Duration::from_secs(30);
-    while std::fs::read_to_string(&out)
-        .unwrap_or_default()
-        .lines()
-        .count()
-        < 101
-    {
+    while written_text(&out).lines().count() < 101 {
         assert!(Instant::now() < deadline, "the file sink gets every event");
         std::thread::sleep(Duration::from_millis(100));
     }

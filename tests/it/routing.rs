@@ -36,8 +36,7 @@ fn read_all(server: &Server, names: &[&str], total: usize) -> BTreeMap<String, V
         let files: BTreeMap<String, Vec<Value>> = names
             .iter()
             .map(|n| {
-                let text =
-                    std::fs::read_to_string(server.path(&format!("{n}.jsonl"))).unwrap_or_default();
+                let text = written_text(&server.path(&format!("{n}.jsonl")));
                 let lines = text
                     .lines()
                     .map(|l| serde_json::from_str(l).expect("a JSON line"))
