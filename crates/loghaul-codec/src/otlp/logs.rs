@@ -23,6 +23,10 @@ pub const MAX_DEPTH: usize = 64;
 /// Record entries a log record can have besides its attributes and body (see [`Names`]).
 const OWN_ENTRIES: usize = 12;
 
+/// Values shorter than this cannot nest deeper than [`MAX_DEPTH`]: each level of an array or
+/// map takes at least four bytes (two fields' key and length).
+const SHALLOW_BYTES: usize = 128;
+
 /// What a request will take once decoded: an upper bound.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Measure {
@@ -66,6 +70,7 @@ pub fn measure(body: &[u8]) -> Result<Measure, WireError> {
         taken: Measure::default(),
         over: false,
         attrs: Vec::new(),
+        values: 0,
     };
     walk.request(Reader::new(body), &mut |records, fields| {
         m.records += records;
@@ -119,6 +124,7 @@ fn build(
             taken: Measure::default(),
             over: false,
             attrs: Vec::new(),
+            values: 0,
         };
         match walk.request(Reader::new(body), &mut |_, _| {}) {
             Ok(()) => {}
@@ -188,6 +194,8 @@ struct Walk<'b> {
     over: bool,
     /// A record's attributes, found before any is built (reused from record to record).
     attrs: Vec<(usize, usize)>,
+    /// Key-values and values walked so far: the entries they take, as `depth_and_size` counts.
+    values: usize,
 }
 
 /// What a resource or scope gives each of its records.
@@ -459,18 +467,24 @@ impl Walk<'_> {
                 _ => {}
             }
         }
-        // Too deep anywhere: the whole record is left out, and nothing of it was built.
+        // Too deep anywhere: the whole record is left out, and nothing of it was built. A value
+        // shorter than SHALLOW_BYTES cannot nest that deep (a level takes at least four bytes),
+        // so building walks only the longer ones first; measuring walks them all.
+        let building = self.b.is_some();
         let mut size = OWN_ENTRIES;
         let mut deep = false;
-        for &(a, b) in &attrs_at {
-            match depth_and_size(r.nested(a, b), Kind::KeyValue, 1)? {
-                Some(s) => size += s,
-                None => deep = true,
+        let values = attrs_at
+            .iter()
+            .map(|&(a, b)| (a, b, Kind::KeyValue))
+            .chain(body.map(|(a, b)| (a, b, Kind::AnyValue)));
+        for (a, b, kind) in values {
+            if building && b - a < SHALLOW_BYTES {
+                continue;
             }
-        }
-        if let Some((a, b)) = body {
-            match depth_and_size(r.nested(a, b), Kind::AnyValue, 1)? {
-                Some(s) => size += s,
+            match depth_and_size(r.nested(a, b), kind, 1)? {
+                // Building counts every value's entries as it goes.
+                Some(s) if !building => size += s,
+                Some(_) => {}
                 None => deep = true,
             }
         }
@@ -493,6 +507,8 @@ impl Walk<'_> {
         if when != 0 {
             event.timestamp = Some(Timestamp::from_nanos(clamp(when), 9));
         }
+        // The short values' entries, counted as they are built (the long ones were sized above).
+        let counted = self.values;
         let mut entries = self.scratch();
         if let Some((a, b)) = body {
             match self.any_value(r.nested(a, b), 1)? {
@@ -522,7 +538,7 @@ impl Walk<'_> {
         if !attrs_at.is_empty() {
             let mut attrs = self.scratch();
             for &(a, b) in &attrs_at {
-                let (field, _) = self.key_value(r.nested(a, b), 2, false)?;
+                let (field, _) = self.key_value(r.nested(a, b), 1, false)?;
                 attrs.push(field);
             }
             let value = self.close_map(attrs);
@@ -531,6 +547,7 @@ impl Walk<'_> {
                 value,
             });
         }
+        size = size.saturating_add(self.values - counted);
         for (id, name) in [(trace_id, names.trace_id), (span_id, names.span_id)] {
             let Some((a, b)) = id else { continue };
             let raw = r.bytes(a, b);
@@ -618,6 +635,7 @@ impl Walk<'_> {
         depth: usize,
         sized: bool,
     ) -> Result<(Field, usize), WireError> {
+        self.values += 1;
         let mut key = Span::EMPTY;
         let mut value = None;
         while let Some((n, w)) = r.field()? {
@@ -665,6 +683,7 @@ impl Walk<'_> {
         if depth > MAX_DEPTH {
             return Err(wrong(&r, "a value nests deeper than 64 levels"));
         }
+        self.values += 1;
         let mut value = Value::Null;
         while let Some((n, w)) = r.field()? {
             value = match (n, w) {

@@ -175,19 +175,32 @@ fn a_body_of_another_type_stays_in_the_record() {
     assert!(got[2].get("message").is_none());
 }
 
-fn nested(depth: usize) -> Vec<u8> {
-    // An AnyValue of `depth` arrays, innermost a string.
-    fn value(w: &mut Writer, depth: usize) {
-        if depth == 0 {
-            any_str(w, "deep");
-        } else {
-            w.message(5, |w| w.message(1, |w| value(w, depth - 1)));
-        }
+/// An AnyValue of `depth` arrays, innermost a string.
+fn arrays(w: &mut Writer, depth: usize) {
+    if depth == 0 {
+        any_str(w, "deep");
+    } else {
+        w.message(5, |w| w.message(1, |w| arrays(w, depth - 1)));
     }
+}
+
+/// Two records: the first with a body of `depth` nested arrays, the second a plain one.
+fn nested(depth: usize) -> Vec<u8> {
+    nested_in(depth, false)
+}
+
+/// As [`nested`], the arrays in the first record's body or in its attribute `deep`.
+fn nested_in(depth: usize, attribute: bool) -> Vec<u8> {
     let mut w = Writer::default();
     w.message(1, |w| {
         w.message(2, |w| {
-            w.message(2, |w| w.message(5, |w| value(w, depth)));
+            w.message(2, |w| {
+                if attribute {
+                    kv(w, 6, "deep", |w| arrays(w, depth));
+                } else {
+                    w.message(5, |w| arrays(w, depth));
+                }
+            });
             w.message(2, |w| w.message(5, |w| any_str(w, "kept")));
         });
     });
@@ -208,6 +221,29 @@ fn a_record_nested_too_deep_is_rejected_and_the_rest_kept() {
             .rejected,
         0
     );
+}
+
+/// A body and an attribute nest equally far: a value at depth 64 (the top value and 63 arrays)
+/// is kept, one level more is rejected, and measuring and building agree at the edge.
+#[test]
+fn the_depth_limit_is_the_same_for_bodies_and_attributes() {
+    for attribute in [false, true] {
+        for (arrays, rejected) in [(MAX_DEPTH - 1, 0), (MAX_DEPTH, 1)] {
+            let body = Bytes::from(nested_in(arrays, attribute));
+            let measure = logs::measure(&body).expect("the structure is valid");
+            let d = logs::decode(&body, Arc::from("otel")).expect("decodes");
+            assert_eq!(
+                d.rejected, rejected,
+                "{arrays} arrays, attribute: {attribute}"
+            );
+            assert_eq!(d.batch.len(), 2 - rejected);
+            assert!(d.batch.fields.len() <= measure.fields, "{measure:?}");
+            let quick = logs::decode_within(&body, Arc::from("otel"), usize::MAX, 10)
+                .expect("decodes")
+                .expect("within the bound");
+            assert_eq!(quick.rejected, rejected);
+        }
+    }
 }
 
 #[test]
