@@ -125,7 +125,7 @@ impl<'a> Reader<'a> {
     ///
     /// The message is truncated or malformed (a field number of 0, a group, a length past
     /// the end).
-    #[inline]
+    #[inline(always)]
     pub fn field(&mut self) -> Result<Option<(u32, Wire)>, WireError> {
         if self.pos >= self.end {
             return Ok(None);
