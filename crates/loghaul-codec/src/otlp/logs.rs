@@ -469,7 +469,8 @@ impl Walk<'_> {
         }
         // Too deep anywhere: the whole record is left out, and nothing of it was built. A value
         // shorter than SHALLOW_BYTES cannot nest that deep (a level takes at least four bytes),
-        // so building walks only the longer ones first; measuring walks them all.
+        // nor can one without containers (a long string), so building walks only the others
+        // first; measuring walks them all.
         let building = self.b.is_some();
         let mut size = OWN_ENTRIES;
         let mut deep = false;
@@ -478,7 +479,7 @@ impl Walk<'_> {
             .map(|&(a, b)| (a, b, Kind::KeyValue))
             .chain(body.map(|(a, b)| (a, b, Kind::AnyValue)));
         for (a, b, kind) in values {
-            if building && b - a < SHALLOW_BYTES {
+            if building && (b - a < SHALLOW_BYTES || flat(r.nested(a, b), kind)) {
                 continue;
             }
             match depth_and_size(r.nested(a, b), kind, 1)? {
@@ -740,6 +741,23 @@ impl Walk<'_> {
 enum Kind {
     AnyValue,
     KeyValue,
+}
+
+/// Whether a value (or a key-value's value) holds no array or map: a scalar or a string,
+/// however long. `false` when unsure (a malformed value too: [`depth_and_size`] says why).
+fn flat(mut r: Reader<'_>, kind: Kind) -> bool {
+    loop {
+        match (kind, r.field()) {
+            (_, Ok(None)) => return true,
+            (Kind::KeyValue, Ok(Some((2, Wire::Len(a, b)))))
+                if !flat(r.nested(a, b), Kind::AnyValue) =>
+            {
+                return false;
+            }
+            (Kind::AnyValue, Ok(Some((5 | 6, _)))) | (_, Err(_)) => return false,
+            _ => {}
+        }
+    }
 }
 
 /// Entries a value takes, or `None` past [`MAX_DEPTH`]; checks its structure too.

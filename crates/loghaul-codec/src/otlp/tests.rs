@@ -246,6 +246,40 @@ fn the_depth_limit_is_the_same_for_bodies_and_attributes() {
     }
 }
 
+/// Long strings and a long map in a body and attributes: building counts exactly the entries
+/// measuring bounds, so the one walk gives up exactly where the measure passes the bound.
+#[test]
+fn long_values_are_counted_as_measured() {
+    let long = "x".repeat(300);
+    let mut w = Writer::default();
+    w.message(1, |w| {
+        w.message(2, |w| {
+            for _ in 0..3 {
+                w.message(2, |w| {
+                    w.message(5, |w| any_str(w, &long));
+                    kv(w, 6, "long", |w| any_str(w, &long));
+                    kv(w, 6, "short", |w| any_str(w, "s"));
+                    kv(w, 6, "map", |w| {
+                        w.message(6, |w| {
+                            for k in ["a", "b", "c"] {
+                                kv(w, 1, k, |w| any_str(w, &long));
+                            }
+                        });
+                    });
+                });
+            }
+        });
+    });
+    let body = Bytes::from(w.buf);
+    let measure = logs::measure(&body).expect("valid");
+    let within =
+        |bound: usize| logs::decode_within(&body, Arc::from("otel"), bound, 10).expect("decodes");
+    let d = within(measure.bytes()).expect("within its own measure");
+    assert_eq!(d.batch.len(), 3);
+    assert!(d.batch.fields.len() <= measure.fields, "{measure:?}");
+    assert!(within(measure.bytes() - 1).is_none(), "{measure:?}");
+}
+
 #[test]
 fn truncated_and_mistyped_requests_are_refused() {
     let body = request(3);
