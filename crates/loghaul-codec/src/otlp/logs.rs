@@ -508,7 +508,7 @@ impl Walk<'_> {
         if when != 0 {
             event.timestamp = Some(Timestamp::from_nanos(clamp(when), 9));
         }
-        // The short values' entries, counted as they are built (the long ones were sized above).
+        // Every value's entries, counted as it is built (the walk above only looked for depth).
         let counted = self.values;
         let mut entries = self.scratch();
         if let Some((a, b)) = body {
