@@ -642,7 +642,19 @@ impl Walk<'_> {
         while let Some((n, w)) = r.field()? {
             match (n, w) {
                 (1, Wire::Len(a, b)) => key = span(a, b),
-                (2, Wire::Len(a, b)) => value = Some((a, b)),
+                (2, Wire::Len(a, b)) => {
+                    // A value the last one replaces is not built, but checked and counted as
+                    // measuring does (a record's values are not always walked before).
+                    if let Some((x, y)) = value
+                        && self.b.is_some()
+                        && !sized
+                    {
+                        let size = depth_and_size(r.nested(x, y), Kind::AnyValue, depth)?
+                            .ok_or_else(|| wrong(&r, "a value nests deeper than 64 levels"))?;
+                        self.values += size;
+                    }
+                    value = Some((a, b));
+                }
                 (1 | 2, _) => return Err(wrong(&r, "a key-value field has the wrong wire type")),
                 _ => {}
             }

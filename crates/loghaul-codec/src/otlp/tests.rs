@@ -558,3 +558,25 @@ fn protobuf_to_json_and_back_keeps_every_record() {
     assert_eq!(r["traceId"], "5b8efff798038103d269b633813fc60c");
     assert_eq!(r["severityNumber"], 17);
 }
+
+/// A key-value with two values, the first malformed: building keeps the last only, and still
+/// refuses the request as measuring does.
+#[test]
+fn a_replaced_attribute_value_is_checked_too() {
+    let mut w = Writer::default();
+    w.message(1, |w| {
+        w.message(2, |w| {
+            w.message(2, |w| {
+                w.message(6, |w| {
+                    w.bytes(1, b"k");
+                    // An AnyValue whose string field has a group's wire type.
+                    w.bytes(2, &[0x0b]);
+                    w.message(2, |w| any_str(w, "last"));
+                });
+            });
+        });
+    });
+    let body = Bytes::from(w.buf);
+    assert!(logs::measure(&body).is_err());
+    assert!(logs::decode_within(&body, Arc::from("otel"), usize::MAX, 10).is_err());
+}
