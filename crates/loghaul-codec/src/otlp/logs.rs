@@ -113,7 +113,19 @@ fn build(
     max_bytes: usize,
     max_records: usize,
 ) -> Result<Option<Decoded>, WireError> {
-    let mut b = RecordBuilder::over(body.to_vec());
+    // Sized up front: grown as it fills, the arena (the request's copy) and the tables were
+    // copied again at each doubling.
+    // Within what the caller charged: the walk gives up past it anyway.
+    let records = count_records(body)
+        .min(max_records)
+        .min(max_bytes / (std::mem::size_of::<Event>() + 64));
+    let fields = (body.len() / BYTES_PER_FIELD).min(max_bytes / std::mem::size_of::<Field>());
+    let extra = records.saturating_mul(ARENA_PER_RECORD).min(body.len());
+    let mut arena = Vec::with_capacity(body.len() + NAMES_BYTES + extra);
+    arena.extend_from_slice(body);
+    let mut b = RecordBuilder::over(arena);
+    b.events.reserve(records);
+    b.fields.reserve(fields);
     let names = Names::put(&mut b);
     let rejected = {
         let mut walk = Walk {
@@ -135,6 +147,36 @@ fn build(
     };
     let batch = b.finish(source, "opentelemetry");
     Ok(Some(Decoded { batch, rejected }))
+}
+
+/// The bytes [`Names::put`] appends to the arena (with room to spare).
+const NAMES_BYTES: usize = 256;
+/// Arena bytes a record may append: an observed timestamp's RFC 3339 text (the ids' hex is rare).
+const ARENA_PER_RECORD: usize = 32;
+/// Protobuf bytes per record entry, about, in what SDKs send: the fields table's first size.
+const BYTES_PER_FIELD: usize = 16;
+
+/// The log records a request holds, counted from its outer messages only (the records are
+/// skipped by their lengths); 0 for a request that does not read (the walk says why).
+fn count_records(body: &[u8]) -> usize {
+    let mut n = 0usize;
+    let mut r = Reader::new(body);
+    while let Ok(Some((f, w))) = r.field() {
+        let (1, Wire::Len(a, b)) = (f, w) else {
+            continue;
+        };
+        let mut rl = r.nested(a, b);
+        while let Ok(Some((f, w))) = rl.field() {
+            let (2, Wire::Len(a, b)) = (f, w) else {
+                continue;
+            };
+            let mut sl = rl.nested(a, b);
+            while let Ok(Some((f, _))) = sl.field() {
+                n += usize::from(f == 2);
+            }
+        }
+    }
+    n
 }
 
 /// The record keys loghaul writes, appended to the arena once per batch.
