@@ -76,16 +76,24 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Most varints on the wire (keys, lengths under 128) are one byte: read those without the
-    /// loop.
+    /// Most varints on the wire (keys, lengths under 128) are one byte, and most of the rest
+    /// (a record's or a body's length) two: read those without the loop.
     #[inline]
     fn varint(&mut self) -> Result<u64, WireError> {
         if self.pos < self.end
             && let Some(&b) = self.buf.get(self.pos)
-            && b < 0x80
         {
-            self.pos += 1;
-            return Ok(u64::from(b));
+            if b < 0x80 {
+                self.pos += 1;
+                return Ok(u64::from(b));
+            }
+            if self.pos + 1 < self.end
+                && let Some(&c) = self.buf.get(self.pos + 1)
+                && c < 0x80
+            {
+                self.pos += 2;
+                return Ok(u64::from(b & 0x7f) | (u64::from(c) << 7));
+            }
         }
         self.varint_slow()
     }
@@ -273,6 +281,29 @@ mod tests {
         assert_eq!(r.field(), Ok(Some((5, Wire::Fixed32(9)))));
         assert_eq!(r.field(), Ok(Some((6, Wire::Varint(u64::MAX)))));
         assert_eq!(r.field(), Ok(None));
+    }
+
+    #[test]
+    fn varints_of_every_length_read_back_and_stop_at_their_message() {
+        for shift in 0..64 {
+            for v in [1u64 << shift, (1u64 << shift) - 1, (1u64 << shift) | 1] {
+                let mut w = Writer::default();
+                w.uint(1, v);
+                assert_eq!(Reader::new(&w.buf).field(), Ok(Some((1, Wire::Varint(v)))));
+            }
+        }
+        // A two-byte varint whose second byte lies past the end of its message: an error,
+        // although the byte is in the buffer.
+        let buf = [0x0a, 0x02, 0x08, 0x96, 0x01];
+        let mut r = Reader::new(&buf);
+        let Ok(Some((1, Wire::Len(a, b)))) = r.field() else {
+            panic!("no message field")
+        };
+        assert!(r.nested(a, b).field().is_err());
+        assert_eq!(
+            Reader::new(&buf[2..]).field(),
+            Ok(Some((1, Wire::Varint(150))))
+        );
     }
 
     #[test]
