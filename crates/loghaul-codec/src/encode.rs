@@ -170,19 +170,35 @@ pub const FIXED_FIELDS: [&str; 14] = [
 fn shadowed(src: Src, fields: &[Field]) -> u16 {
     let mut mask = 0u16;
     for field in fields {
-        let name = src.str(field.name);
-        // Fixed names are 3 to 15 bytes long and lower-case: most record keys are ruled out
-        // by their length or first byte before any comparison.
-        if !(3..=15).contains(&name.len()) {
-            continue;
-        }
-        for (i, fixed) in FIXED_FIELDS.iter().enumerate() {
-            if fixed.as_bytes() == name {
-                mask |= 1 << i;
-            }
+        if let Some(i) = fixed_index(src.str(field.name)) {
+            mask |= 1 << i;
         }
     }
     mask
+}
+
+/// The index in [`FIXED_FIELDS`] of `name`, if it is one: picked by length and first byte, so
+/// a record key costs at most one comparison (records carry several keys each).
+fn fixed_index(name: &[u8]) -> Option<usize> {
+    let first = name.first().copied().unwrap_or(0);
+    let i = match (name.len(), first) {
+        (3, _) => 12,
+        (5, b'm') => 4,
+        (5, b'f') => 13,
+        (6, _) => 3,
+        (7, b'a') => 2,
+        (7, b'v') => 7,
+        (7, b'm') => 9,
+        (8, b'h') => 1,
+        (8, b'f') => 5,
+        (8, b's') => 6,
+        (9, b't') => 0,
+        (9, b's') => 10,
+        (11, _) => 11,
+        (15, _) => 8,
+        _ => return None,
+    };
+    (FIXED_FIELDS.get(i)?.as_bytes() == name).then_some(i)
 }
 
 /// The JSON line of an event that carries a record, a tag or no message: loghaul's fields that
@@ -1332,6 +1348,43 @@ mod tests {
         let mut out = Vec::new();
         escape_json(s, &mut out);
         String::from_utf8(out).unwrap()
+    }
+
+    /// The lookup by length and first byte finds every fixed name and nothing else: the same
+    /// answers as comparing a name with each fixed one.
+    #[test]
+    fn fixed_names_are_found_by_length_and_first_byte() {
+        let by_scan = |name: &[u8]| FIXED_FIELDS.iter().position(|f| f.as_bytes() == name);
+        let mut names: Vec<Vec<u8>> = FIXED_FIELDS.iter().map(|f| f.as_bytes().to_vec()).collect();
+        for f in FIXED_FIELDS {
+            let b = f.as_bytes();
+            names.push(b[..b.len() - 1].to_vec());
+            names.push([b, b"s"].concat());
+            names.push(b.to_ascii_uppercase());
+            let mut other = b.to_vec();
+            other[b.len() - 1] ^= 1;
+            names.push(other);
+        }
+        for extra in [
+            "",
+            "x",
+            "severity_text",
+            "severity_number",
+            "attributes",
+            "resources",
+            "scope",
+        ] {
+            names.push(extra.as_bytes().to_vec());
+        }
+        for name in &names {
+            assert_eq!(
+                fixed_index(name),
+                by_scan(name),
+                "{}",
+                String::from_utf8_lossy(name)
+            );
+        }
+        assert_eq!(fixed_index(b"structured_data"), Some(8));
     }
 
     #[test]
