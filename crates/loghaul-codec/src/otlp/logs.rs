@@ -113,9 +113,8 @@ fn build(
     max_bytes: usize,
     max_records: usize,
 ) -> Result<Option<Decoded>, WireError> {
-    // Sized up front: grown as it fills, the arena (the request's copy) and the tables were
-    // copied again at each doubling.
-    // Within what the caller charged: the walk gives up past it anyway.
+    // Sized up front (grown as they filled, the arena and the tables were copied again at each
+    // doubling), within what the caller charged: the walk gives up past that anyway.
     let records = count_records(body)
         .min(max_records)
         .min(max_bytes / (std::mem::size_of::<Event>() + 64));
@@ -157,7 +156,7 @@ const ARENA_PER_RECORD: usize = 32;
 const BYTES_PER_FIELD: usize = 16;
 
 /// The log records a request holds, counted from its outer messages only (the records are
-/// skipped by their lengths); 0 for a request that does not read (the walk says why).
+/// skipped by their lengths), as far as it reads (the walk says why a request does not).
 fn count_records(body: &[u8]) -> usize {
     let mut n = 0usize;
     let mut r = Reader::new(body);
