@@ -155,20 +155,25 @@ fn decoding_within_a_bound_builds_the_same_batch_or_gives_up() {
     assert!(logs::decode_within(&cut, Arc::from("otel"), usize::MAX, usize::MAX).is_err());
 }
 
+/// A request of one resource and one scope, neither with fields, whose log records (`log_records`
+/// fields, number 2) `records` writes.
+fn one_scope(records: impl FnOnce(&mut Writer)) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.message(1, |w| w.message(2, records));
+    w.buf
+}
+
 #[test]
 fn a_body_of_another_type_stays_in_the_record() {
-    let mut w = Writer::default();
-    w.message(1, |w| {
+    let body = one_scope(|w| {
         w.message(2, |w| {
-            w.message(2, |w| {
-                w.message(5, |w| w.message(6, |w| kv(w, 1, "k", |w| any_str(w, "v"))));
-            });
-            w.message(2, |w| w.message(5, |w| w.int(3, 7)));
-            // No body at all, no time: an event with neither.
-            w.message(2, |w| w.bytes(3, b"warning"));
+            w.message(5, |w| w.message(6, |w| kv(w, 1, "k", |w| any_str(w, "v"))));
         });
+        w.message(2, |w| w.message(5, |w| w.int(3, 7)));
+        // No body at all, no time: an event with neither.
+        w.message(2, |w| w.bytes(3, b"warning"));
     });
-    let got = lines(&w.buf);
+    let got = lines(&body);
     assert_eq!(got[0]["message"], serde_json::json!({"k": "v"}));
     assert_eq!(got[1]["message"], 7);
     assert_eq!(got[2]["severity"], "warning");
@@ -191,20 +196,16 @@ fn nested(depth: usize) -> Vec<u8> {
 
 /// As [`nested`], the arrays in the first record's body or in its attribute `deep`.
 fn nested_in(depth: usize, attribute: bool) -> Vec<u8> {
-    let mut w = Writer::default();
-    w.message(1, |w| {
+    one_scope(|w| {
         w.message(2, |w| {
-            w.message(2, |w| {
-                if attribute {
-                    kv(w, 6, "deep", |w| arrays(w, depth));
-                } else {
-                    w.message(5, |w| arrays(w, depth));
-                }
-            });
-            w.message(2, |w| w.message(5, |w| any_str(w, "kept")));
+            if attribute {
+                kv(w, 6, "deep", |w| arrays(w, depth));
+            } else {
+                w.message(5, |w| arrays(w, depth));
+            }
         });
-    });
-    w.buf
+        w.message(2, |w| w.message(5, |w| any_str(w, "kept")));
+    })
 }
 
 #[test]
@@ -251,26 +252,22 @@ fn the_depth_limit_is_the_same_for_bodies_and_attributes() {
 #[test]
 fn long_values_are_counted_as_measured() {
     let long = "x".repeat(300);
-    let mut w = Writer::default();
-    w.message(1, |w| {
-        w.message(2, |w| {
-            for _ in 0..3 {
-                w.message(2, |w| {
-                    w.message(5, |w| any_str(w, &long));
-                    kv(w, 6, "long", |w| any_str(w, &long));
-                    kv(w, 6, "short", |w| any_str(w, "s"));
-                    kv(w, 6, "map", |w| {
-                        w.message(6, |w| {
-                            for k in ["a", "b", "c"] {
-                                kv(w, 1, k, |w| any_str(w, &long));
-                            }
-                        });
+    let body = Bytes::from(one_scope(|w| {
+        for _ in 0..3 {
+            w.message(2, |w| {
+                w.message(5, |w| any_str(w, &long));
+                kv(w, 6, "long", |w| any_str(w, &long));
+                kv(w, 6, "short", |w| any_str(w, "s"));
+                kv(w, 6, "map", |w| {
+                    w.message(6, |w| {
+                        for k in ["a", "b", "c"] {
+                            kv(w, 1, k, |w| any_str(w, &long));
+                        }
                     });
                 });
-            }
-        });
-    });
-    let body = Bytes::from(w.buf);
+            });
+        }
+    }));
     let measure = logs::measure(&body).expect("valid");
     let within =
         |bound: usize| logs::decode_within(&body, Arc::from("otel"), bound, 10).expect("decodes");
@@ -563,20 +560,16 @@ fn protobuf_to_json_and_back_keeps_every_record() {
 /// refuses the request as measuring does.
 #[test]
 fn a_replaced_attribute_value_is_checked_too() {
-    let mut w = Writer::default();
-    w.message(1, |w| {
+    let body = Bytes::from(one_scope(|w| {
         w.message(2, |w| {
-            w.message(2, |w| {
-                w.message(6, |w| {
-                    w.bytes(1, b"k");
-                    // An AnyValue whose string field has a group's wire type.
-                    w.bytes(2, &[0x0b]);
-                    w.message(2, |w| any_str(w, "last"));
-                });
+            w.message(6, |w| {
+                w.bytes(1, b"k");
+                // An AnyValue whose string field has a group's wire type.
+                w.bytes(2, &[0x0b]);
+                w.message(2, |w| any_str(w, "last"));
             });
         });
-    });
-    let body = Bytes::from(w.buf);
+    }));
     assert!(logs::measure(&body).is_err());
     assert!(logs::decode_within(&body, Arc::from("otel"), usize::MAX, 10).is_err());
 }
