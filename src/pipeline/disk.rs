@@ -463,22 +463,15 @@ async fn write_loop<F: FileSystem>(
         let first = tokio::select! {
             biased;
             done = async { (&mut in_flight.as_mut()?.0).await.ok() }, if in_flight.is_some() => {
-                let covered = in_flight.take().map(|(_, c)| c).unwrap_or_default();
+                let mut covered = in_flight.take().map(|(_, c)| c).unwrap_or_default();
                 let outcome = done.ok_or_else(|| std::io::Error::other("the sync task failed"));
-                match writer.finish_sync(outcome) {
-                    Ok(()) => commit(covered),
-                    Err(error) => {
-                        // Nothing since the last good sync is known durable: write it all
-                        // again to a new segment and sync there, before taking more.
-                        let mut again = covered;
-                        again.append(&mut unsynced);
-                        let reason = format!("fsync failed: {error}; writing again");
-                        let mut backoff = FIRST_BACKOFF;
-                        fail_and_back_off(&metrics, reason, &mut backoff).await;
-                        let _ = append(&mut writer, &again, WhenFull::Block, &metrics).await;
-                        sync_and_commit(&mut writer, &mut again, &metrics).await;
-                    }
+                let synced = writer.finish_sync(outcome);
+                if synced.is_err() {
+                    // Nothing since the last good sync is known durable: all of it is written
+                    // again to a new segment and synced there, before taking more.
+                    covered.append(&mut unsynced);
                 }
+                commit_once_synced(&mut writer, &mut covered, &metrics, synced).await;
                 continue;
             }
             () = tokio::time::sleep_until(next_sync), if in_flight.is_none() && !unsynced.is_empty() => continue,
@@ -634,18 +627,26 @@ pub(super) async fn sync_and_commit<F: FileSystem>(
     unsynced: &mut Vec<Delivery>,
     metrics: &ComponentMetrics,
 ) {
+    let synced = writer.sync();
+    commit_once_synced(writer, unsynced, metrics, synced).await;
+}
+
+/// Acknowledges `unsynced` after `synced`, the outcome of a sync that covered it; after a
+/// failed one, writes it again and syncs (backing off) until a sync succeeds.
+async fn commit_once_synced<F: FileSystem>(
+    writer: &mut Writer<F>,
+    unsynced: &mut Vec<Delivery>,
+    metrics: &ComponentMetrics,
+    mut synced: std::io::Result<()>,
+) {
     let mut backoff = FIRST_BACKOFF;
-    loop {
-        match writer.sync() {
-            Ok(()) => break,
-            Err(error) => {
-                let reason = format!("fsync failed: {error}; writing again");
-                fail_and_back_off(metrics, reason, &mut backoff).await;
-                // Written again, so a copy that is durable exists; the reader may see both copies
-                // (a duplicate, never a loss).
-                let _ = append(writer, unsynced, WhenFull::Block, metrics).await;
-            }
-        }
+    while let Err(error) = synced {
+        let reason = format!("fsync failed: {error}; writing again");
+        fail_and_back_off(metrics, reason, &mut backoff).await;
+        // Written again, so a copy that is durable exists; the reader may see both copies
+        // (a duplicate, never a loss).
+        let _ = append(writer, unsynced, WhenFull::Block, metrics).await;
+        synced = writer.sync();
     }
     commit(std::mem::take(unsynced));
 }
