@@ -203,10 +203,9 @@ fn kill_9_under_load(sink_options: &str) {
 
 /// The sequence numbers of every event in the acked log (`GEN FIRST LAST` lines, generator 0).
 fn read_acked(path: &Path) -> Vec<u64> {
-    let text = fs::read_to_string(path).unwrap_or_default();
-    let mut seqs = Vec::new();
     // Only whole lines: the generator may be appending the next ones.
-    let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+    let whole = written_text(path);
+    let mut seqs = Vec::new();
     for line in whole.lines() {
         let f: Vec<u64> = line
             .split(' ')
@@ -240,7 +239,7 @@ impl Output {
         let mut seqs = Vec::with_capacity(COUNT as usize + 10_000);
         let (mut lines, mut torn) = (0, 0);
         // Only whole lines: the sink may be writing the next ones.
-        let whole = &bytes[..bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)];
+        let whole = whole_lines(&bytes);
         for line in whole.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
             lines += 1;
             let message = serde_json::from_slice::<Value>(line)
@@ -484,7 +483,7 @@ fn kill_9_in_a_loop_never_glues_lines_and_loses_no_acknowledged_event() {
 fn tear_last_line(path: &Path) {
     use std::io::Write as _;
     let bytes = fs::read(path).unwrap_or_default();
-    let whole = &bytes[..bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)];
+    let whole = whole_lines(&bytes);
     let last = whole[..whole.len().saturating_sub(1)]
         .rsplit(|&b| b == b'\n')
         .next()

@@ -1757,13 +1757,7 @@ fn assert_messages(events: &[Value], key: &str, file: &Path, want: &[String]) {
 
 /// The trailing number of every line of a text-encoded output.
 fn text_numbers(path: &Path) -> Vec<u64> {
-    let bytes = fs::read(path).unwrap_or_default();
-    let text = String::from_utf8_lossy(&bytes);
-    let complete = match text.rfind('\n') {
-        Some(i) => &text[..i],
-        None => "",
-    };
-    complete
+    written_text(path)
         .lines()
         .filter(|l| !l.is_empty())
         .map(trailing_number)

@@ -1017,13 +1017,16 @@ pub fn wait_for_line(path: &Path, what: &str, pred: impl Fn(&Value) -> bool) -> 
     );
 }
 
-/// The whole lines of a file a running server may be writing, as text: a last line without its
-/// newline yet is still being written and is left out (a missing file is empty).
+/// `bytes` up to and including their last newline: the whole lines of a file a running server
+/// may be writing (a last line without its newline yet is still being written).
+pub fn whole_lines(bytes: &[u8]) -> &[u8] {
+    &bytes[..bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1)]
+}
+
+/// The [`whole_lines`] of the file at `path`, as text (a missing file is empty).
 pub fn written_text(path: &Path) -> String {
-    let mut text = fs::read_to_string(path).unwrap_or_default();
-    let end = text.rfind('\n').map_or(0, |i| i + 1);
-    text.truncate(end);
-    text
+    let bytes = fs::read(path).unwrap_or_default();
+    String::from_utf8_lossy(whole_lines(&bytes)).into_owned()
 }
 
 /// Every line of `path` right now (parsed).
@@ -1039,11 +1042,7 @@ pub fn read_lines(path: &Path) -> Vec<Value> {
 /// yet is being written, and is left for the next read.
 pub fn for_each_written_line(path: &Path, f: impl FnMut(Value)) -> usize {
     let bytes = fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    let written = bytes
-        .iter()
-        .rposition(|&b| b == b'\n')
-        .map_or(&bytes[..0], |end| &bytes[..=end]);
-    for_each_json_line(written, f)
+    for_each_json_line(whole_lines(&bytes), f)
 }
 
 /// Calls `f` with every line's JSON, one at a time (for files too large to hold parsed). A
