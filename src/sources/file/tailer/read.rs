@@ -253,6 +253,9 @@ impl Tailer {
         } else {
             None
         };
+        // Sized once for the turn's lines: pushed one by one, the table grew by doubling,
+        // copying itself each time and ending up to twice the size it needed.
+        b.events.reserve(self.pieces.len());
         let mut invalid_utf8 = 0u64;
         for i in 0..self.pieces.len() {
             let piece = self.pieces[i];
