@@ -588,8 +588,11 @@ impl FileSink {
         file.buf_bytes += prepared.bytes.len();
         file.buf_events += batch.len();
         file.chunks.push(prepared.bytes);
-        if file.buf_bytes >= WRITE_THRESHOLD {
-            self.write_out(idx);
+        // Acknowledged as soon as a write leaves nothing unwritten, not only at the next flush:
+        // each pending acknowledgement holds its batch, and a sink that falls behind (its
+        // queue never running empty) kept up to MAX_PENDING_ACKS of them, a few hundred MiB.
+        if file.buf_bytes >= WRITE_THRESHOLD && self.write_out(idx) && !self.has_unwritten() {
+            self.settle();
         }
     }
 
@@ -828,6 +831,12 @@ impl FileSink {
             }
             tokio::time::sleep(self.retry.backoff(attempts)).await;
         }
+        self.settle();
+    }
+
+    /// Commits the pending acknowledgements: everything their batches hold is written (or
+    /// dead-lettered, or lost, as the flags say).
+    fn settle(&mut self) {
         let lost = std::mem::take(&mut self.lost_since_flush);
         let rejected = std::mem::take(&mut self.rejected_since_flush);
         let status = if lost {
@@ -1044,6 +1053,47 @@ mod tests {
         assert_eq!(metrics.sent_events.load(Ordering::Relaxed), 1);
         drop(fanout);
         task.await?;
+        Ok(())
+    }
+
+    /// A sink behind its queue never reaches a flush between batches: each write that leaves
+    /// nothing unwritten acknowledges what it wrote, so the acknowledgements (which hold their
+    /// batches) do not pile up until the next flush.
+    #[tokio::test]
+    async fn a_write_that_leaves_nothing_unwritten_acknowledges_at_once() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("out.jsonl");
+        let reg = Registry::default();
+        let metrics = reg.register("out", ComponentKind::Sink, "file");
+        let mut sink = FileSink::new(
+            config(&path.to_string_lossy())?,
+            metrics,
+            Arc::new(AtomicU64::new(0)),
+        );
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            // Over the write threshold in one batch.
+            let (finalizer, rx) = BatchNotifier::new_with_receiver();
+            let text = Bytes::from(vec![b'x'; WRITE_THRESHOLD]);
+            let mut batch = EventBatch::new(text, "src".into(), "test");
+            batch.events.push(Event {
+                message: Span::new(0, WRITE_THRESHOLD).into(),
+                ..Event::default()
+            });
+            batch.finalizer = finalizer;
+            let batch = Arc::new(batch);
+            let ack = batch.finalizer.ack();
+            sink.write_batch(Delivery {
+                batch,
+                prepared: None,
+                ack,
+            });
+            statuses.push(rx);
+        }
+        for rx in &mut statuses {
+            assert_eq!(rx.try_status(), Some(BatchStatus::Delivered));
+        }
+        assert_eq!(std::fs::read_to_string(&path)?.lines().count(), 3);
         Ok(())
     }
 
