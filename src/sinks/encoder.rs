@@ -90,7 +90,10 @@ impl Prepare for LineEncoder {
         let guess = batch.arena.len() * 2 + 160 * batch.len();
         let need = match learned {
             0 => guess,
-            n => (n * batch.len() + LAST_EVENT_ROOM).min(guess),
+            n => n
+                .saturating_mul(batch.len())
+                .saturating_add(LAST_EVENT_ROOM)
+                .min(guess),
         };
         let mut bytes = sized(self.pool.take(), need);
         let mut ends = Vec::new();
@@ -126,7 +129,7 @@ fn sized(buf: Vec<u8>, need: usize) -> Vec<u8> {
     if buf.capacity() >= need {
         buf
     } else {
-        Vec::with_capacity(need + need / 8)
+        Vec::with_capacity(need.saturating_add(need / 8))
     }
 }
 
