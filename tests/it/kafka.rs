@@ -93,6 +93,15 @@ fn none_lost(got: &[u64], n: u64, what: &str) -> usize {
     counts.iter().filter(|&&c| c > 1).count()
 }
 
+/// Polls `done` until it holds, failing with `what` (and the limit) once `limit` has passed.
+fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// 1,000,000 numbered syslog events through the kafka sink, the broker, and a consumer group of
 /// two loghaul instances into files: none lost; duplicates reported. Each message carries its
 /// topic, partition, offset and key as fields, and the two consumers share the partitions.
@@ -148,16 +157,20 @@ fn a_consumer_killed_mid_run_loses_nothing() {
     let mut c1 = consumer(&b.address(), "logs", "killable");
     let c2 = consumer(&b.address(), "logs", "killable");
     send_tcp(a.ports.tcp, &numbered("kill", 0..N / 3));
-    // The group forms, and the producer gets its idempotence id, before anything flows: on a
-    // busy machine (the whole suite beside the broker) that alone has taken most of 20 s.
-    let deadline = Instant::now() + Duration::from_secs(90);
-    while c1.metric("loghaul_component_received_events_total", "k", None) == 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the first consumer read nothing within 90 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    // The producer gets its idempotence id and the group forms before anything flows: on a busy
+    // machine (the whole suite beside the broker) the id alone has taken most of 20 s, and once
+    // over 90 s while the broker's coordinator was still loading. Each step has its own limit,
+    // so a failure says which did not happen.
+    wait_until(
+        Duration::from_secs(180),
+        "the producer sent nothing",
+        || a.metric("loghaul_component_sent_events_total", "k", None) > 0,
+    );
+    wait_until(
+        Duration::from_secs(90),
+        "the first consumer read nothing of what the producer sent",
+        || c1.metric("loghaul_component_received_events_total", "k", None) > 0,
+    );
     c1.signal("KILL");
     c1.wait_exit(Duration::from_secs(10));
     send_tcp(a.ports.tcp, &numbered("kill", N / 3..N));
