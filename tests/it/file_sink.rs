@@ -171,6 +171,31 @@ fn sighup_reopens_output_file_after_rename() {
     signal_reopens_output_file_after_rename("HUP");
 }
 
+/// `thread: own`: the sink on a thread of its own writes, reopens on SIGUSR1 after a rename
+/// and loses nothing, as it does on the shared workers (every other test here).
+#[test]
+fn a_file_sink_on_its_own_thread_writes_and_reopens() {
+    let config = syslog_config("").replace(
+        "flush_interval: 100ms",
+        "flush_interval: 100ms, thread: own",
+    );
+    assert!(config.contains("thread: own"), "{config}");
+    let server = Server::start(&config);
+    let mut s = connect(server.ports.tcp);
+    s.write_all(line3164("seq 0").as_bytes()).expect("write");
+    wait_lines(&server.out(), 1, ARRIVE_TIMEOUT);
+    assert!(
+        server.thread_names().iter().any(|t| t == "sink-out"),
+        "a thread named sink-out: {:?}",
+        server.thread_names()
+    );
+    let rotated = server.path("out.jsonl.1");
+    std::fs::rename(server.out(), &rotated).expect("mv out.jsonl out.jsonl.1");
+    server.signal("USR1");
+    rotation_keeps_order_and_loses_nothing(&server, s, 1, &rotated);
+    server.finish();
+}
+
 #[test]
 fn renamed_output_file_is_reopened_without_sighup() {
     let server = Server::start(&syslog_config(""));

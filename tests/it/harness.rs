@@ -284,6 +284,18 @@ impl Server {
         self.child.as_ref().expect("server already stopped").id()
     }
 
+    /// The names of the server's threads now (`/proc/PID/task/*/comm`).
+    pub fn thread_names(&self) -> Vec<String> {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid())) else {
+            return Vec::new();
+        };
+        tasks
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+            .map(|name| name.trim_end().to_string())
+            .collect()
+    }
+
     /// `{DIR}/NAME`.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)

@@ -33,6 +33,24 @@ pub struct RawFileSink {
     /// Most files held open at once; the least recently written is closed first. Default `256`.
     #[serde(default)]
     pub max_open_files: Option<usize>,
+    /// Where the writes run: `shared` (the server's worker threads) or `own`. Default `shared`.
+    #[serde(default)]
+    pub thread: Option<WriteThread>,
+}
+
+/// Where a file sink's writes run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteThread {
+    /// On the server's worker threads, beside the tasks that send to the sink: a batch is
+    /// written and acknowledged without a hand-over to another thread and back. Writes to the
+    /// page cache take microseconds.
+    #[default]
+    Shared,
+    /// On a thread of the sink's own, so that a write that blocks for long (a hung network
+    /// mount, a disk saturated past the kernel's dirty limits) holds up only this sink, whose
+    /// sources then push back as its queue fills, and not the tasks sharing the workers.
+    Own,
 }
 
 /// A file sink, validated.
@@ -50,6 +68,8 @@ pub struct FileSinkConfig {
     pub idle_timeout: Duration,
     /// Most files open at once (> 0).
     pub max_open_files: usize,
+    /// Where the writes run.
+    pub thread: WriteThread,
 }
 
 impl ComponentConfig for FileSinkConfig {
@@ -94,6 +114,7 @@ impl ComponentConfig for FileSinkConfig {
             flush_interval: flush_interval?,
             idle_timeout: idle_timeout?,
             max_open_files: max_open_files?,
+            thread: f.thread.unwrap_or_default(),
         })
     }
 }

@@ -14,6 +14,11 @@ fn required_keys_types_and_enums() {
         "unknown value `xml`",
     );
     error_at(
+        &sink(&format!("{BASE}thread: dedicated")),
+        "thread",
+        "unknown value `dedicated`",
+    );
+    error_at(
         &sink(&format!("{BASE}max_open_files: -1")),
         "max_open_files",
         "expected a non-negative integer",

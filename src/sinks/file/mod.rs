@@ -7,9 +7,12 @@
 //! ```
 //!
 //! Encoding is not done here: the sink gives its input queue a [`LineEncoder`], which senders run
-//! on the runtime's worker threads (see [`Prepare`]). This thread routes the encoded bytes to
-//! files and writes them: a whole batch's buffer goes to a single-file sink as is, and reaches the
-//! kernel through `writev` without another copy.
+//! on the runtime's worker threads (see [`Prepare`]). The sink routes the encoded bytes to files
+//! and writes them: a whole batch's buffer goes to a single-file sink as is, and reaches the
+//! kernel through `writev` without another copy. It runs on the runtime's workers too, so a
+//! batch is written and acknowledged without a hand-over between threads (`otlp` in the lab:
+//! 1.7M records/s against 1.33M/s on a thread of its own); `thread: own` gives it a thread of its
+//! own, for file systems where a write can block for long.
 //!
 //! Writes are buffered per file and go out when a buffer passes [`WRITE_THRESHOLD`], whenever the
 //! sink's input queue runs empty, and at the latest on the `flush_interval` tick. A batch's
@@ -47,11 +50,11 @@ use loghaul_core::{BatchStatus, Event, EventBatch};
 pub mod config;
 mod torn;
 
-pub use config::FileSinkConfig;
+pub use config::{FileSinkConfig, WriteThread};
 
 use super::encoder::{BufferPool, LineEncoder};
 use super::template::{push_field, push_field_or};
-use super::{BuildSink, BuiltSink, ReopenGeneration, Retry, SinkContext, SinkError};
+use super::{BuildSink, BuiltSink, ReopenGeneration, Retry, SinkContext, SinkError, SinkThread};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::pipeline::dlq::DeadLetters;
 use crate::pipeline::{Delivery, Input, Prepare, Prepared};
@@ -109,10 +112,16 @@ impl BuildSink for FileSinkConfig {
         let sink =
             FileSink::new(self.clone(), cx.metrics, cx.reopen).with_failure_policy(cx.retry, dead);
         let prepare: Arc<dyn Prepare> = sink.encoder();
-        Ok(BuiltSink::on_own_thread(
+        let thread = match self.thread {
+            WriteThread::Shared => SinkThread::Shared,
+            WriteThread::Own => SinkThread::Own,
+        };
+        let mut built = BuiltSink::on_own_thread(
             Some(prepare),
             Box::new(move |input| Box::pin(sink.run(input))),
-        ))
+        );
+        built.thread = thread;
+        Ok(built)
     }
 
     /// Appends the dead letters' events, one line each, to the sink's file (a static path only:
@@ -1011,6 +1020,7 @@ mod tests {
             flush_interval: Duration::from_millis(50),
             idle_timeout: Duration::from_secs(30),
             max_open_files: 4,
+            thread: WriteThread::Shared,
         })
     }
 
