@@ -93,12 +93,16 @@ impl SinkContext {
     }
 }
 
-/// Where a sink runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a sink runs (also the `file` sink's `thread` option, as `own` or `shared`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum SinkThread {
-    /// Its own OS thread with a single-threaded runtime (blocking writes).
+    /// Its own OS thread with a single-threaded runtime: for writes that may block for long
+    /// (a hung network mount), which then hold up only this sink, whose sources push back as
+    /// its queue fills.
     Own,
-    /// A task on the main runtime (async I/O only).
+    /// A task on the main runtime: async I/O, or blocking writes that take microseconds (the
+    /// page cache), which then need no hand-over between threads per batch.
     Shared,
 }
 

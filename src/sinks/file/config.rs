@@ -6,6 +6,7 @@ use loghaul_config::raw::RawDuration;
 use loghaul_config::{ComponentConfig, PathTemplate, Validator};
 use serde::Deserialize;
 
+use crate::sinks::SinkThread;
 use crate::sinks::encoder::Encoding;
 
 /// Default `flush_interval`.
@@ -35,22 +36,7 @@ pub struct RawFileSink {
     pub max_open_files: Option<usize>,
     /// Where the writes run: `shared` (the server's worker threads) or `own`. Default `shared`.
     #[serde(default)]
-    pub thread: Option<WriteThread>,
-}
-
-/// Where a file sink's writes run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WriteThread {
-    /// On the server's worker threads, beside the tasks that send to the sink: a batch is
-    /// written and acknowledged without a hand-over to another thread and back. Writes to the
-    /// page cache take microseconds.
-    #[default]
-    Shared,
-    /// On a thread of the sink's own, so that a write that blocks for long (a hung network
-    /// mount, a disk saturated past the kernel's dirty limits) holds up only this sink, whose
-    /// sources then push back as its queue fills, and not the tasks sharing the workers.
-    Own,
+    pub thread: Option<SinkThread>,
 }
 
 /// A file sink, validated.
@@ -69,7 +55,7 @@ pub struct FileSinkConfig {
     /// Most files open at once (> 0).
     pub max_open_files: usize,
     /// Where the writes run.
-    pub thread: WriteThread,
+    pub thread: SinkThread,
 }
 
 impl ComponentConfig for FileSinkConfig {
@@ -114,7 +100,7 @@ impl ComponentConfig for FileSinkConfig {
             flush_interval: flush_interval?,
             idle_timeout: idle_timeout?,
             max_open_files: max_open_files?,
-            thread: f.thread.unwrap_or_default(),
+            thread: f.thread.unwrap_or(SinkThread::Shared),
         })
     }
 }

@@ -50,14 +50,14 @@ use loghaul_core::{BatchStatus, Event, EventBatch};
 pub mod config;
 mod torn;
 
-pub use config::{FileSinkConfig, WriteThread};
+pub use config::FileSinkConfig;
 
 use super::encoder::{BufferPool, LineEncoder};
 use super::template::{push_field, push_field_or};
-use super::{BuildSink, BuiltSink, ReopenGeneration, Retry, SinkContext, SinkError, SinkThread};
+use super::{BuildSink, BuiltSink, ReopenGeneration, Retry, SinkContext, SinkError};
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::pipeline::dlq::DeadLetters;
-use crate::pipeline::{Delivery, Input, Prepare, Prepared};
+use crate::pipeline::{Delivery, Input, Prepare, Prepared, QUEUE_BATCHES};
 
 impl BuildSink for FileSinkConfig {
     /// The directory the path's fixed part names can be written in, or made: tried for real
@@ -112,16 +112,12 @@ impl BuildSink for FileSinkConfig {
         let sink =
             FileSink::new(self.clone(), cx.metrics, cx.reopen).with_failure_policy(cx.retry, dead);
         let prepare: Arc<dyn Prepare> = sink.encoder();
-        let thread = match self.thread {
-            WriteThread::Shared => SinkThread::Shared,
-            WriteThread::Own => SinkThread::Own,
-        };
-        let mut built = BuiltSink::on_own_thread(
-            Some(prepare),
-            Box::new(move |input| Box::pin(sink.run(input))),
-        );
-        built.thread = thread;
-        Ok(built)
+        Ok(BuiltSink {
+            prepare: Some(prepare),
+            queue_batches: QUEUE_BATCHES,
+            thread: self.thread,
+            run: Box::new(move |input| Box::pin(sink.run(input))),
+        })
     }
 
     /// Appends the dead letters' events, one line each, to the sink's file (a static path only:
@@ -1020,7 +1016,7 @@ mod tests {
             flush_interval: Duration::from_millis(50),
             idle_timeout: Duration::from_secs(30),
             max_open_files: 4,
-            thread: WriteThread::Shared,
+            thread: crate::sinks::SinkThread::Shared,
         })
     }
 
