@@ -34,7 +34,8 @@ pub struct RawFileSink {
     /// Most files held open at once; the least recently written is closed first. Default `256`.
     #[serde(default)]
     pub max_open_files: Option<usize>,
-    /// Where the writes run: `shared` (the server's worker threads) or `own`. Default `shared`.
+    /// Where the writes run: `own` (a thread of its own) or `shared` (the worker threads).
+    /// Default `own`.
     #[serde(default)]
     pub thread: Option<SinkThread>,
 }
@@ -100,7 +101,7 @@ impl ComponentConfig for FileSinkConfig {
             flush_interval: flush_interval?,
             idle_timeout: idle_timeout?,
             max_open_files: max_open_files?,
-            thread: f.thread.unwrap_or(SinkThread::Shared),
+            thread: f.thread.unwrap_or(SinkThread::Own),
         })
     }
 }
