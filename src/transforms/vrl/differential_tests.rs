@@ -194,8 +194,9 @@ fn message() -> impl Strategy<Value = String> {
 }
 
 fn syslog_line() -> impl Strategy<Value = String> {
-    (0u8..192, word(), word(), message(), any::<bool>()).prop_map(|(pri, host, app, msg, v5424)| {
-        if v5424 {
+    // PRI values past 191 are invalid: the event has no facility.
+    (0u8..200, word(), word(), message(), any::<bool>()).prop_map(|(pri, host, app, msg, v5424)| {
+        if v5424 && pri < 192 {
             format!(
                 "<{pri}>1 2024-05-06T07:08:09.123Z {host} {app} 42 ID7 [ex@1 a=\"b\\\"c\"] {msg}"
             )
@@ -212,13 +213,18 @@ fn json_record() -> impl Strategy<Value = String> {
         prop::option::of(-5i64..50),
         prop::option::of(0i64..3),
         any::<bool>(),
+        prop::option::of(prop_oneof![
+            Just(serde_json::json!("err")),
+            Just(serde_json::json!("local0")),
+            Just(serde_json::json!(3)),
+        ]),
         prop_oneof![
             Just("2024-05-06 07:08:09".to_owned()),
             Just("2024-13-06 07:08:09".to_owned()),
             Just("not a time".to_owned()),
         ],
     )
-        .prop_map(|(msg, user, count, flag, nested, ts)| {
+        .prop_map(|(msg, user, count, flag, nested, shadow, ts)| {
             let mut r = serde_json::Map::new();
             r.insert("message".into(), msg.into());
             if let Some(u) = user {
@@ -235,6 +241,11 @@ fn json_record() -> impl Strategy<Value = String> {
                     "nested".into(),
                     serde_json::json!({"k": "v", "list": [1, "two", null]}),
                 );
+            }
+            if let Some(v) = shadow {
+                // A record key named like loghaul's own fields shadows them.
+                r.insert("severity".into(), v.clone());
+                r.insert("facility".into(), v);
             }
             r.insert("hostname".into(), "rec-host".into());
             r.insert("ts_text".into(), ts.into());
@@ -271,6 +282,10 @@ const CONDITIONS: &[&str] = &[
     // Names of one length, read in turn (each read is its own).
     ".hostname == .severity || .appname == .message || .severity == \"info\"",
     "length(string(.hostname) ?? \"\") > 1 && .severity != \"err\" && .hostname != .facility",
+    // Compared by code when nothing shadows the field; a literal that names no code.
+    "\"local0\" == .facility || .facility != \"kern\" && .severity == \"error\"",
+    ".severity != \"warning\" && \"notice\" != .severity",
+    ".facility == \"none\" || .facility == \"kern\"",
 ];
 
 /// Each condition on each event, on the fast path and on the VRL runtime.

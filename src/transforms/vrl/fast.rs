@@ -82,6 +82,15 @@ pub enum Expr {
     SetVar(usize, Box<Expr>),
     /// `ok, err = e`: a failure bails, so `err` is always null here.
     SetVarInfallible(Option<usize>, Option<usize>, Box<Expr>),
+    /// `.severity == "err"` (or `!=`, or `.facility`): loghaul's own field `own` against the
+    /// code the literal names (`None`: no code has that name). Decided on the event's code
+    /// when nothing can shadow or change the field (no record, no change yet); else `general`.
+    OwnCode {
+        own: u8,
+        code: Option<u8>,
+        ne: bool,
+        general: Box<Expr>,
+    },
     /// `del(.name)` (the name is a literal).
     Del(u32),
     Exists(Vec<Box<str>>),
@@ -279,8 +288,8 @@ impl Lower<'_> {
                 Ok(match code.inner() {
                     O::And => Expr::And(x, y),
                     O::Or => Expr::Or(x, y),
-                    O::Eq => Expr::Cmp(Cmp::Eq, x, y),
-                    O::Ne => Expr::Cmp(Cmp::Ne, x, y),
+                    O::Eq => self.own_code(Expr::Cmp(Cmp::Eq, x, y)),
+                    O::Ne => self.own_code(Expr::Cmp(Cmp::Ne, x, y)),
                     O::Lt => Expr::Cmp(Cmp::Lt, x, y),
                     O::Le => Expr::Cmp(Cmp::Le, x, y),
                     O::Gt => Expr::Cmp(Cmp::Gt, x, y),
@@ -316,6 +325,34 @@ impl Lower<'_> {
                 Ok(Expr::Abort)
             }
             A::Return(_) | A::Break(_) => self.no(node, "`return` and `break`"),
+        }
+    }
+
+    /// A comparison of `.severity` or `.facility` with a string literal, as [`Expr::OwnCode`].
+    fn own_code(&self, cmp: Expr) -> Expr {
+        let Expr::Cmp(op, a, b) = &cmp else {
+            return cmp;
+        };
+        let (path, lit) = match (&**a, &**b) {
+            (Expr::Path(p), Expr::Const(V::Lit(l))) | (Expr::Const(V::Lit(l)), Expr::Path(p)) => {
+                (p, *l)
+            }
+            _ => return cmp,
+        };
+        let (own, name): (u8, fn(u8) -> Option<&'static str>) = match &path[..] {
+            [f] if &**f == "severity" => (6, names::severity_name),
+            [f] if &**f == "facility" => (5, names::facility_name),
+            _ => return cmp,
+        };
+        let Some(text) = self.literals.get(lit as usize) else {
+            return cmp;
+        };
+        let code = (0..=u8::MAX).find(|c| name(*c).is_some_and(|n| n.as_bytes() == &text[..]));
+        Expr::OwnCode {
+            own,
+            code,
+            ne: *op == Cmp::Ne,
+            general: Box::new(cmp),
         }
     }
 
@@ -1090,6 +1127,27 @@ impl Machine {
                 self.set(cx, Key::Lit(*name), n.unwrap_or_default(), Some(v));
                 v
             }
+            Expr::OwnCode {
+                own,
+                code,
+                ne,
+                general,
+            } => {
+                if !(self.overlay.is_empty() && cx.batch.fields_of(cx.event).is_empty()) {
+                    return self.eval(cx, general);
+                }
+                let have = if *own == 6 {
+                    cx.event
+                        .severity
+                        .filter(|c| names::severity_name(*c).is_some())
+                } else {
+                    cx.event
+                        .facility
+                        .filter(|c| names::facility_name(*c).is_some())
+                };
+                // A missing field is null, which equals no name.
+                V::Bool((have.is_some() && have == *code) != *ne)
+            }
             Expr::MergeRoot(x) => {
                 let V::Obj(i) = self.eval(cx, x)? else {
                     return Err(Flow::Bail);
@@ -1516,62 +1574,71 @@ fn parse_key_value(s: &[u8], base: Span, out: &mut Vec<(Key, Name, V)>) -> bool 
     if i == n {
         return false;
     }
+    // Tokens are short: plain loops over their bytes beat `memchr` calls, which pay a call
+    // and a dispatch each; only a quoted value (often long) is searched with `memchr`.
     while i < n {
         let start = i;
-        // The token up to the next space.
-        let end = memchr::memchr(b' ', &s[start..]).map_or(n, |e| start + e);
-        let token = &s[start..end];
-        if token[0] == b'"' || token[0] == b'=' {
+        if s[start] == b'"' || s[start] == b'=' {
             return false;
         }
-        match memchr::memchr(b'=', token) {
-            None => {
-                if memchr::memchr(b'"', token).is_some() || !plain_edges(token) {
-                    return false;
-                }
-                // A standalone key; the next token must not begin with `=` (lenient spacing).
-                out.push((Key::Span(at(start, end)), Name::of(token), V::Bool(true)));
-                i = end;
+        // The key: up to a space, an `=` or the end; a quote in it is the runtime's case.
+        let mut j = start;
+        while j < n && s[j] != b' ' && s[j] != b'=' {
+            if s[j] == b'"' {
+                return false;
             }
-            Some(eq) => {
-                let key = &token[..eq];
-                if memchr::memchr(b'"', key).is_some() || !plain_edges(key) {
+            j += 1;
+        }
+        let key = &s[start..j];
+        if !plain_edges(key) {
+            return false;
+        }
+        if j == n || s[j] == b' ' {
+            // A standalone key; the next token must not begin with `=` (lenient spacing).
+            out.push((Key::Span(at(start, j)), Name::of(key), V::Bool(true)));
+            i = j;
+        } else {
+            let vstart = j + 1;
+            if vstart < n && s[vstart] == b'"' {
+                // A quoted value: up to the next quote, which must end the token.
+                let Some(close) = memchr::memchr(b'"', &s[vstart + 1..]) else {
+                    return false;
+                };
+                let close = vstart + 1 + close;
+                if close + 1 < n && s[close + 1] != b' ' {
                     return false;
                 }
-                let vstart = start + eq + 1;
-                if vstart < n && s[vstart] == b'"' {
-                    // A quoted value: up to the next quote, which must end the token.
-                    let Some(close) = memchr::memchr(b'"', &s[vstart + 1..]) else {
-                        return false;
-                    };
-                    let close = vstart + 1 + close;
-                    if close + 1 < n && s[close + 1] != b' ' {
-                        return false;
-                    }
-                    out.push((
-                        Key::Span(at(start, start + eq)),
-                        Name::of(key),
-                        V::Str(at(vstart + 1, close)),
-                    ));
-                    i = close + 1;
-                } else {
-                    let value = &s[vstart..end];
-                    if value.is_empty() {
-                        // `key=` followed by a space reads the next token as its value
-                        // (lenient spacing): the runtime's case.
-                        if end < n {
-                            return false;
-                        }
-                    } else if memchr::memchr(b'"', value).is_some() || !plain_edges(value) {
+                out.push((
+                    Key::Span(at(start, j)),
+                    Name::of(key),
+                    V::Str(at(vstart + 1, close)),
+                ));
+                i = close + 1;
+            } else {
+                // The value: up to the next space (an `=` in it is part of it).
+                let mut end = vstart;
+                while end < n && s[end] != b' ' {
+                    if s[end] == b'"' {
                         return false;
                     }
-                    out.push((
-                        Key::Span(at(start, start + eq)),
-                        Name::of(key),
-                        V::Str(at(vstart, end)),
-                    ));
-                    i = end;
+                    end += 1;
                 }
+                let value = &s[vstart..end];
+                if value.is_empty() {
+                    // `key=` followed by a space reads the next token as its value
+                    // (lenient spacing): the runtime's case.
+                    if end < n {
+                        return false;
+                    }
+                } else if !plain_edges(value) {
+                    return false;
+                }
+                out.push((
+                    Key::Span(at(start, j)),
+                    Name::of(key),
+                    V::Str(at(vstart, end)),
+                ));
+                i = end;
             }
         }
         while i < n && s[i] == b' ' {
