@@ -18,7 +18,7 @@ use loghaul_core::batch::{Field, SdElement, SdParam, Value};
 use loghaul_core::{Event, EventBatch, Flags, Span, Timestamp, names};
 use vrl::value::{KeyString, ObjectMap, Value as Vrl};
 
-use super::fast::{Arena, Key, Machine, Name, V, original_field};
+use super::fast::{Arena, Key, Machine, Name, Slot, V, original_field};
 
 /// Deeper than any decoder builds (they stop well before); a guard, not a limit users meet.
 const MAX_DEPTH: usize = 128;
@@ -221,7 +221,9 @@ pub struct Builder<'a> {
     lits: Vec<Option<Span>>,
     /// Reused per event by the fast path's output.
     scratch_entries: Vec<(Option<Field>, Key, V)>,
-    scratch_new: Vec<(Key, Name, V)>,
+    /// The overlay slots that become new record keys, by index (sorting indices moves less
+    /// than sorting the slots).
+    scratch_new: Vec<u32>,
 }
 
 /// A read-only view of the output arena.
@@ -246,7 +248,6 @@ impl<'a> ArenaView<'a> {
     fn key(&self, literals: &'a [Box<[u8]>], k: Key) -> &'a [u8] {
         match k {
             Key::Span(s) => self.get(s),
-            Key::Static(s) => s,
             Key::Lit(i) => literals.get(i as usize).map_or(&[][..], |b| &b[..]),
         }
     }
@@ -345,7 +346,7 @@ impl<'a> Builder<'a> {
         // The record: the input record's keys in its order, then new keys in VRL's order.
         let mut entries: Vec<(Option<Field>, Key, V)> = std::mem::take(&mut self.scratch_entries);
         entries.clear();
-        let mut new: Vec<(Key, Name, V)> = std::mem::take(&mut self.scratch_new);
+        let mut new: Vec<u32> = std::mem::take(&mut self.scratch_new);
         new.clear();
         {
             let view = ArenaView {
@@ -370,8 +371,10 @@ impl<'a> Builder<'a> {
                     entries.push((Some(*f), Key::Span(f.name), v));
                 }
             }
-            for slot in &m.overlay {
-                let Some(v) = slot.value else { continue };
+            for (at, slot) in m.overlay.iter().enumerate() {
+                if slot.value.is_none() {
+                    continue;
+                }
                 if slot
                     .own
                     .is_some_and(|i| taken[usize::from(i)] || shadow[usize::from(i)])
@@ -384,17 +387,23 @@ impl<'a> Builder<'a> {
                         continue;
                     }
                 }
-                new.push((slot.key, slot.name, v));
+                new.push(at as u32);
             }
             if new.len() > 1 {
-                new.sort_by(|a, b| {
-                    a.1.order(|| view.key(literals, a.0), b.1, || view.key(literals, b.0))
+                let overlay = &m.overlay[..];
+                let slot = |i: &u32| overlay.get(*i as usize);
+                new.sort_by(|a, b| match (slot(a), slot(b)) {
+                    (Some(a), Some(b)) => a.name.order(
+                        || view.key(literals, a.key),
+                        b.name,
+                        || view.key(literals, b.key),
+                    ),
+                    _ => std::cmp::Ordering::Equal,
                 });
             }
         }
-        entries.extend(new.drain(..).map(|(k, _, v)| (None, k, v)));
         let start = self.fields.len();
-        let n = entries.len();
+        let n = entries.len() + new.len();
         if self.events.is_empty() {
             // The batch's events are usually alike: room for as many entries each as the first
             // has, rather than growing (and copying) the table a dozen times.
@@ -403,31 +412,56 @@ impl<'a> Builder<'a> {
         self.fields.reserve(n);
         // Scalars go straight in; a nested value's children are appended after the top level,
         // so its entries are reserved first.
-        let nested = entries.iter().any(|(_, _, v)| {
+        let is_nested = |v: &V| {
             matches!(
                 v,
                 V::Obj(_) | V::Arr(_) | V::Rec(Value::Map(..) | Value::Array(..))
             )
-        });
+        };
+        let nested = entries.iter().any(|(_, _, v)| is_nested(v))
+            || new.iter().any(|i| {
+                m.overlay
+                    .get(*i as usize)
+                    .and_then(|s| s.value)
+                    .is_some_and(|v| is_nested(&v))
+            });
         if nested {
-            self.fields.extend(entries.iter().map(|_| Field {
+            self.fields.extend((0..n).map(|_| Field {
                 name: Span::EMPTY,
                 value: Value::Null,
             }));
         }
-        for (i, (of, k, v)) in entries.drain(..).enumerate() {
+        let mut i = start;
+        let mut put = |fields: &mut Vec<Field>, field: Field| {
+            if nested {
+                fields[i] = field;
+            } else {
+                fields.push(field);
+            }
+            i += 1;
+        };
+        for (of, k, v) in entries.drain(..) {
             let name = match (of, k) {
                 (Some(f), _) => f.name,
                 (None, k) => self.key_span(k, literals),
             };
             let value = self.value_fast(v, of.map(|f| f.value), m, literals);
-            if nested {
-                self.fields[start + i] = Field { name, value };
-            } else {
-                self.fields.push(Field { name, value });
-            }
+            put(&mut self.fields, Field { name, value });
         }
-        event.fields = (start as u32, (start + n) as u32);
+        for at in &new {
+            let Some(Slot {
+                key,
+                value: Some(v),
+                ..
+            }) = m.overlay.get(*at as usize).copied()
+            else {
+                continue;
+            };
+            let name = self.key_span(key, literals);
+            let value = self.value_fast(v, None, m, literals);
+            put(&mut self.fields, Field { name, value });
+        }
+        event.fields = (start as u32, i as u32);
         self.events.push(event);
         self.scratch_entries = entries;
         self.scratch_new = new;
@@ -484,7 +518,6 @@ impl<'a> Builder<'a> {
     fn key_span(&mut self, k: Key, literals: &[Box<[u8]>]) -> Span {
         match k {
             Key::Span(s) => s,
-            Key::Static(s) => self.text(s),
             Key::Lit(i) => self.lit_span(i, literals),
         }
     }
