@@ -84,7 +84,8 @@ pub enum Expr {
     SetVarInfallible(Option<usize>, Option<usize>, Box<Expr>),
     /// `.severity == "err"` (or `!=`, or `.facility`): loghaul's own field `own` against the
     /// code the literal names (`None`: no code has that name). Decided on the event's code
-    /// when nothing can shadow or change the field (no record, no change yet); else `general`.
+    /// when nothing shadows or changed the field (no record key of its name, no change yet);
+    /// else `general`.
     OwnCode {
         own: u8,
         code: Option<u8>,
@@ -678,6 +679,9 @@ pub struct Machine {
     /// read on this event (a route's `.severity == "err" || .severity == "crit"` looks once).
     read: Vec<(Name, Option<V>)>,
     reads_only: bool,
+    /// For each own field `i`, bit `2i`: whether [`Machine::shadowed`] looked on this event;
+    /// bit `2i + 1`: what it found.
+    shadow_known: u32,
     nobjs: usize,
     arrs: Vec<Vec<V>>,
     narrs: usize,
@@ -866,6 +870,7 @@ impl Machine {
     /// [`Bail`]: the event must run on the VRL runtime.
     pub fn run(&mut self, cx: &mut Cx<'_, '_>) -> Result<Done, Bail> {
         self.reads_only = false;
+        self.shadow_known = 0;
         self.vars.clear();
         self.vars.resize(cx.program.vars, V::Null);
         self.overlay.clear();
@@ -895,6 +900,7 @@ impl Machine {
         self.nobjs = 0;
         self.narrs = 0;
         self.read.clear();
+        self.shadow_known = 0;
         self.reads_only = cx.program.reads_only;
         let mut last = Ok(V::Null);
         for e in &cx.program.body {
@@ -905,6 +911,24 @@ impl Machine {
         }
         self.reads_only = false;
         Ok(last.map_err(|_| Bail)? == V::Bool(true))
+    }
+
+    /// Whether a key of the event's record shadows loghaul's own field `own` (looked up once
+    /// per event: the input record does not change while a program runs).
+    fn shadowed(&mut self, cx: &Cx<'_, '_>, own: u8) -> bool {
+        let bit = 1u32 << (2 * u32::from(own));
+        if self.shadow_known & bit == 0 {
+            let name = loghaul_codec::encode::FIXED_FIELDS
+                .get(usize::from(own))
+                .map_or(&b""[..], |n| n.as_bytes());
+            let found = cx
+                .batch
+                .fields_of(cx.event)
+                .iter()
+                .any(|f| cx.batch.str(f.name) == name);
+            self.shadow_known |= bit | if found { bit << 1 } else { 0 };
+        }
+        self.shadow_known & (bit << 1) != 0
     }
 
     fn new_obj(&mut self) -> u32 {
@@ -1152,7 +1176,7 @@ impl Machine {
                 ne,
                 general,
             } => {
-                if !(self.overlay.is_empty() && cx.batch.fields_of(cx.event).is_empty()) {
+                if !self.overlay.is_empty() || self.shadowed(cx, *own) {
                     return self.eval(cx, general);
                 }
                 let have = if *own == 6 {
