@@ -220,7 +220,8 @@ pub struct Builder<'a> {
     /// Spans of the fast path's literals already appended, by literal index.
     lits: Vec<Option<Span>>,
     /// Reused per event by the fast path's output.
-    scratch_entries: Vec<(Option<Field>, Key, V)>,
+    /// The input record's keys that stay, with their values now.
+    scratch_entries: Vec<(Field, V)>,
     /// The overlay slots that become new record keys, by index (sorting indices moves less
     /// than sorting the slots).
     scratch_new: Vec<u32>,
@@ -344,7 +345,7 @@ impl<'a> Builder<'a> {
             event.timestamp = None;
         }
         // The record: the input record's keys in its order, then new keys in VRL's order.
-        let mut entries: Vec<(Option<Field>, Key, V)> = std::mem::take(&mut self.scratch_entries);
+        let mut entries: Vec<(Field, V)> = std::mem::take(&mut self.scratch_entries);
         entries.clear();
         let mut new: Vec<u32> = std::mem::take(&mut self.scratch_new);
         new.clear();
@@ -368,7 +369,7 @@ impl<'a> Builder<'a> {
                     continue;
                 }
                 if let Some(v) = current(name) {
-                    entries.push((Some(*f), Key::Span(f.name), v));
+                    entries.push((*f, v));
                 }
             }
             for (at, slot) in m.overlay.iter().enumerate() {
@@ -418,7 +419,7 @@ impl<'a> Builder<'a> {
                 V::Obj(_) | V::Arr(_) | V::Rec(Value::Map(..) | Value::Array(..))
             )
         };
-        let nested = entries.iter().any(|(_, _, v)| is_nested(v))
+        let nested = entries.iter().any(|(_, v)| is_nested(v))
             || new.iter().any(|i| {
                 m.overlay
                     .get(*i as usize)
@@ -440,13 +441,15 @@ impl<'a> Builder<'a> {
             }
             i += 1;
         };
-        for (of, k, v) in entries.drain(..) {
-            let name = match (of, k) {
-                (Some(f), _) => f.name,
-                (None, k) => self.key_span(k, literals),
-            };
-            let value = self.value_fast(v, of.map(|f| f.value), m, literals);
-            put(&mut self.fields, Field { name, value });
+        for (f, v) in entries.drain(..) {
+            let value = self.value_fast(v, Some(f.value), m, literals);
+            put(
+                &mut self.fields,
+                Field {
+                    name: f.name,
+                    value,
+                },
+            );
         }
         for at in &new {
             let Some(Slot {
