@@ -101,7 +101,7 @@ impl ComponentConfig for FileSinkConfig {
             flush_interval: flush_interval?,
             idle_timeout: idle_timeout?,
             max_open_files: max_open_files?,
-            thread: f.thread.unwrap_or(SinkThread::Own),
+            thread: f.thread.unwrap_or(SinkThread::Shared),
         })
     }
 }

@@ -9,10 +9,11 @@
 //! Encoding is not done here: the sink gives its input queue a [`LineEncoder`], which senders run
 //! on the runtime's worker threads (see [`Prepare`]). The sink routes the encoded bytes to files
 //! and writes them: a whole batch's buffer goes to a single-file sink as is, and reaches the
-//! kernel through `writev` without another copy. It runs on a thread of its own; `thread: shared`
-//! runs it on the runtime's workers, so a batch is written and acknowledged without a hand-over
-//! between threads (`otlp` in the lab: 1.7M records/s against 1.33M/s), but under large request
-//! bodies the peak RSS rose past what the memory budget bounds (`memory::bombs_stay_within_the_memory_budget`).
+//! kernel through `writev` without another copy. It runs as a task on the runtime's workers
+//! (`thread: shared`, the default), so a batch is written and acknowledged without a hand-over
+//! between threads (`otlp` in the lab: 1.7M records/s against 1.33M/s); `thread: own` gives it
+//! a thread of its own, for file systems where a write can block for long (a hung network
+//! mount holds that thread instead of a worker).
 //!
 //! Writes are buffered per file and go out when a buffer passes [`WRITE_THRESHOLD`], whenever the
 //! sink's input queue runs empty, and at the latest on the `flush_interval` tick. A batch's
@@ -58,6 +59,10 @@ use super::{BuildSink, BuiltSink, ReopenGeneration, Retry, SinkContext, SinkErro
 use crate::metrics::{ComponentMetrics, DiscardReason, ErrorKind, Health};
 use crate::pipeline::dlq::DeadLetters;
 use crate::pipeline::{Delivery, Input, Prepare, Prepared, QUEUE_BATCHES};
+use crate::sinks::SinkThread;
+
+/// The input queue of a sink on the workers (`thread: shared`), in batches.
+const SHARED_QUEUE_BATCHES: usize = 4;
 
 impl BuildSink for FileSinkConfig {
     /// The directory the path's fixed part names can be written in, or made: tried for real
@@ -112,9 +117,16 @@ impl BuildSink for FileSinkConfig {
         let sink =
             FileSink::new(self.clone(), cx.metrics, cx.reopen).with_failure_policy(cx.retry, dead);
         let prepare: Arc<dyn Prepare> = sink.encoder();
+        // On the workers the sink's task runs soon after a sender queues a batch, so a shorter
+        // queue keeps pace; each queued batch holds its events and their JSON (about 1 MB for
+        // a 256 KiB read of a tailed file), and the deeper one only held more of them.
+        let queue_batches = match self.thread {
+            SinkThread::Shared => SHARED_QUEUE_BATCHES,
+            SinkThread::Own => QUEUE_BATCHES,
+        };
         Ok(BuiltSink {
             prepare: Some(prepare),
-            queue_batches: QUEUE_BATCHES,
+            queue_batches,
             thread: self.thread,
             run: Box::new(move |input| Box::pin(sink.run(input))),
         })

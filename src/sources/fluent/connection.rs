@@ -25,7 +25,8 @@
 //! connection waits, reading nothing. A request of any size costs one step at a time, so the
 //! 256 MB chunks of fluentd's file buffer are read as they come. A request is written whole or
 //! not at all when it arrives whole before [`STREAM_FROM`] of it is buffered and decodes to less
-//! than [`BATCH_MEMORY`] (and the budget lasts while it is decoded); otherwise its events go out
+//! than a batch ([`BATCH_MEMORY`], or a sixteenth of a smaller budget) (and the budget lasts while
+//! it is decoded); otherwise its events go out
 //! in several batches, and when it breaks part way, what went out of it stays (it is never
 //! acknowledged, so the client sends it again: at least once).
 //!
@@ -223,7 +224,7 @@ impl Connection {
                 }
                 continue;
             }
-            if self.filled() >= BATCH_MEMORY {
+            if self.filled() >= self.batch_memory() {
                 self.emit(conn).await;
             }
             match self.splitter.split(buf) {
@@ -297,7 +298,7 @@ impl Connection {
                     return false;
                 }
             }
-            if self.filled() >= BATCH_MEMORY {
+            if self.filled() >= self.batch_memory() {
                 self.emit(conn).await;
             }
             return true;
@@ -326,6 +327,16 @@ impl Connection {
             }
             Err(e) => self.broken_request(&e),
         }
+    }
+
+    /// What a batch may hold before it goes out: [`BATCH_MEMORY`], or a sixteenth of a smaller
+    /// memory budget. What sinks make of a batch (its JSON) is charged once it is admitted,
+    /// without waiting, so each busy connection can take the budget over by about one batch.
+    fn batch_memory(&self) -> usize {
+        self.ctx
+            .fanout
+            .budget()
+            .map_or(BATCH_MEMORY, |b| BATCH_MEMORY.min(b.limit() / 16))
     }
 
     /// Memory the batch being filled holds.
