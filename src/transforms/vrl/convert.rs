@@ -18,7 +18,7 @@ use loghaul_core::batch::{Field, SdElement, SdParam, Value};
 use loghaul_core::{Event, EventBatch, Flags, Span, Timestamp, names};
 use vrl::value::{KeyString, ObjectMap, Value as Vrl};
 
-use super::fast::{Arena, Key, Machine, Name, Slot, V, original_field};
+use super::fast::{Arena, Key, KeyOf, Machine, Name, V, original_field};
 
 /// Deeper than any decoder builds (they stop well before); a guard, not a limit users meet.
 const MAX_DEPTH: usize = 128;
@@ -247,9 +247,9 @@ impl<'a> ArenaView<'a> {
     }
 
     fn key(&self, literals: &'a [Box<[u8]>], k: Key) -> &'a [u8] {
-        match k {
-            Key::Span(s) => self.get(s),
-            Key::Lit(i) => literals.get(i as usize).map_or(&[][..], |b| &b[..]),
+        match k.get() {
+            KeyOf::Span(s) => self.get(s),
+            KeyOf::Lit(i) => literals.get(i as usize).map_or(&[][..], |b| &b[..]),
         }
     }
 }
@@ -324,10 +324,16 @@ impl<'a> Builder<'a> {
                 own_over[usize::from(i)] = Some(slot.value);
             }
         }
-        let mut event = Event {
+        // Built where it stays: an event built on the stack and pushed was copied in wide loads
+        // that stalled on the field-by-field stores just before (store forwarding).
+        let mut events = std::mem::take(&mut self.events);
+        let first = events.is_empty();
+        events.push(Event {
             fields: (0, 0),
             ..Event::default()
-        };
+        });
+        let mut spare = Event::default();
+        let event = events.last_mut().unwrap_or(&mut spare);
         let mut taken = [false; OWN.len()];
         for i in 0..OWN.len() {
             if shadow[i] {
@@ -336,9 +342,9 @@ impl<'a> Builder<'a> {
             taken[i] = match own_over[i] {
                 // Untouched: as it was. (Every own field an event has is of its own kind, so
                 // none is left over for the record.)
-                None => self.copy_own(&mut event, orig, i),
+                None => self.copy_own(event, orig, i),
                 Some(None) => false,
-                Some(Some(v)) => self.own_field_fast(&mut event, orig, i, v, literals),
+                Some(Some(v)) => self.own_field_fast(event, orig, i, v, literals),
             };
         }
         if !taken[0] {
@@ -405,67 +411,72 @@ impl<'a> Builder<'a> {
         }
         let start = self.fields.len();
         let n = entries.len() + new.len();
-        if self.events.is_empty() {
+        if first {
             // The batch's events are usually alike: room for as many entries each as the first
             // has, rather than growing (and copying) the table a dozen times.
             self.fields.reserve(n * self.input.len());
         }
-        self.fields.reserve(n);
-        // Scalars go straight in; a nested value's children are appended after the top level,
-        // so its entries are reserved first.
-        let is_nested = |v: &V| {
-            matches!(
-                v,
-                V::Obj(_) | V::Arr(_) | V::Rec(Value::Map(..) | Value::Array(..))
-            )
-        };
-        let nested = entries.iter().any(|(_, v)| is_nested(v))
-            || new.iter().any(|i| {
-                m.overlay
-                    .get(*i as usize)
-                    .and_then(|s| s.value)
-                    .is_some_and(|v| is_nested(&v))
-            });
-        if nested {
-            self.fields.extend((0..n).map(|_| Field {
+        // The top level's entries are laid out first (a nested value's children are appended
+        // after them), and each is then written in place, field by field: a `Field` made
+        // whole and pushed went through the stack in pieces and was copied in wider loads
+        // that stalled on those stores (store forwarding), once per field.
+        self.fields.resize(
+            start + n,
+            Field {
                 name: Span::EMPTY,
                 value: Value::Null,
-            }));
-        }
+            },
+        );
         let mut i = start;
-        let mut put = |fields: &mut Vec<Field>, field: Field| {
-            if nested {
-                fields[i] = field;
-            } else {
-                fields.push(field);
-            }
-            i += 1;
-        };
         for (f, v) in entries.drain(..) {
             let value = self.value_fast(v, Some(f.value), m, literals);
-            put(
-                &mut self.fields,
-                Field {
-                    name: f.name,
-                    value,
-                },
-            );
+            if let Some(slot) = self.fields.get_mut(i) {
+                slot.name = f.name;
+                slot.value = value;
+            }
+            i += 1;
         }
         for at in &new {
-            let Some(Slot {
-                key,
-                value: Some(v),
-                ..
-            }) = m.overlay.get(*at as usize).copied()
-            else {
+            // Read in place: a copy of the slot went through the stack in pieces too.
+            let Some(slot) = m.overlay.get(*at as usize) else {
                 continue;
             };
-            let name = self.key_span(key, literals);
-            let value = self.value_fast(v, None, m, literals);
-            put(&mut self.fields, Field { name, value });
+            let Some(v) = &slot.value else {
+                continue;
+            };
+            let name = self.key_span(slot.key, literals);
+            // The common kinds are stored from their own arms, straight into the table.
+            let value = match v {
+                V::Str(s) => {
+                    if let Some(slot) = self.fields.get_mut(i) {
+                        slot.name = name;
+                        slot.value = Value::Str(*s);
+                    }
+                    i += 1;
+                    continue;
+                }
+                V::Int(n) => {
+                    if let Some(slot) = self.fields.get_mut(i) {
+                        slot.name = name;
+                        slot.value = Value::Int(*n);
+                    }
+                    i += 1;
+                    continue;
+                }
+                v => self.value_fast(*v, None, m, literals),
+            };
+            if let Some(slot) = self.fields.get_mut(i) {
+                slot.name = name;
+                slot.value = value;
+            }
+            i += 1;
+        }
+        if i < start + n && self.fields.len() == start + n {
+            // Nothing was appended after the top level: the unused entries go.
+            self.fields.truncate(i);
         }
         event.fields = (start as u32, i as u32);
-        self.events.push(event);
+        self.events = events;
         self.scratch_entries = entries;
         self.scratch_new = new;
     }
@@ -519,9 +530,9 @@ impl<'a> Builder<'a> {
     }
 
     fn key_span(&mut self, k: Key, literals: &[Box<[u8]>]) -> Span {
-        match k {
-            Key::Span(s) => s,
-            Key::Lit(i) => self.lit_span(i, literals),
+        match k.get() {
+            KeyOf::Span(s) => s,
+            KeyOf::Lit(i) => self.lit_span(i, literals),
         }
     }
 
