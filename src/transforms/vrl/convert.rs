@@ -332,8 +332,11 @@ impl<'a> Builder<'a> {
             fields: (0, 0),
             ..Event::default()
         });
-        let mut spare = Event::default();
-        let event = events.last_mut().unwrap_or(&mut spare);
+        let Some(event) = events.last_mut() else {
+            // Not reached: the event was just pushed.
+            self.events = events;
+            return;
+        };
         let mut taken = [false; OWN.len()];
         for i in 0..OWN.len() {
             if shadow[i] {
@@ -430,11 +433,7 @@ impl<'a> Builder<'a> {
         let mut i = start;
         for (f, v) in entries.drain(..) {
             let value = self.value_fast(v, Some(f.value), m, literals);
-            if let Some(slot) = self.fields.get_mut(i) {
-                slot.name = f.name;
-                slot.value = value;
-            }
-            i += 1;
+            write_field(&mut self.fields, &mut i, f.name, value);
         }
         for at in &new {
             // Read in place: a copy of the slot went through the stack in pieces too.
@@ -446,30 +445,14 @@ impl<'a> Builder<'a> {
             };
             let name = self.key_span(slot.key, literals);
             // The common kinds are stored from their own arms, straight into the table.
-            let value = match v {
-                V::Str(s) => {
-                    if let Some(slot) = self.fields.get_mut(i) {
-                        slot.name = name;
-                        slot.value = Value::Str(*s);
-                    }
-                    i += 1;
-                    continue;
+            match v {
+                V::Str(s) => write_field(&mut self.fields, &mut i, name, Value::Str(*s)),
+                V::Int(n) => write_field(&mut self.fields, &mut i, name, Value::Int(*n)),
+                v => {
+                    let value = self.value_fast(*v, None, m, literals);
+                    write_field(&mut self.fields, &mut i, name, value);
                 }
-                V::Int(n) => {
-                    if let Some(slot) = self.fields.get_mut(i) {
-                        slot.name = name;
-                        slot.value = Value::Int(*n);
-                    }
-                    i += 1;
-                    continue;
-                }
-                v => self.value_fast(*v, None, m, literals),
-            };
-            if let Some(slot) = self.fields.get_mut(i) {
-                slot.name = name;
-                slot.value = value;
             }
-            i += 1;
         }
         if i < start + n && self.fields.len() == start + n {
             // Nothing was appended after the top level: the unused entries go.
@@ -1135,6 +1118,18 @@ fn set_version(event: &mut Event, v: i64) -> bool {
 /// The index in OWN of a name, if it is one of loghaul's own fields.
 fn own_index(name: &[u8]) -> Option<usize> {
     super::fast::own_of(Name::of(name), name).map(usize::from)
+}
+
+/// Writes entry `*i` of the output table (laid out before) field by field, and moves on.
+/// Inlined, each caller's value is stored where it stays rather than made on the stack and
+/// copied in (a store-forwarding stall per field).
+#[inline(always)]
+fn write_field(fields: &mut [Field], i: &mut usize, name: Span, value: Value) {
+    if let Some(slot) = fields.get_mut(*i) {
+        slot.name = name;
+        slot.value = value;
+    }
+    *i += 1;
 }
 
 /// Copies an optional text field; whether there was one.

@@ -1066,7 +1066,6 @@ impl Machine {
     }
 
     /// Adds a name the overlay does not hold yet.
-    #[inline(always)]
     fn push_slot(&mut self, cx: &Cx<'_, '_>, key: Key, name: Name, value: Option<V>) {
         let bytes = cx.key_bytes(key);
         self.overlay.push(Slot {
