@@ -1,6 +1,7 @@
 //! Codec benchmarks: parse + encode per event for typical RFC 3164 and RFC 5424 lines and for a
 //! forward-protocol PackedForward request (measured over batches of 1000 events, reported per
-//! element), and framing throughput over 1 MiB.
+//! element), JSON records as the Kafka source and the HTTP server read them, and framing
+//! throughput over 1 MiB.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -189,5 +190,26 @@ fn forward(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, parse_encode, forward, framing);
+/// A JSON line as loghaul's own file and Kafka sinks write it (what a Kafka consumer of
+/// loghaul's topic reads, 340 bytes).
+const JSON_LINE: &[u8] = br#"{"timestamp":"2026-11-26T12:10:22.637184Z","hostname":"web-03.example.net","appname":"nginx","procid":"21877","facility":"local4","severity":"notice","message":"GET /api/v2/orders?page=3 HTTP/1.1 200 512 0.004 \"Mozilla/5.0 (X11; Linux x86_64)\" gen=0 seq=0000001234","source_ip":"192.0.2.17","source_type":"syslog"}"#;
+
+fn json(c: &mut Criterion) {
+    use loghaul_codec::record::RecordBuilder;
+    use loghaul_core::Event;
+    let mut group = c.benchmark_group("json");
+    group.throughput(Throughput::Elements(BATCH as u64));
+    group.bench_function("record", |b| {
+        b.iter(|| {
+            let mut r = RecordBuilder::default();
+            for _ in 0..BATCH {
+                r.json_record(JSON_LINE, Event::default(), &[]).unwrap();
+            }
+            black_box(r.events.len())
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, parse_encode, forward, json, framing);
 criterion_main!(benches);
