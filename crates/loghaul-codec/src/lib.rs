@@ -26,7 +26,7 @@ pub mod inflate;
 pub mod otlp;
 pub mod record;
 mod scan;
-pub use scan::is_ascii;
+pub use scan::{is_ascii, kv_masks64};
 mod simd;
 pub mod syslog;
 mod time;

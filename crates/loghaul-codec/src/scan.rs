@@ -61,6 +61,36 @@ pub(crate) fn eq_mask64(block: &[u8; 64], c: u8) -> u64 {
     })
 }
 
+/// The key=value scanner's classes of the 64 bytes of `s` from `at` (zero bytes past its end,
+/// which are in neither): bit k of the first mask is set where byte `at + k` is a space or a
+/// quote, of the second where it is `=`. One block classified serves every token in it, so a
+/// token's end is a `trailing_zeros`, not a loop whose exit depends on the token's length.
+#[inline]
+pub fn kv_masks64(s: &[u8], at: usize) -> (u64, u64) {
+    let rest = s.get(at..).unwrap_or_default();
+    let mut padded = [0u8; 64];
+    let block = match rest.first_chunk::<64>() {
+        Some(block) => block,
+        None => {
+            if let Some(room) = padded.get_mut(..rest.len()) {
+                room.copy_from_slice(rest);
+            }
+            &padded
+        }
+    };
+    let (chunks, _) = block.as_chunks::<16>();
+    chunks
+        .iter()
+        .enumerate()
+        .fold((0, 0), |(delim, eq), (k, chunk)| {
+            let v = V::load(chunk);
+            (
+                delim | u64::from(v.eq(b' ').or(v.eq(b'"')).mask()) << (16 * k),
+                eq | u64::from(v.eq(b'=').mask()) << (16 * k),
+            )
+        })
+}
+
 /// `end` moved back over the trailing bytes of `buf[start..end]` that `debris` accepts: line-end
 /// leftovers such as LF, CR and NUL, which must all be at most CR. Nearly every line ends in a
 /// byte above CR, so one compare usually decides.
@@ -103,6 +133,25 @@ pub fn is_ascii(s: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kv_masks_flag_spaces_quotes_and_equals_only() {
+        let s: Vec<u8> = (0..150u32)
+            .map(|i| b" \"=a\x00\xa0"[(i * 7 % 6) as usize])
+            .collect();
+        for at in [0, 1, 63, 64, 100, 149, 150, 151] {
+            let (delim, eq) = kv_masks64(&s, at);
+            for k in 0..64 {
+                let b = s.get(at + k).copied();
+                assert_eq!(
+                    delim >> k & 1 == 1,
+                    matches!(b, Some(b' ' | b'"')),
+                    "{at}+{k}"
+                );
+                assert_eq!(eq >> k & 1 == 1, b == Some(b'='), "{at}+{k}");
+            }
+        }
+    }
 
     #[test]
     fn ascii_check_sees_every_byte() {

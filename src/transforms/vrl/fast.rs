@@ -1655,16 +1655,17 @@ fn parse_key_value(s: &[u8], base: Span, out: &mut Vec<(Key, Name, V)>) -> bool 
     if i == n {
         return false;
     }
-    // Tokens are short: scanning them eight bytes at a time in registers beats `memchr` calls,
-    // which pay a call and a dispatch each; only a quoted value (often long) is searched with
+    // Tokens are short: their ends come from the line's classified blocks, not from `memchr`
+    // calls (a call and a dispatch each); only a quoted value (often long) is searched with
     // `memchr`.
+    let mut marks = Marks::new(s);
     while i < n {
         let start = i;
         if s[start] == b'"' || s[start] == b'=' {
             return false;
         }
         // The key: up to a space, an `=` or the end; a quote in it is the runtime's case.
-        let j = token_end(s, start, b'=');
+        let j = marks.end(start, true);
         if j < n && s[j] == b'"' {
             return false;
         }
@@ -1695,7 +1696,7 @@ fn parse_key_value(s: &[u8], base: Span, out: &mut Vec<(Key, Name, V)>) -> bool 
                 i = close + 1;
             } else {
                 // The value: up to the next space (an `=` in it is part of it).
-                let end = token_end(s, vstart, b'"');
+                let end = marks.end(vstart, false);
                 if end < n && s[end] == b'"' {
                     return false;
                 }
@@ -1727,30 +1728,49 @@ fn parse_key_value(s: &[u8], base: Span, out: &mut Vec<(Key, Name, V)>) -> bool 
     !out.is_empty()
 }
 
-/// Where the token at `at` ends: the first space, quote or `stop` from `at` (the length of
-/// `s` when none). Eight bytes at a time: a byte equal to `c` is a zero byte of `x ^ c…c`, and
-/// the lowest byte the zero-byte test flags is always a true zero (false flags come only above
-/// one), so the first match is exact.
-#[inline]
-fn token_end(s: &[u8], mut at: usize, stop: u8) -> usize {
-    const LO: u64 = 0x0101_0101_0101_0101;
-    const HI: u64 = 0x8080_8080_8080_8080;
-    let zero = |x: u64, c: u8| {
-        let y = x ^ (LO * u64::from(c));
-        y.wrapping_sub(LO) & !y & HI
-    };
-    while let Some(chunk) = s.get(at..).and_then(<[u8]>::first_chunk::<8>) {
-        let x = u64::from_le_bytes(*chunk);
-        let found = zero(x, b' ') | zero(x, b'"') | zero(x, stop);
-        if found != 0 {
-            return at + (found.trailing_zeros() / 8) as usize;
+/// The ends of a line's tokens: its spaces and quotes, and its `=` signs, as bits, 64 bytes
+/// at a time ([`loghaul_codec::kv_masks64`]). A token's end is a shift and a `trailing_zeros`
+/// in the block at hand: a byte loop's exit (or a word loop's) depends on the token's length,
+/// and mispredicted once a token.
+struct Marks<'a> {
+    s: &'a [u8],
+    /// Where the classified block starts, and its masks.
+    base: usize,
+    delim: u64,
+    eq: u64,
+}
+
+impl<'a> Marks<'a> {
+    fn new(s: &'a [u8]) -> Marks<'a> {
+        let (delim, eq) = loghaul_codec::kv_masks64(s, 0);
+        Marks {
+            s,
+            base: 0,
+            delim,
+            eq,
         }
-        at += 8;
     }
-    while at < s.len() && !matches!(s[at], b' ' | b'"') && s[at] != stop {
-        at += 1;
+
+    /// Where the token at `at` ends: the first space or quote from `at` (or `=` too, with
+    /// `stop_at_eq`); the length of the line when none.
+    #[inline]
+    fn end(&mut self, at: usize, stop_at_eq: bool) -> usize {
+        let n = self.s.len();
+        let mut from = at;
+        while from < n {
+            if from < self.base || from - self.base >= 64 {
+                self.base = from & !63;
+                (self.delim, self.eq) = loghaul_codec::kv_masks64(self.s, self.base);
+            }
+            let eq = if stop_at_eq { self.eq } else { 0 };
+            let m = (self.delim | eq) >> (from - self.base);
+            if m != 0 {
+                return (from + m.trailing_zeros() as usize).min(n);
+            }
+            from = self.base + 64;
+        }
+        n
     }
-    at
 }
 
 /// Whether `b` starts and ends with characters `str::trim` keeps (ASCII, not white space).
@@ -1815,21 +1835,31 @@ mod tests {
 
     #[test]
     fn tokens_end_at_the_first_space_quote_or_stop() {
-        // Every length and position around the eight-byte steps, every stop in every place,
+        // Every length and position around the 64-byte blocks, every stop in every place,
         // among ASCII and among bytes one bit away from a stop (UTF-8 continuation bytes).
-        for (len, filler) in (0..20).flat_map(|l| [(l, b'k'), (l, 0xa0), (l, 0xa2), (l, 0xbd)]) {
+        let lens = (0..20).chain(60..70).chain(126..131);
+        for (len, filler) in lens.flat_map(|l| [(l, b'k'), (l, 0xa0), (l, 0xa2), (l, 0xbd)]) {
             for at in 0..=len {
-                for (pos, byte) in (0..len).flat_map(|p| [(p, b' '), (p, b'"'), (p, b'=')]) {
+                for (pos, byte) in (0..len)
+                    .filter(|&p: &usize| p < 3 || p.abs_diff(at) < 3 || p + 3 > len || p % 64 < 2)
+                    .flat_map(|p| [(p, b' '), (p, b'"'), (p, b'=')])
+                {
                     let mut s = vec![filler; len];
                     s[pos] = byte;
-                    // A byte above a match (where the zero-byte test can flag wrongly).
                     if pos + 1 < len {
                         s[pos + 1] = 0x21;
                     }
-                    let want = (at..len)
-                        .find(|i| matches!(s[*i], b' ' | b'"' | b'='))
-                        .unwrap_or(len);
-                    assert_eq!(super::token_end(&s, at, b'='), want, "{s:?} from {at}");
+                    for stop_at_eq in [true, false] {
+                        let want = (at..len)
+                            .find(|i| matches!(s[*i], b' ' | b'"') || (stop_at_eq && s[*i] == b'='))
+                            .unwrap_or(len);
+                        // A fresh scanner, and one that classified another block first.
+                        let mut fresh = super::Marks::new(&s);
+                        assert_eq!(fresh.end(at, stop_at_eq), want, "{s:?} from {at}");
+                        let mut moved = super::Marks::new(&s);
+                        moved.end(len.saturating_sub(1), stop_at_eq);
+                        assert_eq!(moved.end(at, stop_at_eq), want, "{s:?} from {at}");
+                    }
                 }
             }
         }
