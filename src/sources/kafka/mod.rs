@@ -4,7 +4,8 @@
 //!
 //! ```text
 //!  thread kafka-ID: poll ─► batch (≤ max_batch_events; topic, partition, offset, key and headers
-//!        as fields) ─► fan-out (waits while the sinks are full: the consumer stops polling)
+//!        as fields) ─► sender task, on the workers ─► fan-out (waits while the sinks are full:
+//!        the reading thread waits for the sender, the consumer stops polling)
 //!        each turn: settle finished batches ─► store the offsets after every done prefix
 //!        (librdkafka commits the stored offsets every second, at rebalances and at the stop)
 //!        a batch a sink did not deliver ─► seek its partitions back to it, pause 1 s
@@ -21,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use loghaul_codec::record::RecordBuilder;
 use loghaul_core::{
-    BatchNotifier, BatchStatus, BatchStatusReceiver, Event, Field, Flags, Span, Timestamp, Value,
+    BatchNotifier, BatchStatus, BatchStatusReceiver, Event, EventBatch, Field, Flags, Span,
+    Timestamp, Value,
 };
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer as _, ConsumerContext, Rebalance};
 use rdkafka::message::{BorrowedMessage, Headers as _, Message as _};
@@ -263,6 +265,12 @@ struct Job {
 impl Job {
     fn run(self, consumer: BaseConsumer<Context>) {
         self.metrics.set_health(Health::Running, None);
+        // The sinks' share of a batch (the file sink encodes in its sender's task) runs on the
+        // runtime's workers while this thread reads the next one; one sender keeps the order.
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let sender = self
+            .runtime
+            .spawn(forward(self.fanout.clone(), self.state.clone(), rx));
         while !self.shutdown.is_triggered() {
             self.settle(&consumer);
             let mut batch = Batch::default();
@@ -289,10 +297,17 @@ impl Job {
                 consumer.context().reasons.clear();
                 self.metrics.set_health(Health::Running, None);
             }
-            self.send(batch);
+            if !self.send(batch, &tx) {
+                break;
+            }
         }
-        // The stop: wait (bounded) for the sinks' verdicts, store what is done, commit.
+        // The stop: the sender hands on what it holds, then the sinks' verdicts are awaited
+        // (bounded), what is done stored and committed.
         let deadline = Instant::now() + self.drain;
+        drop(tx);
+        let _ = self
+            .runtime
+            .block_on(async { tokio::time::timeout(self.drain, sender).await });
         loop {
             self.settle(&consumer);
             let left = self.state.lock().map_or(0, |s| s.pending.len());
@@ -312,8 +327,9 @@ impl Job {
         crate::warn_limited!(self.metrics, %error, "Cannot read from Kafka; trying again.");
     }
 
-    /// Hands a batch on (waiting while the sinks are full) and tracks its offsets.
-    fn send(&self, batch: Batch) {
+    /// Hands a batch to the sender (waiting while it is busy) and tracks its offsets; false
+    /// once the sender is gone.
+    fn send(&self, batch: Batch, tx: &tokio::sync::mpsc::Sender<Handoff>) -> bool {
         let Batch {
             records,
             covers,
@@ -327,23 +343,15 @@ impl Job {
             Ok(mut s) => s
                 .offsets
                 .add(covers.into_iter().map(|((t, p), (f, l))| ((t, p), f, l))),
-            Err(_) => return,
+            Err(_) => return false,
         };
         let status = self.acknowledgements.then(|| {
             let (finalizer, status) = BatchNotifier::new_with_receiver();
             events.finalizer = finalizer;
             status
         });
-        self.runtime.block_on(self.fanout.send(events));
-        if let Ok(mut s) = self.state.lock() {
-            match status {
-                Some(status) => s.pending.push((id, status)),
-                // Without acknowledgements a batch is done once it is queued.
-                None => {
-                    s.offsets.settle(id, BatchStatus::Delivered);
-                }
-            }
-        }
+        // Waits while the sender is busy, and the sender while the sinks are full.
+        tx.blocking_send(Handoff { id, events, status }).is_ok()
     }
 
     /// Collects the sinks' verdicts, stores the offsets they allow, and rewinds what was not
@@ -376,6 +384,35 @@ impl Job {
             "A sink did not deliver a batch; reading its partitions again from it after a pause."
         );
         std::thread::sleep(REWIND_PAUSE);
+    }
+}
+
+/// A batch on its way from the reading thread to the sender task.
+struct Handoff {
+    id: u64,
+    events: EventBatch,
+    status: Option<BatchStatusReceiver>,
+}
+
+/// The sender task: hands each batch on (waiting while the sinks are full), then tracks its
+/// fate. A batch is pending only once the sinks hold it: one dropped before (a stop cut short)
+/// is never settled, so its offsets are never committed and it is read again.
+async fn forward(
+    fanout: Fanout,
+    state: Arc<Mutex<State>>,
+    mut rx: tokio::sync::mpsc::Receiver<Handoff>,
+) {
+    while let Some(Handoff { id, events, status }) = rx.recv().await {
+        fanout.send(events).await;
+        if let Ok(mut s) = state.lock() {
+            match status {
+                Some(status) => s.pending.push((id, status)),
+                // Without acknowledgements a batch is done once it is queued.
+                None => {
+                    s.offsets.settle(id, BatchStatus::Delivered);
+                }
+            }
+        }
     }
 }
 
