@@ -14,7 +14,7 @@
 //! The broker's jars are found in `$LOGHAUL_KAFKA_LIB`, else `/opt/loghaul-peers/kafka/lib`.
 
 use std::io::Read as _;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -57,7 +57,7 @@ impl std::fmt::Debug for Broker {
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    crate::subjects::free_port()
 }
 
 /// A Java program from the broker's jars.

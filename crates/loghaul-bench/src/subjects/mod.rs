@@ -694,14 +694,45 @@ impl Peers {
     }
 }
 
-/// Asks the kernel for a free loopback port. The port is released before the subject binds it; on a
-/// machine where nothing else races for ephemeral ports that window is harmless.
+/// A loopback port nothing listens on, for a subject or companion to bind a moment later.
+///
+/// Taken below the kernel's range of ephemeral ports (`ip_local_port_range`) when there is
+/// room: a port from that range, which `bind(:0)` returns, can become the local port of some
+/// process's outgoing connection before the subject binds it (the Kafka broker and its clients
+/// open many), and the subject then fails to start with "address already in use". Below the
+/// range only listeners compete, and the check here sees those.
 ///
 /// # Errors
 /// No port could be bound.
 pub fn free_port() -> Result<u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    /// The first port tried; the range up to the ephemeral ones is walked from a start that
+    /// differs per process, so two labs at once rarely try the same ports.
+    const FLOOR: u32 = 10_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = ephemeral_low().unwrap_or(32_768);
+    if low > FLOOR + 1_000 {
+        let span = low - FLOOR;
+        let start = std::process::id().wrapping_mul(2_654_435_761) % span;
+        for _ in 0..256 {
+            let step = NEXT.fetch_add(1, Ordering::Relaxed);
+            let port = FLOOR + (start + step.wrapping_mul(7_919)) % span;
+            let Ok(port) = u16::try_from(port) else {
+                continue;
+            };
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
     Ok(l.local_addr().context("reading a bound port")?.port())
+}
+
+/// The first port of the kernel's ephemeral range, when it can be read.
+fn ephemeral_low() -> Option<u32> {
+    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    range.split_whitespace().next()?.parse().ok()
 }
 
 /// Writes `kind`'s config for `setup` into `dir` and returns how to start it: one process
