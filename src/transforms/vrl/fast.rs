@@ -803,6 +803,13 @@ impl Name {
         self == other && (self.len <= 8 || a().get(8..) == b().get(8..))
     }
 
+    /// The name's first eight bytes, as one integer: two names that differ there order by it
+    /// alone.
+    #[inline]
+    pub fn pre(self) -> u64 {
+        self.pre
+    }
+
     /// The byte order of the names `a` (named `self`) and `b` (named `other`).
     #[inline]
     pub fn order<'a, 'b>(
