@@ -232,6 +232,7 @@ pub struct Builder<'a> {
     sorted: SortMemo,
 }
 
+/// The last sort of new keys (see `Builder::sorted`).
 #[derive(Default)]
 struct SortMemo {
     names: Vec<Name>,
