@@ -43,31 +43,10 @@ fn claim(port: u16) -> bool {
     taken.insert(port)
 }
 
-/// Candidate ports: first ones below the kernel's range of ephemeral ports
-/// (`ip_local_port_range`), then what `bind(:0)` returns. A port from the ephemeral range can
-/// become the local port of some outgoing connection (a Kafka client's, a peer's) between the
-/// check here and the server's own `bind`, which then fails with "address already in use";
-/// below the range only listeners compete, and the checks see those.
+/// Candidate ports, below the kernel's ephemeral range first: the lab's
+/// (`loghaul_bench::subjects::port_candidates`, which says why).
 fn candidates() -> impl Iterator<Item = u16> {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    const FLOOR: u32 = 10_000;
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
-        .ok()
-        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
-        .unwrap_or(32_768);
-    let span = low.saturating_sub(FLOOR);
-    // A start that differs per test process, so parallel runs rarely try the same ports.
-    let start = std::process::id().wrapping_mul(2_654_435_761) % span.max(1);
-    let below = (0..if span > 1_000 { 200 } else { 0 }).filter_map(move |_| {
-        let step = NEXT.fetch_add(1, Ordering::Relaxed);
-        u16::try_from(FLOOR + (start + step.wrapping_mul(7_919)) % span).ok()
-    });
-    let any = (0..200).map(|_| {
-        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-        l.local_addr().expect("local_addr").port()
-    });
-    below.chain(any)
+    loghaul_bench::subjects::port_candidates()
 }
 
 /// A TCP port on 127.0.0.1 that nothing listens on right now.

@@ -694,45 +694,44 @@ impl Peers {
     }
 }
 
-/// A loopback port nothing listens on, for a subject or companion to bind a moment later.
-///
-/// Taken below the kernel's range of ephemeral ports (`ip_local_port_range`) when there is
-/// room: a port from that range, which `bind(:0)` returns, can become the local port of some
-/// process's outgoing connection before the subject binds it (the Kafka broker and its clients
-/// open many), and the subject then fails to start with "address already in use". Below the
-/// range only listeners compete, and the check here sees those.
+/// A loopback port nothing listens on, for a subject or companion to bind a moment later: the
+/// first of [`port_candidates`] that binds.
 ///
 /// # Errors
 /// No port could be bound.
 pub fn free_port() -> Result<u16> {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    /// The first port tried; the range up to the ephemeral ones is walked from a start that
-    /// differs per process, so two labs at once rarely try the same ports.
-    const FLOOR: u32 = 10_000;
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let low = ephemeral_low().unwrap_or(32_768);
-    if low > FLOOR + 1_000 {
-        let span = low - FLOOR;
-        let start = std::process::id().wrapping_mul(2_654_435_761) % span;
-        for _ in 0..256 {
-            let step = NEXT.fetch_add(1, Ordering::Relaxed);
-            let port = FLOOR + (start + step.wrapping_mul(7_919)) % span;
-            let Ok(port) = u16::try_from(port) else {
-                continue;
-            };
-            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-                return Ok(port);
-            }
-        }
-    }
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
-    Ok(l.local_addr().context("reading a bound port")?.port())
+    port_candidates()
+        .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
+        .context("finding a free port: none of 400 tried could be bound")
 }
 
-/// The first port of the kernel's ephemeral range, when it can be read.
-fn ephemeral_low() -> Option<u32> {
-    let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
-    range.split_whitespace().next()?.parse().ok()
+/// Loopback ports to try for a listener: first ones below the kernel's range of ephemeral
+/// ports (`ip_local_port_range`), when there is room, then ones `bind(:0)` returns.
+///
+/// A port from the ephemeral range can become the local port of some process's outgoing
+/// connection (the Kafka broker and its clients open many) between a check and the listener's
+/// own `bind`, which then fails with "address already in use". Below the range only listeners
+/// compete, and a check sees those. The walk starts at a place that differs per process, so
+/// labs and test runs at once rarely try the same ports. The test harness uses it too.
+pub fn port_candidates() -> impl Iterator<Item = u16> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FLOOR: u32 = 10_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    let span = low.saturating_sub(FLOOR);
+    let start = std::process::id().wrapping_mul(2_654_435_761) % span.max(1);
+    let below = (0..if span > 1_000 { 200 } else { 0 }).filter_map(move |_| {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed);
+        u16::try_from(FLOOR + (start + step.wrapping_mul(7_919)) % span).ok()
+    });
+    let any = (0..200).filter_map(|_| {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").ok()?;
+        Some(l.local_addr().ok()?.port())
+    });
+    below.chain(any)
 }
 
 /// Writes `kind`'s config for `setup` into `dir` and returns how to start it: one process
