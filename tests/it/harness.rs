@@ -22,6 +22,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use loghaul_bench::subjects::port_candidates;
 use serde_json::Value;
 
 /// The binary under test, built by cargo for this test target.
@@ -43,15 +44,10 @@ fn claim(port: u16) -> bool {
     taken.insert(port)
 }
 
-/// Candidate ports, below the kernel's ephemeral range first: the lab's
-/// (`loghaul_bench::subjects::port_candidates`, which says why).
-fn candidates() -> impl Iterator<Item = u16> {
-    loghaul_bench::subjects::port_candidates()
-}
-
-/// A TCP port on 127.0.0.1 that nothing listens on right now.
+/// A TCP port on 127.0.0.1 that nothing listens on right now, taken from the lab's candidates
+/// (below the kernel's ephemeral range first: `port_candidates` says why).
 pub fn free_tcp_port() -> u16 {
-    for port in candidates() {
+    for port in port_candidates() {
         if TcpListener::bind(("127.0.0.1", port)).is_ok() && claim(port) {
             return port;
         }
@@ -61,7 +57,7 @@ pub fn free_tcp_port() -> u16 {
 
 /// A port on 127.0.0.1 that is free for both TCP and UDP.
 pub fn free_port_pair() -> u16 {
-    for port in candidates() {
+    for port in port_candidates() {
         if TcpListener::bind(("127.0.0.1", port)).is_ok()
             && UdpSocket::bind(("127.0.0.1", port)).is_ok()
             && claim(port)

@@ -21,6 +21,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 
+use crate::subjects::free_port;
+
 /// How long a broker may take to accept connections after it was started.
 const READY_WITHIN: Duration = Duration::from_secs(60);
 
@@ -54,10 +56,6 @@ impl std::fmt::Debug for Broker {
             .field("dir", &self.dir)
             .finish_non_exhaustive()
     }
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    crate::subjects::free_port()
 }
 
 /// A Java program from the broker's jars.

@@ -76,27 +76,7 @@ impl RecordBuilder {
         base: Event,
         extra: &[Field],
     ) -> Result<(), serde_json::Error> {
-        // One UTF-8 check of the whole text, then serde_json's `str` reader, which checks no
-        // string again; its slice reader checks each string on its own, a call per string (a
-        // tenth of a Kafka consumer's decoding). Text that is not UTF-8 takes the slice reader,
-        // for serde_json's own error.
-        match std::str::from_utf8(json) {
-            Ok(text) => self.json_one(serde_json::Deserializer::from_str(text), base, extra),
-            Err(_) => self.json_one(serde_json::Deserializer::from_slice(json), base, extra),
-        }
-    }
-
-    /// One record read from `de`, which must hold nothing after it: a record followed by
-    /// anything else is no record, and leaves nothing behind.
-    fn json_one<'de, R: serde_json::de::Read<'de>>(
-        &mut self,
-        mut de: serde_json::Deserializer<R>,
-        base: Event,
-        extra: &[Field],
-    ) -> Result<(), serde_json::Error> {
-        let marks = self.marks();
-        self.json_record_from(&mut de, base, extra)?;
-        de.end().inspect_err(|_| self.rollback(marks))
+        self.json_whole(json, false, base, extra)
     }
 
     /// As [`RecordBuilder::json_record`], each object of a JSON array, or the one object.
@@ -110,29 +90,58 @@ impl RecordBuilder {
         base: Event,
         extra: &[Field],
     ) -> Result<(), serde_json::Error> {
-        // As in `json_record`: one UTF-8 check, then the reader that checks no string again.
-        match std::str::from_utf8(json) {
-            Ok(text) => self.json_many(serde_json::Deserializer::from_str(text), base, extra),
-            Err(_) => self.json_many(serde_json::Deserializer::from_slice(json), base, extra),
-        }
+        self.json_whole(json, true, base, extra)
     }
 
-    fn json_many<'de, R: serde_json::de::Read<'de>>(
+    /// One record (or, with `many`, a body: an array of records or one) that must be all of
+    /// `json`: a record followed by anything else is no record, and leaves nothing behind.
+    fn json_whole(
         &mut self,
-        mut de: serde_json::Deserializer<R>,
+        json: &[u8],
+        many: bool,
         base: Event,
         extra: &[Field],
     ) -> Result<(), serde_json::Error> {
+        // One UTF-8 check of the whole text, then serde_json's `str` reader, which checks no
+        // string again; its slice reader checks each string on its own, a call per string (a
+        // tenth of a Kafka consumer's decoding). Text that is not UTF-8 takes the slice reader,
+        // for serde_json's own error.
+        match std::str::from_utf8(json) {
+            Ok(text) => self.json_from(serde_json::Deserializer::from_str(text), many, base, extra),
+            Err(_) => self.json_from(
+                serde_json::Deserializer::from_slice(json),
+                many,
+                base,
+                extra,
+            ),
+        }
+    }
+
+    fn json_from<'de, R: serde_json::de::Read<'de>>(
+        &mut self,
+        mut de: serde_json::Deserializer<R>,
+        many: bool,
+        base: Event,
+        extra: &[Field],
+    ) -> Result<(), serde_json::Error> {
+        use serde::de::DeserializeSeed as _;
         let marks = self.marks();
-        let result = serde::de::DeserializeSeed::deserialize(
+        let read = if many {
             Body {
                 b: self,
                 base,
                 extra,
-            },
-            &mut de,
-        )
-        .and_then(|()| de.end());
+            }
+            .deserialize(&mut de)
+        } else {
+            Record {
+                b: self,
+                base,
+                extra,
+            }
+            .deserialize(&mut de)
+        };
+        let result = read.and_then(|()| de.end());
         if result.is_err() {
             self.rollback(marks);
         }
