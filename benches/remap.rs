@@ -1,7 +1,8 @@
 //! The remap transform's cost per batch: the lab's `transform` program (parse key=value pairs,
 //! rename, delete, add) on the fast path and on the VRL runtime, over the same batch of
 //! RFC 3164 lines of the lab's shape (nine pairs, a long quoted note) decoded as the syslog
-//! source decodes them; and the lab's route on the remap's output.
+//! source decodes them; and the lab's route and the file sink's JSON encoding on the remap's
+//! output.
 //!
 //! `cargo bench --bench remap`
 
@@ -124,6 +125,21 @@ fn bench(c: &mut Criterion) {
         _ => panic!("a route"),
     };
     let route: RouteConfig = route;
+    // The file sink's JSON lines of the remap's output: records of the pairs, a new key and a
+    // literal value among them.
+    let mut group = c.benchmark_group("encode");
+    group.throughput(Throughput::Elements(EVENTS as u64));
+    let mut out = Vec::with_capacity(EVENTS * 1024);
+    group.bench_function("json_after_remap", |b| {
+        b.iter(|| {
+            out.clear();
+            for e in &remapped.events {
+                loghaul_codec::encode_json(&remapped, e, &mut out);
+            }
+            black_box(out.len())
+        })
+    });
+    group.finish();
     let mut group = c.benchmark_group("route");
     group.throughput(Throughput::Elements(EVENTS as u64));
     let mut runner = Runner::new(vrl::compiler::TimeZone::Local);

@@ -38,16 +38,26 @@ const ROOM: usize = 384;
 /// Append one JSON object and `\n` for `event` of `batch` to `out`.
 pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
     let src = Src::of(batch);
-    // Events with a record, a tag or no message (forward, HTTP/JSON) take the general path,
-    // which resolves key collisions; syslog events, the hot path, never need to.
+    // Events with no message (forward, HTTP/JSON) or with a record key named as one of
+    // loghaul's own fields take the general path, which resolves such collisions. The rest (a
+    // syslog event, and one a transform gave new keys) write their own fields the fast way,
+    // then their tag and record.
     let Some(message) = event.message.get() else {
         return encode_record_json(batch, event, out);
     };
-    if event.fields.0 != event.fields.1 || event.tag.is_some() {
+    let fields = batch.fields_of(event);
+    if !fields.is_empty() && shadowed(src, fields) != 0 {
         return encode_record_json(batch, event, out);
     }
     let (message, message_len) = src.padded(message);
-    let mut w = Writer::new(out, ROOM + message_len);
+    // A record's keys and values are mostly about the message's size again (they are often
+    // its pairs): room for them up front, rather than growing the buffer mid-event.
+    let record_room = if fields.is_empty() {
+        0
+    } else {
+        message_len + 16 * fields.len()
+    };
+    let mut w = Writer::new(out, ROOM + message_len + record_room);
     // A string value's closing quote goes out with the next key (which starts `",`), saving a
     // piece per field; `open` tracks whether one is pending where it can vary.
     w.timestamp(batch.time_of(event));
@@ -105,7 +115,7 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
         None => {}
     }
     if batch.source_type == "syslog" {
-        if event.flags.is_empty() {
+        if event.flags.is_empty() && fields.is_empty() && event.tag.is_none() {
             // The usual ending, as one constant piece.
             w.put_all(b"\",\"source_type\":\"syslog\"}\n");
             w.finish();
@@ -117,6 +127,33 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
         let source_type = batch.source_type.as_bytes();
         w.escape(source_type, source_type.len());
         w.put_all(b"\"");
+    }
+    if let Some(tag) = event.tag.get() {
+        let (tag, len) = src.padded(tag);
+        w.put_all(b",\"tag\":\"");
+        w.escape(tag, len);
+        w.put_all(b"\"");
+    }
+    for field in fields {
+        let (name, name_len) = src.padded(field.name);
+        w.put_all(b",\"");
+        if let Value::Str(span) | Value::Bytes(span) = field.value {
+            let (text, len) = src.padded(span);
+            // A short name and value (most pairs): `name":"value","` in one step, of which
+            // the `,"` is taken back.
+            if w.pair(name, name_len, text, len) {
+                w.pos -= 2;
+            } else {
+                w.escape(name, name_len);
+                w.put_all(b"\":\"");
+                w.escape(text, len);
+                w.put_all(b"\"");
+            }
+        } else {
+            w.escape(name, name_len);
+            w.put_all(b"\":");
+            w.pos = value(w.out, w.pos, src, field.value, 0);
+        }
     }
     if !event.flags.is_empty() {
         w.put_all(b",\"flags\":");
@@ -198,11 +235,15 @@ fn fixed_index(name: &[u8]) -> Option<usize> {
         (15, _) => 8,
         _ => return None,
     };
-    (FIXED_FIELDS.get(i)?.as_bytes() == name).then_some(i)
+    let fixed = FIXED_FIELDS.get(i)?.as_bytes();
+    // The last bytes first: most keys of the same length and first letter differ there, and
+    // this spares them the call that compares slices.
+    (fixed.last() == name.last() && fixed == name).then_some(i)
 }
 
-/// The JSON line of an event that carries a record, a tag or no message: loghaul's fields that
-/// the record does not shadow, then the record's keys in the sender's order.
+/// The JSON line of an event with no message or with a record key named as one of loghaul's own
+/// fields: loghaul's fields that the record does not shadow, then the record's keys in the
+/// sender's order.
 #[inline(never)]
 fn encode_record_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
     let src = Src::of(batch);
