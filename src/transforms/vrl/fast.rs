@@ -837,6 +837,13 @@ pub const OWN_NAMES: [Name; 14] = {
 /// The index of `bytes` (named `name`) among loghaul's own fields.
 #[inline]
 pub fn own_of(name: Name, bytes: &[u8]) -> Option<u8> {
+    own_of_lazy(name, || bytes)
+}
+
+/// [`own_of`] with the bytes fetched only if the name's integers cannot tell (a name longer
+/// than eight bytes whose first eight are an own field's): most keys are told by length alone.
+#[inline]
+fn own_of_lazy<'a>(name: Name, bytes: impl FnOnce() -> &'a [u8]) -> Option<u8> {
     // By length first: at most three names share one, most keys have none of theirs.
     let candidates: &[u8] = match name.len {
         3 => &[12],
@@ -850,10 +857,11 @@ pub fn own_of(name: Name, bytes: &[u8]) -> Option<u8> {
         _ => return None,
     };
     let own = loghaul_codec::encode::FIXED_FIELDS;
-    candidates.iter().copied().find(|i| {
-        OWN_NAMES[usize::from(*i)].pre == name.pre
-            && (name.len <= 8 || own[usize::from(*i)].as_bytes() == bytes)
-    })
+    let i = candidates
+        .iter()
+        .copied()
+        .find(|i| OWN_NAMES[usize::from(*i)].pre == name.pre)?;
+    (name.len <= 8 || own[usize::from(i)].as_bytes() == bytes()).then_some(i)
 }
 
 /// The bytes of the output arena: the input's, then what this batch appended.
@@ -1074,21 +1082,26 @@ impl Machine {
 
     /// Adds a name the overlay does not hold yet.
     fn push_slot(&mut self, cx: &Cx<'_, '_>, key: Key, name: Name, value: Option<V>) {
-        let bytes = cx.key_bytes(key);
         self.overlay.push(Slot {
             key,
             name,
-            own: own_of(name, bytes),
+            own: own_of_lazy(name, || cx.key_bytes(key)),
             value,
         });
         if self.overlay.len() > INDEX_FROM {
             if self.index.is_empty() {
-                for (i, s) in self.overlay.iter().enumerate() {
-                    self.index.insert(cx.key_bytes(s.key).into(), i);
-                }
+                self.index_all(cx);
             } else {
-                self.index.insert(bytes.into(), self.overlay.len() - 1);
+                self.index
+                    .insert(cx.key_bytes(key).into(), self.overlay.len() - 1);
             }
+        }
+    }
+
+    /// Indexes every name of the overlay (once it grew past [`INDEX_FROM`]).
+    fn index_all(&mut self, cx: &Cx<'_, '_>) {
+        for (i, s) in self.overlay.iter().enumerate() {
+            self.index.insert(cx.key_bytes(s.key).into(), i);
         }
     }
 
@@ -1242,12 +1255,22 @@ impl Machine {
                 };
                 // An object's keys are unique, so into an unchanged event (`. |= parse_...`
                 // first) its entries go without looking each up.
-                let fresh = self.overlay.is_empty();
-                for j in 0..self.obj(i).len() {
-                    let (k, n, v) = self.objs[i as usize][j];
-                    if fresh {
-                        self.push_slot(cx, k, n, Some(v));
-                    } else {
+                // An object's keys are unique, so into an unchanged event (`. |= parse_...`
+                // first) its entries go in one run, without looking each up.
+                if self.overlay.is_empty() {
+                    let obj = self.objs.get(i as usize).map_or(&[][..], |o| &o[..]);
+                    self.overlay.extend(obj.iter().map(|&(key, name, v)| Slot {
+                        key,
+                        name,
+                        own: own_of_lazy(name, || cx.key_bytes(key)),
+                        value: Some(v),
+                    }));
+                    if self.overlay.len() > INDEX_FROM {
+                        self.index_all(cx);
+                    }
+                } else {
+                    for j in 0..self.obj(i).len() {
+                        let (k, n, v) = self.objs[i as usize][j];
                         self.set(cx, k, n, Some(v));
                     }
                 }
