@@ -38,26 +38,64 @@ const ROOM: usize = 384;
 /// Append one JSON object and `\n` for `event` of `batch` to `out`.
 pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
     let src = Src::of(batch);
-    // Events with no message (forward, HTTP/JSON) or with a record key named as one of
-    // loghaul's own fields take the general path, which resolves such collisions. The rest (a
-    // syslog event, and one a transform gave new keys) write their own fields the fast way,
-    // then their tag and record.
+    // Events with no message (forward, HTTP/JSON) take the general path, which also resolves
+    // a record's keys named as loghaul's own fields; events with a record or a tag (a
+    // transform's output) take the fast one when there is no such key; syslog events, the hot
+    // path, never need to look.
     let Some(message) = event.message.get() else {
         return encode_record_json(batch, event, out);
     };
+    if event.fields.0 != event.fields.1 || event.tag.is_some() {
+        return encode_tagged_json(batch, event, message, out);
+    }
+    let (message, message_len) = src.padded(message);
+    let mut w = Writer::new(out, ROOM + message_len);
+    own_fields(&mut w, src, batch, event, message, message_len);
+    if batch.source_type == "syslog" && event.flags.is_empty() {
+        // The usual ending, as one constant piece.
+        w.put_all(b"\",\"source_type\":\"syslog\"}\n");
+        w.finish();
+        return;
+    }
+    source_type(&mut w, batch);
+    if !event.flags.is_empty() {
+        w.put_all(b",\"flags\":");
+        flags(&mut w, event.flags);
+    }
+    w.put_all(b"}\n");
+    w.finish();
+}
+
+/// The line of an event with a message and a record or a tag: as a syslog line, then the tag
+/// and the record's keys; by the general path when a key is one of loghaul's own names.
+#[inline(never)]
+fn encode_tagged_json(batch: &EventBatch, event: &Event, message: Span, out: &mut Vec<u8>) {
+    let src = Src::of(batch);
     let fields = batch.fields_of(event);
-    if !fields.is_empty() && shadowed(src, fields) != 0 {
+    if shadowed(src, fields) != 0 {
         return encode_record_json(batch, event, out);
     }
     let (message, message_len) = src.padded(message);
     // A record's keys and values are mostly about the message's size again (they are often
     // its pairs): room for them up front, rather than growing the buffer mid-event.
-    let record_room = if fields.is_empty() {
-        0
-    } else {
-        message_len + 16 * fields.len()
-    };
-    let mut w = Writer::new(out, ROOM + message_len + record_room);
+    let mut w = Writer::new(out, ROOM + 2 * message_len + 16 * fields.len());
+    own_fields(&mut w, src, batch, event, message, message_len);
+    source_type(&mut w, batch);
+    w.pos = tag_record_flags(w.out, w.pos, src, event, fields);
+    w.finish();
+}
+
+/// `{"timestamp":"…` through `source_ip` (or the message): loghaul's own fields of a line up
+/// to its source type, the last string left open.
+#[inline(always)]
+fn own_fields(
+    w: &mut Writer<'_>,
+    src: Src,
+    batch: &EventBatch,
+    event: &Event,
+    message: &[u8],
+    message_len: usize,
+) {
     // A string value's closing quote goes out with the next key (which starts `",`), saving a
     // piece per field; `open` tracks whether one is pending where it can vary.
     w.timestamp(batch.time_of(event));
@@ -114,13 +152,12 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
         }
         None => {}
     }
+}
+
+/// `","source_type":"…"`, closing the string before it.
+#[inline(always)]
+fn source_type(w: &mut Writer<'_>, batch: &EventBatch) {
     if batch.source_type == "syslog" {
-        if event.flags.is_empty() && fields.is_empty() && event.tag.is_none() {
-            // The usual ending, as one constant piece.
-            w.put_all(b"\",\"source_type\":\"syslog\"}\n");
-            w.finish();
-            return;
-        }
         w.put_all(b"\",\"source_type\":\"syslog\"");
     } else {
         w.put_all(b"\",\"source_type\":\"");
@@ -128,6 +165,19 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
         w.escape(source_type, source_type.len());
         w.put_all(b"\"");
     }
+}
+
+/// The end of a line after `source_type`: `,"tag":…`, the record's keys (none of them one of
+/// loghaul's own names) in order, `,"flags":[…]` and `}\n`; returns the new `pos`.
+#[inline(always)]
+fn tag_record_flags(
+    out: &mut Vec<u8>,
+    pos: usize,
+    src: Src,
+    event: &Event,
+    fields: &[Field],
+) -> usize {
+    let mut w = Writer { out, pos };
     if let Some(tag) = event.tag.get() {
         let (tag, len) = src.padded(tag);
         w.put_all(b",\"tag\":\"");
@@ -160,7 +210,7 @@ pub fn encode_json(batch: &EventBatch, event: &Event, out: &mut Vec<u8>) {
         flags(&mut w, event.flags);
     }
     w.put_all(b"}\n");
-    w.finish();
+    w.pos
 }
 
 /// `["parse_error","truncated"]`: the event's condition flags by name.
