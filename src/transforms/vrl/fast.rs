@@ -803,6 +803,13 @@ impl Name {
         self == other && (self.len <= 8 || a().get(8..) == b().get(8..))
     }
 
+    /// Six bits of the name's integers, equal for equal names: a slot in a set of 64.
+    #[inline]
+    pub fn hash6(self) -> u32 {
+        let h = (self.pre ^ u64::from(self.len)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (h >> 58) as u32
+    }
+
     /// The name's first eight bytes, as one integer: two names that differ there order by it
     /// alone.
     #[inline]
@@ -1487,10 +1494,17 @@ impl Machine {
                 // values sort themselves), so the pairs stay in the line's order unless many.
                 let mut repeated = false;
                 if ok && pairs.len() <= 32 {
+                    // A set of 64 bits by a hash of each name: only a name whose bit is taken
+                    // already is compared with those before it (most lines repeat no key).
+                    let mut seen = 0u64;
                     for (j, a) in pairs.iter().enumerate() {
-                        repeated |= pairs[..j]
-                            .iter()
-                            .any(|b| a.1.same(|| key(a.0), b.1, || key(b.0)));
+                        let bit = 1u64 << (a.1.hash6());
+                        if seen & bit != 0 {
+                            repeated |= pairs[..j]
+                                .iter()
+                                .any(|b| a.1.same(|| key(a.0), b.1, || key(b.0)));
+                        }
+                        seen |= bit;
                     }
                 } else if ok {
                     pairs.sort_by(|a, b| a.1.order(|| key(a.0), b.1, || key(b.0)));
