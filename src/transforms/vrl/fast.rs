@@ -1261,8 +1261,6 @@ impl Machine {
                     return Err(Flow::Bail);
                 };
                 // An object's keys are unique, so into an unchanged event (`. |= parse_...`
-                // first) its entries go without looking each up.
-                // An object's keys are unique, so into an unchanged event (`. |= parse_...`
                 // first) its entries go in one run, without looking each up.
                 if self.overlay.is_empty() {
                     let obj = self.objs.get(i as usize).map_or(&[][..], |o| &o[..]);
