@@ -746,6 +746,19 @@ pub struct Slot {
     pub value: Option<V>,
 }
 
+impl Slot {
+    /// The change of field `key` (named `name`) to `value`, with its own-field index.
+    #[inline]
+    fn new(cx: &Cx<'_, '_>, key: Key, name: Name, value: Option<V>) -> Slot {
+        Slot {
+            key,
+            name,
+            own: own_of_lazy(name, || cx.key_bytes(key)),
+            value,
+        }
+    }
+}
+
 /// A field name's first eight bytes (big-endian, zero-padded) and its length. Names are
 /// compared by these two integers first, so looking a name up in the overlay or ordering the
 /// keys of an output record rarely reads the bytes: most names differ in their first eight
@@ -1089,12 +1102,7 @@ impl Machine {
 
     /// Adds a name the overlay does not hold yet.
     fn push_slot(&mut self, cx: &Cx<'_, '_>, key: Key, name: Name, value: Option<V>) {
-        self.overlay.push(Slot {
-            key,
-            name,
-            own: own_of_lazy(name, || cx.key_bytes(key)),
-            value,
-        });
+        self.overlay.push(Slot::new(cx, key, name, value));
         if self.overlay.len() > INDEX_FROM {
             if self.index.is_empty() {
                 self.index_all(cx);
@@ -1264,12 +1272,10 @@ impl Machine {
                 // first) its entries go in one run, without looking each up.
                 if self.overlay.is_empty() {
                     let obj = self.objs.get(i as usize).map_or(&[][..], |o| &o[..]);
-                    self.overlay.extend(obj.iter().map(|&(key, name, v)| Slot {
-                        key,
-                        name,
-                        own: own_of_lazy(name, || cx.key_bytes(key)),
-                        value: Some(v),
-                    }));
+                    self.overlay.extend(
+                        obj.iter()
+                            .map(|&(key, name, v)| Slot::new(cx, key, name, Some(v))),
+                    );
                     if self.overlay.len() > INDEX_FROM {
                         self.index_all(cx);
                     }

@@ -702,7 +702,7 @@ impl Peers {
 pub fn free_port() -> Result<u16> {
     port_candidates()
         .find(|port| std::net::TcpListener::bind(("127.0.0.1", *port)).is_ok())
-        .context("finding a free port: none of 400 tried could be bound")
+        .context("finding a free port: none of the candidate ports could be bound")
 }
 
 /// Loopback ports to try for a listener: first ones below the kernel's range of ephemeral
