@@ -136,18 +136,21 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
     }
     let sent_total = Arc::new(AtomicU64::new(0));
     let barrier = Arc::new(Barrier::new(cfg.connections + 1));
-    let mut start = Instant::now();
-    let mut start_unix_us = now_micros();
+    // The clock starts when the first lane starts sending, as that lane reads it: the thread that
+    // releases the lanes may be descheduled on a busy machine until a short run is over.
+    let first_start_us = AtomicU64::new(u64::MAX);
     let results = std::thread::scope(|scope| {
         let mut handles = Vec::new();
         for (blocks, mut target, quota, rate) in lanes {
             let sent_total = Arc::clone(&sent_total);
             let barrier = Arc::clone(&barrier);
             let duration = cfg.duration;
+            let first_start_us = &first_start_us;
             handles.push(scope.spawn(move || -> Result<LaneTotals> {
                 barrier.wait();
                 let cpu0 = thread_cpu_ns();
                 let start = Instant::now();
+                first_start_us.fetch_min(now_micros(), Ordering::Relaxed);
                 let r = lane(
                     blocks,
                     target.as_mut(),
@@ -173,8 +176,6 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
             }));
         }
         barrier.wait();
-        start = Instant::now();
-        start_unix_us = now_micros();
         if let Some(p) = progress {
             p.start(Arc::clone(&sent_total), cfg.count);
         }
@@ -186,14 +187,15 @@ pub fn run(cfg: &GenConfig, progress: Option<&Progress>, stop: &AtomicBool) -> R
             })
             .collect::<Vec<_>>()
     });
-    let elapsed = start.elapsed();
+    let end_unix_us = now_micros();
+    let start_unix_us = first_start_us.into_inner().min(end_unix_us);
     if let Some(p) = progress {
         p.finish();
     }
     let mut stats = GenStats {
         sent: 0,
         bytes: 0,
-        elapsed_secs: elapsed.as_secs_f64(),
+        elapsed_secs: (end_unix_us - start_unix_us) as f64 / 1e6,
         per_connection: Vec::new(),
         start_unix_us,
         cpu_secs: Some(0.0),
