@@ -187,6 +187,12 @@ impl TapPoint {
         self.active.store(!taps.is_empty(), Ordering::Release);
     }
 
+    /// Whether a viewer may want what passes here.
+    #[inline]
+    pub fn is_active(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
+    }
+
     /// Offers `batch` to the taps on this output. Never waits.
     #[inline]
     pub fn offer(&self, batch: &EventBatch) {

@@ -971,6 +971,7 @@ fn detached(batch: &EventBatch) -> EventBatch {
         source_type: batch.source_type,
         finalizer: loghaul_core::Finalizer::none(),
         charge: None,
+        raw_records: batch.raw_records,
     }
 }
 

@@ -110,6 +110,15 @@ impl Fanout {
         !self.outputs.snapshot().is_empty()
     }
 
+    /// Whether every downstream takes batches of undecoded records as they are (see
+    /// [`EventBatch::raw_records`]): a source that can leave its records undecoded asks before
+    /// each batch. A batch made so while a reload rewires the fan-out is decoded here for any
+    /// downstream that reads records.
+    pub fn takes_raw_records(&self) -> bool {
+        let list = self.outputs.snapshot();
+        !list.is_empty() && list.iter().all(InputSender::takes_raw_records)
+    }
+
     /// The list of downstreams this fan-out and its clones send to, for rewiring it.
     pub fn readers(&self) -> Arc<Readers> {
         self.outputs.clone()
@@ -158,10 +167,11 @@ impl Fanout {
         }
         self.admit(&mut batch).await;
         if let Some(tap) = &self.tap {
-            tap.offer(&batch);
+            offer(tap, &batch);
         }
         let bytes = batch.arena.len();
         let batch = Arc::new(batch);
+        let mut decoded = None;
         let mut delivered = false;
         for out in outputs.iter() {
             // Reserve first, count and prepare second: if this future is cancelled while waiting
@@ -202,12 +212,13 @@ impl Fanout {
             };
             match permit {
                 Ok(permit) => {
+                    let batch = given(out, &batch, &mut decoded);
                     let prepared = if self.unprepared {
                         None
                     } else {
-                        prepare(out, &batch)
+                        prepare(out, batch)
                     };
-                    out.deliver(permit, &batch, prepared);
+                    out.deliver(permit, batch, prepared);
                     delivered = true;
                 }
                 Err(reason) => {
@@ -228,6 +239,28 @@ impl Fanout {
                 output.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
             }
         }
+    }
+}
+
+/// What `out` is given of `batch`: the batch itself, or, when its records are undecoded and
+/// `out` reads records, the batch decoded (once per send, for every such downstream).
+fn given<'a>(
+    out: &InputSender,
+    batch: &'a Arc<EventBatch>,
+    decoded: &'a mut Option<Arc<EventBatch>>,
+) -> &'a Arc<EventBatch> {
+    if !batch.raw_records || out.takes_raw_records() {
+        return batch;
+    }
+    decoded.get_or_insert_with(|| Arc::new(loghaul_codec::forward::decode_raw(batch)))
+}
+
+/// Shows `batch` to the tap's viewers, its records decoded if they are not.
+fn offer(tap: &crate::tap::TapPoint, batch: &EventBatch) {
+    if batch.raw_records && tap.is_active() {
+        tap.offer(&loghaul_codec::forward::decode_raw(batch));
+    } else {
+        tap.offer(batch);
     }
 }
 
@@ -293,10 +326,11 @@ impl Shedding {
             return;
         }
         if let Some(tap) = &self.fanout.tap {
-            tap.offer(&batch);
+            offer(tap, &batch);
         }
         let bytes = batch.arena.len();
         let batch = Arc::new(batch);
+        let mut decoded = None;
         let mut delivered = false;
         let list = self.fanout.outputs.snapshot();
         if !Arc::ptr_eq(&list, &self.list) {
@@ -320,8 +354,9 @@ impl Shedding {
                 Ok(permit) => {
                     *shed = false;
                     // Prepared only once there is room: a batch dropped here costs no encoding.
-                    let prepared = prepare(out, &batch);
-                    out.deliver(permit, &batch, prepared);
+                    let batch = given(out, &batch, &mut decoded);
+                    let prepared = prepare(out, batch);
+                    out.deliver(permit, batch, prepared);
                     delivered = true;
                 }
                 Err(reason) => {
@@ -357,6 +392,37 @@ mod tests {
             n
         ];
         b
+    }
+
+    #[tokio::test]
+    async fn undecoded_records_reach_only_who_takes_them_and_are_decoded_once_for_the_rest() {
+        let reg = Registry::default();
+        use crate::pipeline::queue::{PassOn, raw_batch};
+        let queue = |id: &str, prepare: Option<Arc<dyn super::super::Prepare>>| {
+            input_queue(reg.register(id, ComponentKind::Sink, "x"), prepare, 4)
+        };
+        let (pass_tx, mut pass) = queue("pass", Some(Arc::new(PassOn)));
+        let (a_tx, mut a) = queue("a", None);
+        let (b_tx, mut b) = queue("b", None);
+        let src = reg.register("s", ComponentKind::Source, "fluent");
+        let only_pass = Fanout::new(vec![queue("p2", Some(Arc::new(PassOn))).0], src.clone());
+        assert!(only_pass.takes_raw_records());
+        let fan = Fanout::new(vec![pass_tx, a_tx, b_tx], src);
+        assert!(!fan.takes_raw_records(), "two of its readers read records");
+        fan.send(raw_batch()).await;
+        let (Some(p), Some(x), Some(y)) = (pass.recv().await, a.recv().await, b.recv().await)
+        else {
+            panic!("every sink gets the batch");
+        };
+        assert!(p.batch.raw_records, "passed on as it came");
+        assert!(!x.batch.raw_records && Arc::ptr_eq(&x.batch, &y.batch));
+        let e = &x.batch.events[0];
+        assert_eq!(x.batch.str(e.message.or_empty()), b"hi");
+        assert_eq!(
+            x.batch.lookup(e, "n"),
+            Some(loghaul_core::Value::Int(1)),
+            "the record decoded"
+        );
     }
 
     #[tokio::test]

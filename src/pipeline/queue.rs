@@ -42,6 +42,13 @@ pub const QUEUE_BATCHES: usize = 8;
 /// A sink's per-batch work that runs on the sender's task instead of the sink's thread.
 pub trait Prepare: Send + Sync {
     fn prepare(&self, batch: &EventBatch) -> Prepared;
+
+    /// Whether the sink takes batches of undecoded records
+    /// ([`EventBatch::raw_records`]) as they are: it reads nothing of a record but passes it
+    /// on. Every other downstream is given them decoded.
+    fn takes_raw_records(&self) -> bool {
+        false
+    }
 }
 
 /// What a [`Prepare`] step made of one batch: the batch's encoded bytes, and, when the sink
@@ -345,6 +352,12 @@ impl Handover {
 }
 
 impl InputSender {
+    /// Whether the downstream takes batches of undecoded records (see
+    /// [`Prepare::takes_raw_records`]).
+    pub(super) fn takes_raw_records(&self) -> bool {
+        self.prepare.as_ref().is_some_and(|p| p.takes_raw_records())
+    }
+
     /// Queues `batch` into the reserved slot, with a fresh [`Ack`], and counts it in the
     /// downstream's queue gauges.
     pub(super) fn deliver(
@@ -367,6 +380,34 @@ impl InputSender {
             ack: batch.finalizer.ack(),
         });
     }
+}
+
+/// A prepare step that takes undecoded records as they are, as the fluent sink's does.
+#[cfg(test)]
+pub(crate) struct PassOn;
+
+#[cfg(test)]
+impl Prepare for PassOn {
+    fn prepare(&self, _: &EventBatch) -> Prepared {
+        Prepared::default()
+    }
+
+    fn takes_raw_records(&self) -> bool {
+        true
+    }
+}
+
+/// A batch of one undecoded forward record `{"message": "hi", "n": 1}` at time 5.
+#[cfg(test)]
+pub(crate) fn raw_batch() -> EventBatch {
+    let body = b"\x05\x82\xa7message\xa2hi\xa1n\x01";
+    let mut b = EventBatch::new(bytes::Bytes::from_static(body), "src".into(), "fluent");
+    b.raw_records = true;
+    b.events = vec![loghaul_core::Event {
+        fields: (0, body.len() as u32),
+        ..loghaul_core::Event::default()
+    }];
+    b
 }
 
 #[cfg(test)]

@@ -177,8 +177,16 @@ impl SpillPlan {
 /// The delivery with its batch encoded for the log, in place of what the sink's own prepare
 /// step made of it.
 fn encoded(d: Delivery) -> Delivery {
-    let mut bytes = Vec::with_capacity(loghaul_core::encoded_size(&d.batch));
-    loghaul_core::encode_batch(&d.batch, &mut bytes);
+    // The log holds decoded records: whatever sink reads it back at the next start.
+    let decoded;
+    let batch = if d.batch.raw_records {
+        decoded = loghaul_codec::forward::decode_raw(&d.batch);
+        &decoded
+    } else {
+        &*d.batch
+    };
+    let mut bytes = Vec::with_capacity(loghaul_core::encoded_size(batch));
+    loghaul_core::encode_batch(batch, &mut bytes);
     Delivery {
         prepared: Some(Prepared {
             bytes,
@@ -296,6 +304,47 @@ mod tests {
             logged(&dir)?,
             [b"held".to_vec(), b"queued-1".to_vec(), b"queued-2".to_vec()]
         );
+        Ok(())
+    }
+
+    /// A deliver's queue holds records it never decoded; the log holds them decoded, for
+    /// whatever sink reads it at the next start.
+    #[tokio::test]
+    async fn undecoded_records_are_spilled_decoded() -> anyhow::Result<()> {
+        let tmp = tempfile::tempdir()?;
+        let dir = tmp.path().join("buffers/out");
+        let reg = Registry::default();
+        let metrics = reg.register("out", ComponentKind::Sink, "fluent");
+        let (tx, mut input) = bounded_queue(
+            metrics.clone(),
+            Some(Arc::new(crate::pipeline::queue::PassOn)),
+            QueueLimits::batches(8),
+        );
+        let plan = SpillPlan {
+            id: "out".into(),
+            dir: dir.clone(),
+            writer: None,
+            handover: input.handover(),
+            metrics,
+        };
+        let fanout = Fanout::new(
+            vec![tx],
+            reg.register("src", ComponentKind::Source, "fluent"),
+        );
+        fanout.send(crate::pipeline::queue::raw_batch()).await;
+        let (_, written_rx) = plan.start()?;
+        drop(fanout);
+        assert!(written_rx.await?, "nothing lost");
+        let config = disk::log_config(&dir, disk::SPILL_MAX_SIZE, loghaul_config::SyncMode::Never);
+        let (_w, mut reader, _) = loghaul_buffer::open(RealFs, config)?;
+        let Some(record) = reader.next()? else {
+            anyhow::bail!("the batch is in the log");
+        };
+        let batch = loghaul_core::decode_batch(record.payload)?;
+        assert!(!batch.raw_records);
+        let e = &batch.events[0];
+        assert_eq!(batch.str(e.message.or_empty()), b"hi");
+        assert_eq!(batch.lookup(e, "n"), Some(loghaul_core::Value::Int(1)));
         Ok(())
     }
 

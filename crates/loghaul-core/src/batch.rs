@@ -104,6 +104,13 @@ pub struct EventBatch {
     /// What the batch holds of the memory budget, once a fan-out admitted it; given back when
     /// the last holder drops the batch.
     pub charge: Option<Arc<crate::budget::Charge>>,
+    /// The events' records were not decoded: each event's `fields` is the byte range, in the
+    /// arena, of its forward-protocol entry's time and record as they arrived (msgpack), and
+    /// the `fields` table is empty. A forward source fills such batches when every component it
+    /// feeds passes entries through (a `fluent` sink): the fan-out decodes them for any other
+    /// reader (`loghaul_codec::forward::decode_raw`), so only a component that asked for them
+    /// ever sees one.
+    pub raw_records: bool,
 }
 
 impl EventBatch {
@@ -121,6 +128,7 @@ impl EventBatch {
             source_type,
             finalizer: Finalizer::none(),
             charge: None,
+            raw_records: false,
         }
     }
 
@@ -194,6 +202,10 @@ impl EventBatch {
     /// The top-level fields of an event's record.
     #[inline]
     pub fn fields_of(&self, event: &Event) -> &[Field] {
+        debug_assert!(
+            !self.raw_records,
+            "a batch of undecoded records reached a reader of records"
+        );
         self.fields
             .get(event.fields.0 as usize..event.fields.1 as usize)
             .unwrap_or_default()
@@ -325,6 +337,7 @@ impl EventBatch {
             .collect();
         // A view of part of a batch of records takes only its events' entries (a route's
         // outputs would otherwise each copy the whole table); all of it, the table as it is.
+        // Undecoded records are byte ranges of the shared arena: they stay valid as they are.
         let fields = if events.len() == self.events.len() || self.fields.is_empty() {
             self.fields.clone()
         } else {
@@ -346,6 +359,7 @@ impl EventBatch {
             source_type: self.source_type,
             finalizer: self.finalizer.clone(),
             charge: self.charge.clone(),
+            raw_records: self.raw_records,
         }
     }
 }

@@ -157,6 +157,10 @@ pub fn encoded_size(batch: &EventBatch) -> usize {
 /// lengths are written as `u32`, which every batch fits (its spans are `u32` offsets); one that
 /// did not would be written with wrong counts, and refused when read.
 pub fn encode_batch(batch: &EventBatch, out: &mut Vec<u8>) {
+    debug_assert!(
+        !batch.raw_records,
+        "undecoded records are decoded before they are stored"
+    );
     out.reserve(encoded_size(batch));
 
     let mut h = [0u8; HEADER];

@@ -46,6 +46,10 @@ const MAX_READY: usize = 2;
 /// The senders' part: a batch's entries, and where each event's entry ends.
 pub struct FluentEncoder {
     time_as_integer: bool,
+    /// Whether records are passed on as they arrived (no tag template reads them).
+    raw: bool,
+    /// Events whose records were passed on so.
+    passed: Arc<std::sync::atomic::AtomicI64>,
     pool: BufferPool,
 }
 
@@ -54,11 +58,21 @@ impl Prepare for FluentEncoder {
         let mut bytes = self.pool.take();
         bytes.reserve(batch.arena.len() + 64 * batch.len());
         let mut ends = Vec::with_capacity(batch.len());
+        if batch.raw_records {
+            self.passed
+                .fetch_add(batch.len() as i64, std::sync::atomic::Ordering::Relaxed);
+        }
         for event in &batch.events {
             encode_entry(batch, event, self.time_as_integer, &mut bytes);
             ends.push(u32::try_from(bytes.len()).unwrap_or(u32::MAX));
         }
         Prepared { bytes, ends }
+    }
+
+    /// A record that came by forward goes out as it came (see `encode_entry`), unless a tag
+    /// template must read it.
+    fn takes_raw_records(&self) -> bool {
+        self.raw
     }
 }
 
@@ -82,6 +96,12 @@ impl BuildSink for FluentSinkConfig {
         }
         let encoder = Arc::new(FluentEncoder {
             time_as_integer: self.time_as_integer,
+            raw: self.tag.is_none(),
+            passed: cx.metrics.counter(
+                "component_passed_through_events_total",
+                "Events whose records went on as they arrived, neither decoded nor encoded again.",
+                &[],
+            ),
             pool: BufferPool::default(),
         });
         let prepare: Arc<dyn Prepare> = encoder.clone();
@@ -563,6 +583,8 @@ mod tests {
             metrics: Registry::default().register("fwd", ComponentKind::Sink, "fluent"),
             encoder: Arc::new(FluentEncoder {
                 time_as_integer: false,
+                raw: true,
+                passed: Arc::default(),
                 pool: BufferPool::default(),
             }),
             open: Vec::new(),

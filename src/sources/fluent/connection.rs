@@ -113,7 +113,7 @@ pub async fn serve(mut conn: Conn, ctx: Arc<FluentContext>) {
         stream,
         pending: VecDeque::new(),
         arena: BytesMut::new(),
-        batch: new_batch(&ctx, conn.peer),
+        batch: new_batch(&ctx, conn.peer, conn.tls_subject.is_none()),
         chunks: Vec::new(),
         wire: 0,
         charge: None,
@@ -124,13 +124,17 @@ pub async fn serve(mut conn: Conn, ctx: Arc<FluentContext>) {
     c.run(&mut conn, &mut buf).await;
 }
 
-fn new_batch(ctx: &FluentContext, peer: SocketAddr) -> EventBatch {
+/// A new batch for the connection's events. Its records are left undecoded when every
+/// downstream passes them through (a deliver: forward in, forward out) and nothing is added to
+/// them (`may_pass`: no TLS subject to write into each).
+fn new_batch(ctx: &FluentContext, peer: SocketAddr, may_pass: bool) -> EventBatch {
     let mut batch = EventBatch::new(
         bytes::Bytes::new(),
         ctx.id.clone(),
         loghaul_codec::forward::FORWARD_SOURCE_TYPE,
     );
     batch.peers.push(peer.ip());
+    batch.raw_records = may_pass && ctx.fanout.takes_raw_records();
     batch
 }
 
@@ -399,7 +403,10 @@ impl Connection {
         let mut arena = std::mem::take(&mut self.arena);
         self.stream.carry(&mut arena, &mut self.arena);
         let in_request = self.stream.in_request();
-        let mut batch = std::mem::replace(&mut self.batch, new_batch(&self.ctx, self.peer));
+        let mut batch = std::mem::replace(
+            &mut self.batch,
+            new_batch(&self.ctx, self.peer, self.tls_subject.is_none()),
+        );
         let chunks = std::mem::take(&mut self.chunks);
         let wire = std::mem::take(&mut self.wire);
         let charge = self.charge.take();

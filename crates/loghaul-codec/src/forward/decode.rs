@@ -11,7 +11,9 @@
 //! ```
 //!
 //! The mode is told by the type of element 1, as fluentd's in_forward does. Records land in the
-//! batch's `fields` table (see `loghaul_core::batch`); strings stay spans into the arena.
+//! batch's `fields` table (see `loghaul_core::batch`); strings stay spans into the arena. In a
+//! batch of undecoded records (`EventBatch::raw_records`, a deliver's) a record is only walked,
+//! with the same checks, and [`decode_raw`] decodes such a batch for a reader that needs it.
 //!
 //! Two kinds of failure, kept apart because they call for different answers:
 //! - a request that cannot be understood (not msgpack, the wrong shape, a blob that is not what
@@ -427,7 +429,9 @@ impl Decoder {
         }
     }
 
-    /// A time and a record (the rest of an entry, or of a Message-mode request).
+    /// A time and a record (the rest of an entry, or of a Message-mode request). In a batch
+    /// of undecoded records ([`EventBatch::raw_records`]) the record is only walked: checked
+    /// as a decode would check it, and kept as the byte range of the time and the record.
     fn entry_parts(
         &mut self,
         r: &mut Reader<'_>,
@@ -435,6 +439,7 @@ impl Decoder {
         tag: Option<Span>,
         peer: u16,
     ) -> Result<(), RequestError> {
+        let body = r.pos();
         let time = read_time(r)?;
         let fields_start = batch.fields.len();
         let mut event = Event {
@@ -444,6 +449,11 @@ impl Decoder {
             ..Event::default()
         };
         let valid = match r.head()? {
+            Head::Map(n) if batch.raw_records => {
+                let (valid, ..) = container(r, &mut Walk, n, true, 0, 0, None)?;
+                event.fields = (body as u32, r.pos() as u32);
+                valid
+            }
             Head::Map(n) => {
                 let (valid, range) = record(r, &mut batch.fields, n, &mut event.message)?;
                 event.fields = range;
@@ -469,6 +479,45 @@ impl Decoder {
         }
         Ok(())
     }
+}
+
+/// `batch` with its records decoded: the batch itself when they already are, else a copy whose
+/// events carry their records in its `fields` table (the message lifted, as a decode of the
+/// request would have left them), sharing the arena, the finalizer and the budget charge.
+///
+/// The records were checked when the request was read, so each decodes; one that somehow does
+/// not keeps its event, with an empty record.
+pub fn decode_raw(batch: &EventBatch) -> EventBatch {
+    let mut out = batch.clone();
+    if !batch.raw_records {
+        return out;
+    }
+    out.raw_records = false;
+    out.fields = Vec::with_capacity(batch.events.len() * 8);
+    let arena: &[u8] = &batch.arena;
+    for event in &mut out.events {
+        let (start, end) = (event.fields.0 as usize, event.fields.1 as usize);
+        let mut r = Reader::new(arena.get(..end).unwrap_or_default(), start);
+        let at = out.fields.len();
+        let decoded = (|| {
+            r.skip()?;
+            match r.head()? {
+                Head::Map(n) => record(&mut r, &mut out.fields, n, &mut event.message),
+                _ => Err(ReadError::Truncated),
+            }
+        })();
+        event.fields = match decoded {
+            Ok((_, range)) => range,
+            Err(_) => {
+                out.fields.truncate(at);
+                (at as u32, at as u32)
+            }
+        };
+    }
+    if let Some(charge) = &out.charge {
+        charge.grow(out.fields.capacity() * std::mem::size_of::<Field>());
+    }
+    out
 }
 
 /// Reads the option map (or `nil`).
@@ -597,6 +646,51 @@ fn record(
     Ok((valid, (start as u32, (start + filled) as u32)))
 }
 
+/// Where [`container`] puts what it reads: a fields table, or nowhere ([`Walk`], which checks
+/// a record as a decode would and keeps nothing). One walk for both, so an undecoded record is
+/// refused exactly when its decode would be.
+trait Slots {
+    /// Reserves `n` slots; returns the first.
+    fn reserve(&mut self, n: usize) -> usize;
+    /// Fills slot `at`; false when there is no such slot.
+    fn fill(&mut self, at: usize, field: Field) -> bool;
+}
+
+impl Slots for Vec<Field> {
+    #[inline]
+    fn reserve(&mut self, n: usize) -> usize {
+        let start = self.len();
+        self.resize(start + n, EMPTY);
+        start
+    }
+
+    #[inline]
+    fn fill(&mut self, at: usize, field: Field) -> bool {
+        match self.get_mut(at) {
+            Some(slot) => {
+                *slot = field;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Checks a record without keeping it.
+struct Walk;
+
+impl Slots for Walk {
+    #[inline]
+    fn reserve(&mut self, _: usize) -> usize {
+        0
+    }
+
+    #[inline]
+    fn fill(&mut self, _: usize, _: Field) -> bool {
+        true
+    }
+}
+
 /// The placeholder a slot holds until it is filled.
 const EMPTY: Field = Field {
     name: Span::EMPTY,
@@ -608,16 +702,15 @@ const EMPTY: Field = Field {
 /// fewer than `n` when the message was lifted out. Reads the whole container even when it
 /// turns out invalid, so the caller can go on with the next value.
 #[allow(clippy::too_many_arguments)]
-fn container(
+fn container<S: Slots>(
     r: &mut Reader<'_>,
-    fields: &mut Vec<Field>,
+    fields: &mut S,
     n: usize,
     is_map: bool,
     depth: usize,
     promised: usize,
     mut message: Option<&mut OptSpan>,
 ) -> Result<(bool, usize, usize), ReadError> {
-    let start = fields.len();
     // `n` comes from the wire: every child takes at least one byte (a map entry two), and the
     // bytes left are already promised to the unread siblings of every enclosing container. A
     // count past what is left is a lie, refused before any slot is reserved, so nested lying
@@ -630,9 +723,9 @@ fn container(
         for _ in 0..n * if is_map { 2 } else { 1 } {
             r.skip()?;
         }
-        return Ok((false, start, 0));
+        return Ok((false, fields.reserve(0), 0));
     }
-    fields.resize(start + n, EMPTY);
+    let start = fields.reserve(n);
     let mut valid = true;
     let mut filled = 0;
     for i in 0..n {
@@ -688,9 +781,8 @@ fn container(
                 Value::Array(a as u32, (a + k) as u32)
             }
         };
-        match fields.get_mut(start + filled) {
-            Some(slot) => *slot = Field { name, value },
-            None => return Err(ReadError::Truncated),
+        if !fields.fill(start + filled, Field { name, value }) {
+            return Err(ReadError::Truncated);
         }
         filled += 1;
     }

@@ -15,14 +15,15 @@
 //! travels with it: the first forward hop writes where it came from (`source_type`, and
 //! `source_ip` when known) into the record, and at every later hop those record keys shadow the
 //! hop's own (`fluent`, the previous hop's address), so a tree's receiver writes what a direct
-//! one would.
+//! one would. A batch whose records were never decoded (a deliver's, see
+//! [`EventBatch::raw_records`]) goes out with each record's bytes as they arrived.
 
 use loghaul_core::names::{facility_name, severity_name};
 use loghaul_core::{Event, EventBatch, Field, SdElement, SdParam, Span, Value};
 
 use super::msgpack::{
-    write_array_len, write_bin_len, write_bool, write_event_time, write_ext, write_f64, write_int,
-    write_map_len, write_nil, write_str, write_uint,
+    Reader, write_array_len, write_bin_len, write_bool, write_event_time, write_ext, write_f64,
+    write_int, write_map_len, write_nil, write_str, write_uint,
 };
 
 /// The `source_type` of events that came by forward (the `fluent` source's).
@@ -51,7 +52,33 @@ const OWN: [&str; 12] = [
 /// Appends one `[time, record]` entry for `event`. `time_as_integer` writes whole seconds
 /// (for receivers older than Fluentd v0.14), otherwise an EventTime with nanoseconds.
 pub fn encode_entry(batch: &EventBatch, event: &Event, time_as_integer: bool, out: &mut Vec<u8>) {
+    if batch.raw_records {
+        encode_raw_entry(batch, event, time_as_integer, out);
+        return;
+    }
     out.push(0x92);
+    entry_time(batch, event, time_as_integer, out);
+    encode_record(batch, event, out);
+}
+
+/// An entry of a batch of undecoded records ([`EventBatch::raw_records`]): its time written as
+/// [`encode_entry`] writes it, then its record as it arrived, byte for byte.
+fn encode_raw_entry(batch: &EventBatch, event: &Event, time_as_integer: bool, out: &mut Vec<u8>) {
+    let (start, end) = (event.fields.0 as usize, event.fields.1 as usize);
+    let mut r = Reader::new(batch.arena.get(..end).unwrap_or_default(), start);
+    // The source checked the entry: its time is one value, its record the rest.
+    let record = match r.skip() {
+        Ok(()) => r.slice((r.pos(), end)),
+        Err(_) => &[0x80][..],
+    };
+    out.push(0x92);
+    entry_time(batch, event, time_as_integer, out);
+    out.extend_from_slice(record);
+}
+
+/// The entry's time: whole seconds, or an EventTime.
+#[inline]
+fn entry_time(batch: &EventBatch, event: &Event, time_as_integer: bool, out: &mut Vec<u8>) {
     let t = batch.time_of(event);
     if time_as_integer {
         write_int(out, t.unix_seconds());
@@ -60,7 +87,6 @@ pub fn encode_entry(batch: &EventBatch, event: &Event, time_as_integer: bool, ou
         let secs = u32::try_from(t.unix_seconds().max(0)).unwrap_or(u32::MAX);
         write_event_time(out, secs, t.subsec_nanos());
     }
-    encode_record(batch, event, out);
 }
 
 /// Appends the record map of `event` (see the module doc for what it holds).

@@ -18,7 +18,7 @@ mod stream;
 
 pub use decode::{
     DecodeStats, Decoder, Limits, MAX_INVALID, MAX_RECORD_DEPTH, Mode, Request, RequestError,
-    is_compressed,
+    decode_raw, is_compressed,
 };
 pub use encode::{
     CHUNK_ID_LEN, FORWARD_SOURCE_TYPE, PackedStart, begin_packed, chunk_id, encode_entry,

@@ -17,6 +17,14 @@ const LIMITS: Limits = Limits {
 /// Splits and decodes a whole stream; returns the requests, the batch (arena frozen), the
 /// stats, and the first error, if any.
 fn decode_stream(stream: &[u8]) -> (Vec<Request>, EventBatch, DecodeStats, Option<String>) {
+    decode_stream_as(stream, false)
+}
+
+/// [`decode_stream`] into a batch whose records are decoded (`raw` false) or only walked.
+fn decode_stream_as(
+    stream: &[u8],
+    raw: bool,
+) -> (Vec<Request>, EventBatch, DecodeStats, Option<String>) {
     let mut buf = BytesMut::from(stream);
     let mut splitter = Splitter::new(1 << 20);
     let mut ranges = Vec::new();
@@ -37,6 +45,7 @@ fn decode_stream(stream: &[u8]) -> (Vec<Request>, EventBatch, DecodeStats, Optio
     }
     let mut arena = buf.split_to(at);
     let mut batch = EventBatch::new(Bytes::new(), "src".into(), "fluent");
+    batch.raw_records = raw;
     let mut decoder = Decoder::new(LIMITS);
     let mut requests = Vec::new();
     for (s, e) in ranges {
@@ -742,20 +751,41 @@ fn read_as_stream(
     allowance: usize,
     every: usize,
 ) -> (Vec<String>, Vec<Vec<u8>>, Option<RequestError>) {
+    read_as_stream_as(stream, piece, allowance, every, false)
+}
+
+/// [`read_as_stream`] into batches whose records are decoded (`raw` false) or only walked (then
+/// decoded by [`decode_raw`] for the JSON lines).
+fn read_as_stream_as(
+    stream: &[u8],
+    piece: usize,
+    allowance: usize,
+    every: usize,
+    raw: bool,
+) -> (Vec<String>, Vec<Vec<u8>>, Option<RequestError>) {
+    let new_batch = || {
+        let mut b = EventBatch::new(Bytes::new(), "src".into(), "fluent");
+        b.raw_records = raw;
+        b
+    };
     let mut reader = Stream::new(1 << 20, 1 << 20);
     let mut buf = BytesMut::new();
     let mut arena = BytesMut::new();
-    let mut batch = EventBatch::new(Bytes::new(), "src".into(), "fluent");
+    let mut batch = new_batch();
     let (mut lines, mut chunks) = (Vec::new(), Vec::new());
     let mut fed = 0;
     let mut steps = 0;
     let mut emit = |reader: &mut Stream, arena: &mut BytesMut, batch: &mut EventBatch| {
         let mut old = std::mem::take(arena);
         reader.carry(&mut old, arena);
-        let mut full =
-            std::mem::replace(batch, EventBatch::new(Bytes::new(), "src".into(), "fluent"));
+        let mut full = std::mem::replace(batch, new_batch());
         full.arena = old.freeze();
-        lines.extend(json_lines(&full));
+        assert_eq!(full.raw_records, raw);
+        assert!(
+            !raw || full.fields.is_empty(),
+            "walked records fill no table"
+        );
+        lines.extend(json_lines(&decode_raw(&full)));
     };
     loop {
         if !reader.in_request() {
@@ -898,6 +928,152 @@ fn the_stream_reads_what_the_whole_decode_reads() {
         );
         assert_eq!(chunks, want_chunks);
     }
+}
+
+/// Records only walked (a deliver's batches) decode later to exactly what the decode reads,
+/// however the stream arrives and wherever batches start.
+#[test]
+fn walked_records_decode_to_what_the_whole_decode_reads() {
+    let stream = mixed_stream();
+    let (_, whole, _, err) = decode_stream(&stream);
+    assert_eq!(err, None);
+    let want = json_lines(&whole);
+    let (_, raw, _, err) = decode_stream_as(&stream, true);
+    assert_eq!(err, None);
+    assert!(raw.raw_records && raw.fields.is_empty());
+    assert_eq!(json_lines(&decode_raw(&raw)), want);
+    for (piece, allowance, every) in [(1, 1 << 20, 0), (7, 4096, 3), (1000, 100, 1)] {
+        let (lines, _, err) = read_as_stream_as(&stream, piece, allowance, every, true);
+        assert_eq!(err, None, "piece {piece}");
+        assert_eq!(lines, want, "piece {piece}");
+    }
+}
+
+/// A walk refuses what a decode refuses, and errs where it errs: the same events are kept, the
+/// same counted invalid, the same requests refused.
+#[test]
+fn a_walk_refuses_what_a_decode_refuses() {
+    let t = event_time(1_700_000_000, 0);
+    let mut streams = Vec::new();
+    // Invalid entries of every kind beside valid ones.
+    let mut blob = Vec::new();
+    entry(&mut blob, &t, "ok1", 1);
+    let mut float = Vec::new();
+    write_f64(&mut float, 1.5);
+    entry(&mut blob, &float, "float", 2);
+    for key in [
+        vec![0x92, 0x01, 0x02],
+        vec![0x2a],
+        vec![0x81, 0xa1, b'k', 0xc0],
+    ] {
+        write_array_len(&mut blob, 2);
+        blob.extend_from_slice(&t);
+        write_map_len(&mut blob, 1);
+        blob.extend_from_slice(&key);
+        write_str(&mut blob, b"v");
+    }
+    // Nesting past the limit.
+    write_array_len(&mut blob, 2);
+    blob.extend_from_slice(&t);
+    write_map_len(&mut blob, 1);
+    write_str(&mut blob, b"deep");
+    for _ in 0..MAX_RECORD_DEPTH + 1 {
+        write_array_len(&mut blob, 1);
+    }
+    write_nil(&mut blob);
+    entry(&mut blob, &event_time(2, 0), "ok2", 6);
+    streams.push(packed_request("t", &blob, false, Some(&[("chunk", "c")])));
+    // A lying nested count.
+    let mut lie = Vec::new();
+    write_array_len(&mut lie, 2);
+    write_int(&mut lie, 1);
+    write_map_len(&mut lie, 1);
+    write_str(&mut lie, b"k");
+    lie.extend_from_slice(&[0xdd, 0x00, 0x00, 0xff, 0xff]);
+    lie.resize(lie.len() + 100, 0xc0);
+    streams.push(packed_request("t", &lie, false, None));
+    // Message mode, and a message that is not the first key.
+    let mut msg = Vec::new();
+    write_array_len(&mut msg, 3);
+    write_str(&mut msg, b"m");
+    msg.extend_from_slice(&t);
+    write_map_len(&mut msg, 3);
+    write_str(&mut msg, b"a");
+    write_int(&mut msg, 1);
+    write_str(&mut msg, b"message");
+    write_str(&mut msg, b"hello");
+    write_str(&mut msg, b"message");
+    write_str(&mut msg, b"second");
+    streams.push(msg);
+    for (i, stream) in streams.iter().enumerate() {
+        let (reqs, decoded, stats, err) = decode_stream(stream);
+        let (raw_reqs, raw, raw_stats, raw_err) = decode_stream_as(stream, true);
+        assert_eq!(raw_reqs, reqs, "stream {i}");
+        assert_eq!((raw_stats, raw_err.clone()), (stats, err), "stream {i}");
+        assert_eq!(
+            json_lines(&decode_raw(&raw)),
+            json_lines(&decoded),
+            "stream {i}"
+        );
+    }
+}
+
+/// A walked record goes out as it came, byte for byte, after a time written as the sink is set
+/// to write it; decoded again it is the same event.
+#[test]
+fn a_walked_record_is_passed_on_byte_for_byte() {
+    let mut blob = Vec::new();
+    let mut ints = Vec::new();
+    // `message` after another key: the decode lifts it out, the pass keeps its place.
+    for (time, n) in [(event_time(1_700_000_000, 123_456_789), 1), (vec![0x05], 2)] {
+        let mut e = Vec::new();
+        write_array_len(&mut e, 2);
+        e.extend_from_slice(&time);
+        write_map_len(&mut e, 2);
+        write_str(&mut e, b"n");
+        write_int(&mut e, n);
+        write_str(&mut e, b"message");
+        write_str(&mut e, b"m");
+        ints.push(e[1 + time.len()..].to_vec());
+        blob.extend_from_slice(&e);
+    }
+    let stream = packed_request("t", &blob, false, None);
+    let (_, decoded, _, _) = decode_stream(&stream);
+    let (_, raw, _, _) = decode_stream_as(&stream, true);
+    for time_as_integer in [false, true] {
+        let mut want = Vec::new();
+        let mut got = Vec::new();
+        for (i, (d, r)) in decoded.events.iter().zip(&raw.events).enumerate() {
+            let mut one = Vec::new();
+            encode_entry(&raw, r, time_as_integer, &mut one);
+            // The time as the decoded event's entry writes it, then the record as it came.
+            let mut time = Vec::new();
+            encode_entry(&decoded, d, time_as_integer, &mut time);
+            let time_len = time.len() - encoded_record_len(&time);
+            let mut expected = time[..time_len].to_vec();
+            expected.extend_from_slice(&ints[i]);
+            assert_eq!(
+                one, expected,
+                "entry {i}, time_as_integer {time_as_integer}"
+            );
+            want.push(time);
+            got.push(one);
+        }
+        let relayed = |entries: &[Vec<u8>]| {
+            let (_, b, _, err) =
+                decode_stream(&packed_request("t", &entries.concat(), false, None));
+            assert_eq!(err, None);
+            json_lines(&b)
+        };
+        assert_eq!(relayed(&got), relayed(&want));
+    }
+}
+
+/// The length of the record at the end of one encoded entry.
+fn encoded_record_len(entry: &[u8]) -> usize {
+    let mut r = Reader::new(entry, 1);
+    r.skip().unwrap();
+    entry.len() - r.pos()
 }
 
 /// A step decodes no more than its allowance can hold: the memory the batch gains in one step
