@@ -3,14 +3,16 @@
 //! would), each request decoded (all modes, gzip and zstd entries, bounded by small limits),
 //! and every event encoded to JSON and back to a forward entry. Splitting must not depend on
 //! how the reads cut the stream, spans must stay in the arena, JSON must be valid UTF-8, and
-//! re-encoded entries must decode again.
+//! re-encoded entries must decode again. The same requests read as a deliver reads them (records
+//! walked, not decoded) must keep the same events, decode later to the same JSON, and pass on
+//! as entries that decode again.
 #![no_main]
 
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
 use loghaul_codec::encode_json;
 use loghaul_codec::forward::{
-    Decoder, Limits, Splitter, begin_packed, encode_entry, finish_packed,
+    Decoder, Limits, Splitter, begin_packed, decode_raw, encode_entry, finish_packed,
 };
 use loghaul_core::EventBatch;
 
@@ -47,22 +49,28 @@ fuzz_target!(|data: &[u8]| {
     let step = usize::from(first % 97) + 1;
     assert_eq!(split(stream, step), whole, "the reads changed the requests");
 
-    let mut buf = BytesMut::from(stream);
-    let mut arena = BytesMut::new();
-    let mut batch = EventBatch::new(Bytes::new(), "fuzz".into(), "fluent");
-    batch.peers.push([127, 0, 0, 1].into());
-    let mut decoder = Decoder::new(LIMITS);
-    for n in whole.0 {
-        let start = arena.len();
-        arena.unsplit(buf.split_to(n));
-        if decoder
-            .decode(&mut arena, start, start + n, &mut batch, 0)
-            .is_err()
-        {
-            break;
-        }
+    let (batch, stats) = decode(stream, &whole.0, false);
+    let (raw, raw_stats) = decode(stream, &whole.0, true);
+    assert_eq!(raw_stats, stats, "a walk drops and refuses what a decode does");
+    assert_eq!(raw.len(), batch.len(), "a walk keeps what a decode keeps");
+    let walked = decode_raw(&raw);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for (x, y) in batch.events.iter().zip(&walked.events) {
+        a.clear();
+        b.clear();
+        encode_json(&batch, x, &mut a);
+        encode_json(&walked, y, &mut b);
+        assert_eq!(a, b, "a walked record decodes to what the decode read");
     }
-    batch.arena = arena.freeze();
+    // Passed on as they came, the walked records read back as the same number of events.
+    let mut passed = Vec::new();
+    let start = begin_packed(&mut passed, b"fuzz");
+    for event in &raw.events {
+        encode_entry(&raw, event, false, &mut passed);
+    }
+    finish_packed(&mut passed, start, raw.len(), Some(b"c"), false);
+    assert_eq!(reread(passed), raw.len(), "passed-on entries decode again");
+
     let mut json = Vec::new();
     let mut request = Vec::new();
     let packed = begin_packed(&mut request, b"fuzz");
@@ -80,6 +88,38 @@ fuzz_target!(|data: &[u8]| {
     }
     finish_packed(&mut request, packed, batch.len(), Some(b"c"), false);
     // What loghaul sends on must read back as the same number of events.
+    assert_eq!(reread(request), batch.len(), "re-encoded events decode again");
+});
+
+/// The requests of `stream` (of lengths `lens`) decoded into one batch, its records decoded or
+/// only walked (`raw`), up to the first refused request; and the decoder's counts.
+fn decode(
+    stream: &[u8],
+    lens: &[usize],
+    raw: bool,
+) -> (EventBatch, loghaul_codec::forward::DecodeStats) {
+    let mut buf = BytesMut::from(stream);
+    let mut arena = BytesMut::new();
+    let mut batch = EventBatch::new(Bytes::new(), "fuzz".into(), "fluent");
+    batch.peers.push([127, 0, 0, 1].into());
+    batch.raw_records = raw;
+    let mut decoder = Decoder::new(LIMITS);
+    for &n in lens {
+        let start = arena.len();
+        arena.unsplit(buf.split_to(n));
+        if decoder
+            .decode(&mut arena, start, start + n, &mut batch, 0)
+            .is_err()
+        {
+            break;
+        }
+    }
+    batch.arena = arena.freeze();
+    (batch, decoder.stats)
+}
+
+/// How many events the one request `request` decodes to.
+fn reread(request: Vec<u8>) -> usize {
     let mut again = BytesMut::from(&request[..]);
     let mut s = Splitter::new(usize::MAX);
     let Ok(Some(n)) = s.split(&again) else {
@@ -87,8 +127,8 @@ fuzz_target!(|data: &[u8]| {
     };
     assert_eq!(n, again.len());
     let mut out = EventBatch::new(Bytes::new(), "fuzz".into(), "fluent");
-    let r = Decoder::new(LIMITS)
+    Decoder::new(LIMITS)
         .decode(&mut again, 0, n, &mut out, 0)
-        .unwrap_or_else(|e| panic!("re-encoded request: {e}"));
-    assert_eq!(r.events, batch.len(), "re-encoded events decode again");
-});
+        .unwrap_or_else(|e| panic!("re-encoded request: {e}"))
+        .events
+}
