@@ -136,7 +136,11 @@ fn a_syslog_event_arrives_through_agent_deliver_receiver_as_it_left() {
     assert_same(&direct, &through);
     // The deliver passed the records on as they came, and the receiver still read them whole.
     assert_eq!(
-        deliver.metric("component_passed_through_events_total", "next", None),
+        deliver.metric(
+            "loghaul_fluent_sink_passed_through_events_total",
+            "next",
+            None
+        ),
         N as u64
     );
     // Precision kept: what the sender wrote, not nine digits.
@@ -185,7 +189,11 @@ fn a_deliver_that_also_writes_decodes_the_records_for_its_file() {
     assert_same(&direct, &by_message(&through));
     assert_same(&direct, &by_message(&copy));
     assert_eq!(
-        deliver.metric("component_passed_through_events_total", "next", None),
+        deliver.metric(
+            "loghaul_fluent_sink_passed_through_events_total",
+            "next",
+            None
+        ),
         0
     );
     agent.finish();

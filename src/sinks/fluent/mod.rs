@@ -23,7 +23,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use loghaul_codec::forward::{PackedStart, begin_packed, encode_entry, finish_packed};
+use loghaul_codec::forward::{PackedStart, begin_packed, encode_entry, entry_as_is, finish_packed};
 use loghaul_core::finalizer::Ack;
 use loghaul_core::{BatchStatus, EventBatch};
 use tokio::sync::mpsc;
@@ -39,6 +39,9 @@ use crate::pipeline::{Delivery, Input, Prepare, Prepared, QUEUE_BATCHES};
 
 /// Requests filled at once, one per tag; a new tag beyond this closes the oldest.
 const MAX_OPEN_TAGS: usize = 32;
+/// The most a new request reserves up front for its entries, and beyond that for the last one.
+const REQUEST_ROOM: usize = 1 << 20;
+const ENTRY_ROOM: usize = 64 << 10;
 /// Closed requests waiting for a server beyond which the sink stops taking batches (they wait
 /// in its input queue instead, and back-pressure reaches the sources).
 const MAX_READY: usize = 2;
@@ -54,16 +57,22 @@ pub struct FluentEncoder {
 }
 
 impl Prepare for FluentEncoder {
+    /// Every event's entry, but those that go out as they are in the arena
+    /// ([`entry_as_is`]): their entries here are empty, and the sink copies them from the
+    /// arena.
     fn prepare(&self, batch: &EventBatch) -> Prepared {
         let mut bytes = self.pool.take();
-        bytes.reserve(batch.arena.len() + 64 * batch.len());
         let mut ends = Vec::with_capacity(batch.len());
         if batch.raw_records {
             self.passed
                 .fetch_add(batch.len() as i64, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            bytes.reserve(batch.arena.len() + 64 * batch.len());
         }
         for event in &batch.events {
-            encode_entry(batch, event, self.time_as_integer, &mut bytes);
+            if entry_as_is(batch, event, self.time_as_integer).is_none() {
+                encode_entry(batch, event, self.time_as_integer, &mut bytes);
+            }
             ends.push(u32::try_from(bytes.len()).unwrap_or(u32::MAX));
         }
         Prepared { bytes, ends }
@@ -98,7 +107,7 @@ impl BuildSink for FluentSinkConfig {
             time_as_integer: self.time_as_integer,
             raw: self.tag.is_none(),
             passed: cx.metrics.counter(
-                "component_passed_through_events_total",
+                "loghaul_fluent_sink_passed_through_events_total",
                 "Events whose records went on as they arrived, neither decoded nor encoded again.",
                 &[],
             ),
@@ -288,7 +297,11 @@ impl Sink {
         let mut start = 0usize;
         for (i, event) in batch.events.iter().enumerate() {
             let end = prepared.ends.get(i).map_or(start, |e| *e as usize);
-            let entry = prepared.bytes.get(start..end).unwrap_or_default();
+            let entry = match prepared.bytes.get(start..end).unwrap_or_default() {
+                // No entry is empty: the prepare step left this one in the arena.
+                [] => entry_as_is(&batch, event, self.encoder.time_as_integer).unwrap_or_default(),
+                entry => entry,
+            };
             start = end;
             let tag = self.tags.of(&batch, event);
             // Events of a round are grouped by tag, so interleaved tags (a `tag` template over
@@ -328,6 +341,10 @@ impl Sink {
 
     fn open_request(&mut self, tag: Vec<u8>) {
         let mut request = self.encoder.pool.take();
+        // Room for a full request at once, and the entry that fills it past `max_bytes`: grown
+        // by doubling, a 1 MiB request was copied about twice over on its way there. (Pages
+        // not written to cost no memory.)
+        request.reserve(self.config.max_bytes.min(REQUEST_ROOM) + ENTRY_ROOM + tag.len());
         let start = begin_packed(&mut request, &tag);
         self.open.push(Open {
             tag,

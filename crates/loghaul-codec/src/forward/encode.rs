@@ -76,6 +76,29 @@ fn encode_raw_entry(batch: &EventBatch, event: &Event, time_as_integer: bool, ou
     out.extend_from_slice(record);
 }
 
+/// The bytes of `event`'s entry as they are in the arena, when they are exactly what
+/// [`encode_entry`] would write (a walked record whose entry came as `[EventTime, record]`, and
+/// EventTimes are wanted): the caller copies them as they are, with nothing encoded. `None`
+/// otherwise.
+#[inline]
+pub fn entry_as_is<'b>(
+    batch: &'b EventBatch,
+    event: &Event,
+    time_as_integer: bool,
+) -> Option<&'b [u8]> {
+    if !batch.raw_records || time_as_integer {
+        return None;
+    }
+    let (start, end) = (event.fields.0 as usize, event.fields.1 as usize);
+    let entry = batch.arena.get(start.checked_sub(1)?..end)?;
+    // `[`, then an EventTime (fixext8, type 0) that is not 0 (which reads as "now" and goes out
+    // as the time the batch was read).
+    match entry {
+        [0x92, 0xd7, 0x00, time @ ..] if time.len() >= 8 && time[..8] != [0; 8] => Some(entry),
+        _ => None,
+    }
+}
+
 /// The entry's time: whole seconds, or an EventTime.
 #[inline]
 fn entry_time(batch: &EventBatch, event: &Event, time_as_integer: bool, out: &mut Vec<u8>) {

@@ -22,7 +22,7 @@ pub use decode::{
 };
 pub use encode::{
     CHUNK_ID_LEN, FORWARD_SOURCE_TYPE, PackedStart, begin_packed, chunk_id, encode_entry,
-    encode_record, finish_packed, read_ack, write_ack,
+    encode_record, entry_as_is, finish_packed, read_ack, write_ack,
 };
 pub use split::{MAX_DEPTH, SplitError, Splitter};
 pub use stream::{Step, Stream, WORST_PER_BYTE, carries_entries, entry_cost};

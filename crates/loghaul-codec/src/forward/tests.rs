@@ -1056,6 +1056,11 @@ fn a_walked_record_is_passed_on_byte_for_byte() {
                 one, expected,
                 "entry {i}, time_as_integer {time_as_integer}"
             );
+            // An entry that came as the sink writes it (an EventTime) is copied whole.
+            let as_is = entry_as_is(&raw, r, time_as_integer);
+            assert_eq!(as_is.is_some(), i == 0 && !time_as_integer, "entry {i}");
+            assert!(as_is.is_none_or(|e| e == one), "entry {i}");
+            assert_eq!(entry_as_is(&decoded, d, time_as_integer), None);
             want.push(time);
             got.push(one);
         }
