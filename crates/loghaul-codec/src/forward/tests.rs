@@ -897,7 +897,8 @@ fn mixed_stream() -> Vec<u8> {
 }
 
 /// However the bytes arrive, however little each step may decode and wherever new batches
-/// start, the stream reads the same events as the whole decode, and the same chunks.
+/// start, the stream reads the same events as the whole decode, and the same chunks; records
+/// only walked (a deliver's batches) decode later to exactly the same.
 #[test]
 fn the_stream_reads_what_the_whole_decode_reads() {
     let stream = mixed_stream();
@@ -909,43 +910,25 @@ fn the_stream_reads_what_the_whole_decode_reads() {
         .filter_map(|r| r.chunk.map(|(s, e)| whole.arena[s..e].to_vec()))
         .collect();
     assert_eq!(want.len(), 40 + 81 + 40 + 121 + 81 + 2);
-    for (piece, allowance, every) in [
-        (stream.len(), 1 << 20, 0),
-        (1, 1 << 20, 0),
-        (7, 4096, 3),
-        (1000, 100, 1),
-        (65_536, 1 << 20, 2),
-        (3000, 64 << 10, 5),
-    ] {
-        let (lines, chunks, err) = read_as_stream(&stream, piece, allowance, every);
-        assert_eq!(
-            err, None,
-            "piece {piece} allowance {allowance} every {every}"
-        );
-        assert_eq!(
-            lines, want,
-            "piece {piece} allowance {allowance} every {every}"
-        );
-        assert_eq!(chunks, want_chunks);
-    }
-}
-
-/// Records only walked (a deliver's batches) decode later to exactly what the decode reads,
-/// however the stream arrives and wherever batches start.
-#[test]
-fn walked_records_decode_to_what_the_whole_decode_reads() {
-    let stream = mixed_stream();
-    let (_, whole, _, err) = decode_stream(&stream);
-    assert_eq!(err, None);
-    let want = json_lines(&whole);
     let (_, raw, _, err) = decode_stream_as(&stream, true);
     assert_eq!(err, None);
     assert!(raw.raw_records && raw.fields.is_empty());
     assert_eq!(json_lines(&decode_raw(&raw)), want);
-    for (piece, allowance, every) in [(1, 1 << 20, 0), (7, 4096, 3), (1000, 100, 1)] {
-        let (lines, _, err) = read_as_stream_as(&stream, piece, allowance, every, true);
-        assert_eq!(err, None, "piece {piece}");
-        assert_eq!(lines, want, "piece {piece}");
+    for raw in [false, true] {
+        for (piece, allowance, every) in [
+            (stream.len(), 1 << 20, 0),
+            (1, 1 << 20, 0),
+            (7, 4096, 3),
+            (1000, 100, 1),
+            (65_536, 1 << 20, 2),
+            (3000, 64 << 10, 5),
+        ] {
+            let (lines, chunks, err) = read_as_stream_as(&stream, piece, allowance, every, raw);
+            let case = format!("raw {raw} piece {piece} allowance {allowance} every {every}");
+            assert_eq!(err, None, "{case}");
+            assert_eq!(lines, want, "{case}");
+            assert_eq!(chunks, want_chunks, "{case}");
+        }
     }
 }
 
