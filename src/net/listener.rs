@@ -23,7 +23,6 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use bytes::BytesMut;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
@@ -95,7 +94,7 @@ pub enum Read {
 impl Conn {
     /// Reads into `buf` once. While running it waits as long as it takes; once shutdown has
     /// started it waits at most [`DRAIN_IDLE`], so the connection ends when its client goes quiet.
-    pub async fn read(&mut self, buf: &mut BytesMut) -> Read {
+    pub async fn read<B: bytes::BufMut + ?Sized>(&mut self, buf: &mut B) -> Read {
         if self.shutdown.is_triggered() {
             return self.drain_read(buf).await;
         }
@@ -125,7 +124,7 @@ impl Conn {
 
     /// A read during shutdown: at most [`DRAIN_IDLE`] of silence, and nothing past
     /// [`DRAIN_MAX`] from the start of the drain.
-    async fn drain_read(&mut self, buf: &mut BytesMut) -> Read {
+    async fn drain_read<B: bytes::BufMut + ?Sized>(&mut self, buf: &mut B) -> Read {
         let now = tokio::time::Instant::now();
         let until = *self.drain_until.get_or_insert(now + DRAIN_MAX);
         let wait = DRAIN_IDLE.min(until.saturating_duration_since(now));
@@ -421,7 +420,7 @@ mod tests {
             let tx = tx.clone();
             let n = next.fetch_add(1, Ordering::Relaxed);
             async move {
-                let mut buf = BytesMut::with_capacity(1024);
+                let mut buf = bytes::BytesMut::with_capacity(1024);
                 loop {
                     let seen = match conn.read(&mut buf).await {
                         Read::Data => Seen::Data(n, buf.split().to_vec()),

@@ -41,7 +41,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::BytesMut;
+use bytes::{BufMut, BytesMut};
 use loghaul_codec::forward::{
     Decoder, RequestError, SplitError, Splitter, Step, Stream, carries_entries, entry_cost,
     handshake, write_ack,
@@ -57,6 +57,11 @@ use crate::net::listener::{Conn, Read};
 
 /// Bytes read per syscall.
 const READ_SIZE: usize = 128 * 1024;
+/// The most events a new batch has room for before its first event (see [`Connection::emit`]).
+const EVENTS_AHEAD: usize = 4096;
+/// The most room made at once for a connection whose requests arrive in parts (see
+/// [`make_room`]).
+const MAX_READ_ROOM: usize = 1 << 20;
 /// Read again only when at least this much buffer space is free; otherwise grow first.
 const MIN_READ_SPACE: usize = 16 * 1024;
 /// A batch goes out once what it holds (events, fields, arena) passes this.
@@ -170,10 +175,9 @@ impl Connection {
             self.process(conn, buf).await;
         }
         while !self.close {
-            if buf.capacity() - buf.len() < MIN_READ_SPACE {
-                buf.reserve(READ_SIZE);
-            }
+            make_room(&mut self.arena, buf);
             let can_read = self.pending.len() < MAX_PENDING;
+            let mut room = (&mut *buf).limit(READ_SIZE);
             tokio::select! {
                 biased;
                 status = front_status(&mut self.pending) => {
@@ -183,7 +187,10 @@ impl Connection {
                     }
                     self.answer_ready(conn).await;
                 }
-                read = conn.read(buf), if can_read => match read {
+                // At most a read's size at a time, whatever the room: a batch is what one read
+                // brought, and larger batches made the sinks' output (their JSON, written
+                // whole) fall out of the cache before it was copied on.
+                read = conn.read(&mut room), if can_read => match read {
                     Read::Data => {
                         self.process(conn, buf).await;
                         // Take turns with the other connections (see docs/conventions.md).
@@ -407,6 +414,14 @@ impl Connection {
             &mut self.batch,
             new_batch(&self.ctx, self.peer, self.tls_subject.is_none()),
         );
+        // The next batch is likely alike: room for as many events and record fields up front
+        // (within bounds), rather than tables grown by doubling, each growth a copy.
+        self.batch
+            .events
+            .reserve(batch.events.len().min(EVENTS_AHEAD));
+        self.batch
+            .fields
+            .reserve(batch.fields.len().min(4 * EVENTS_AHEAD));
         let chunks = std::mem::take(&mut self.chunks);
         let wire = std::mem::take(&mut self.wire);
         let charge = self.charge.take();
@@ -525,6 +540,34 @@ impl Connection {
     }
 }
 
+/// Readies `buf` for the next read. When the arena holds the start of a request still
+/// arriving (carried into a new batch, or not decoded yet), the room is made in the arena's
+/// own allocation, right after it: what is read next then joins the arena without a copy.
+/// Otherwise (`BytesMut::unsplit` copies what is not contiguous) every byte read after a
+/// batch went out mid-request was copied into the new arena, which grew by reallocation.
+fn make_room(arena: &mut BytesMut, buf: &mut BytesMut) {
+    let joined = arena.is_empty() || arena.as_ptr().wrapping_add(arena.len()) == buf.as_ptr();
+    if buf.capacity() - buf.len() >= MIN_READ_SPACE && joined {
+        return;
+    }
+    if arena.is_empty() {
+        // `buf` holds the start of a request still arriving (a whole one is decoded, a large
+        // one streamed), which the new room's allocation takes a copy of: room for several
+        // requests of its size makes that copy rare, where a fixed read size copied about
+        // half of every request larger than it.
+        buf.reserve((buf.len() * 8).clamp(READ_SIZE, MAX_READ_ROOM));
+        return;
+    }
+    // The arena is a tag and part of an entry after a batch went out; it is large only while
+    // one large entry arrives, and then the room doubles, so that arriving is not quadratic.
+    let held = arena.len() + buf.len();
+    let mut joint = BytesMut::with_capacity(held + held.max(READ_SIZE));
+    joint.extend_from_slice(arena);
+    joint.extend_from_slice(buf);
+    *buf = joint.split_off(arena.len());
+    *arena = joint;
+}
+
 /// The fate of the front batch, once known; never resolves while there is none to wait for.
 async fn front_status(pending: &mut VecDeque<Pending>) -> BatchStatus {
     match pending.front_mut().and_then(|p| p.status.as_mut()) {
@@ -632,4 +675,85 @@ fn check_ping(
         nonce,
         key,
     ]))
+}
+
+#[cfg(test)]
+mod tests {
+    //! Where the bytes read go: into the arena's own allocation, without copies.
+
+    use bytes::{BufMut, BytesMut};
+
+    use super::{MAX_READ_ROOM, MIN_READ_SPACE, READ_SIZE, make_room};
+
+    /// `buf` starts right where `arena` ends, in one allocation: `unsplit` joins them in place.
+    fn joined(arena: &BytesMut, buf: &BytesMut) -> bool {
+        arena.as_ptr().wrapping_add(arena.len()) == buf.as_ptr()
+    }
+
+    #[test]
+    fn a_carried_arena_and_the_next_reads_share_one_allocation() {
+        // After a batch went out mid-request, the arena is a copy of the tag and the part of an
+        // entry not decoded yet, in an allocation of its own; `buf` holds a few unread bytes.
+        let mut arena = BytesMut::from(&b"tag.a\x92\xd7\x00"[..]);
+        let mut buf = BytesMut::with_capacity(64);
+        buf.put_slice(b"\x01\x02");
+        assert!(!joined(&arena, &buf));
+        make_room(&mut arena, &mut buf);
+        assert_eq!(&arena[..], b"tag.a\x92\xd7\x00");
+        assert_eq!(&buf[..], b"\x01\x02");
+        assert!(joined(&arena, &buf));
+        assert!(buf.capacity() - buf.len() >= READ_SIZE);
+        // What is read next joins the arena where it is: no byte of the arena moves.
+        let at = arena.as_ptr();
+        for _ in 0..4 {
+            (&mut buf).limit(READ_SIZE / 8).put_bytes(7, READ_SIZE / 8);
+            let n = buf.len();
+            arena.unsplit(buf.split_to(n));
+            assert_eq!(arena.as_ptr(), at);
+            make_room(&mut arena, &mut buf);
+            assert!(buf.capacity() - buf.len() >= MIN_READ_SPACE);
+        }
+        assert_eq!(arena.len(), 8 + 2 + READ_SIZE / 2);
+        assert_eq!(&arena[..10], b"tag.a\x92\xd7\x00\x01\x02");
+    }
+
+    #[test]
+    fn a_large_entry_arriving_in_parts_is_copied_a_bounded_number_of_times() {
+        // One 8 MiB entry read 16 KiB at a time into an arena that cannot grow in place: the
+        // room doubles, so its bytes are copied a few times over, not once per read.
+        let mut arena = BytesMut::from(&b"tag"[..]);
+        let mut buf = BytesMut::new();
+        let mut moves = 0;
+        while arena.len() < 8 << 20 {
+            let before = arena.as_ptr();
+            make_room(&mut arena, &mut buf);
+            if arena.as_ptr() != before {
+                moves += 1;
+            }
+            (&mut buf).limit(16 << 10).put_bytes(1, 16 << 10);
+            let n = buf.len();
+            arena.unsplit(buf.split_to(n));
+        }
+        assert!(moves <= 8, "{moves} moves");
+    }
+
+    #[test]
+    fn a_request_arriving_in_parts_gets_room_for_several_of_its_size() {
+        // Between requests the arena is empty; `buf` holds the start of one still arriving.
+        let mut arena = BytesMut::new();
+        let partial = 76 << 10;
+        let mut buf = BytesMut::with_capacity(80 << 10);
+        buf.put_bytes(1, partial);
+        make_room(&mut arena, &mut buf);
+        assert_eq!(buf.len(), partial);
+        assert!(buf.capacity() >= 8 * partial);
+        // Idle and small clients keep a read's size; nobody gets more than the cap.
+        let mut small = BytesMut::new();
+        make_room(&mut arena, &mut small);
+        assert!(small.capacity() >= READ_SIZE && small.capacity() < 2 * READ_SIZE);
+        let mut large = BytesMut::with_capacity(900 << 10);
+        large.put_bytes(1, 900 << 10);
+        make_room(&mut arena, &mut large);
+        assert!(large.capacity() <= (900 << 10) + MAX_READ_ROOM);
+    }
 }
