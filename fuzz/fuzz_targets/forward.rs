@@ -13,7 +13,7 @@ use libfuzzer_sys::fuzz_target;
 use loghaul_codec::encode_json;
 use loghaul_codec::forward::{
     DecodeStats, Decoder, Limits, RequestError, Splitter, begin_packed, decode_raw, encode_entry,
-    finish_packed,
+    entry_as_is, finish_packed,
 };
 use loghaul_core::EventBatch;
 
@@ -74,7 +74,12 @@ fuzz_target!(|data: &[u8]| {
     let mut passed = Vec::new();
     let start = begin_packed(&mut passed, b"fuzz");
     for event in &raw.events {
+        let at = passed.len();
         encode_entry(&raw, event, false, &mut passed);
+        // An entry the walk said goes out as it is reads as the encoder writes it.
+        if let Some(as_is) = entry_as_is(&raw, event, false) {
+            assert_eq!(as_is, &passed[at..], "an entry passed on as it is");
+        }
     }
     finish_packed(&mut passed, start, raw.len(), Some(b"c"), false);
     assert_eq!(reread(passed), raw.len(), "passed-on entries decode again");

@@ -225,6 +225,11 @@ impl Flags {
     pub const TRUNCATED: Flags = Flags(2);
     /// Some string field holds bytes that are not valid UTF-8 (encoders replace them lossily).
     pub const INVALID_UTF8: Flags = Flags(4);
+    /// In a batch of undecoded forward records ([`crate::EventBatch::raw_records`]) only: the
+    /// event's entry reads `[EventTime, record]` exactly as the forward encoder writes it, so a
+    /// sink copies it whole without reading it again. Set where the entry is walked, while its
+    /// bytes are at hand; cleared when the records are decoded.
+    pub const ENTRY_AS_IS: Flags = Flags(8);
 
     #[inline]
     pub fn contains(self, other: Flags) -> bool {
@@ -234,6 +239,11 @@ impl Flags {
     #[inline]
     pub fn insert(&mut self, other: Flags) {
         self.0 |= other.0;
+    }
+
+    #[inline]
+    pub fn remove(&mut self, other: Flags) {
+        self.0 &= !other.0;
     }
 
     #[inline]

@@ -25,7 +25,7 @@
 //!   retry could never fix it).
 
 use bytes::BytesMut;
-use loghaul_core::{Event, EventBatch, Field, OptSpan, Span, Timestamp, Value};
+use loghaul_core::{Event, EventBatch, Field, Flags, OptSpan, Span, Timestamp, Value};
 
 use super::msgpack::{Head, ReadError, Reader};
 
@@ -452,6 +452,11 @@ impl Decoder {
             Head::Map(n) if batch.raw_records => {
                 let (valid, ..) = container(r, &mut Walk, n, true, 0, 0, None)?;
                 event.fields = (body as u32, r.pos() as u32);
+                // Said here, where the entry's first bytes were just read: a sink that reads
+                // them again finds them out of its cache.
+                if super::encode::reads_as_written(r.slice((body.saturating_sub(1), body + 10))) {
+                    event.flags.insert(Flags::ENTRY_AS_IS);
+                }
                 valid
             }
             Head::Map(n) => {
@@ -496,6 +501,7 @@ pub fn decode_raw(batch: &EventBatch) -> EventBatch {
     out.fields = Vec::with_capacity(batch.events.len() * 8);
     let arena: &[u8] = &batch.arena;
     for event in &mut out.events {
+        event.flags.remove(Flags::ENTRY_AS_IS);
         let (start, end) = (event.fields.0 as usize, event.fields.1 as usize);
         let mut r = Reader::new(arena.get(..end).unwrap_or_default(), start);
         let at = out.fields.len();

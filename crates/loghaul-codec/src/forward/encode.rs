@@ -19,7 +19,7 @@
 //! [`EventBatch::raw_records`]) goes out with each record's bytes as they arrived.
 
 use loghaul_core::names::{facility_name, severity_name};
-use loghaul_core::{Event, EventBatch, Field, SdElement, SdParam, Span, Value};
+use loghaul_core::{Event, EventBatch, Field, Flags, SdElement, SdParam, Span, Value};
 
 use super::msgpack::{
     Reader, write_array_len, write_bin_len, write_bool, write_event_time, write_ext, write_f64,
@@ -79,24 +79,27 @@ fn encode_raw_entry(batch: &EventBatch, event: &Event, time_as_integer: bool, ou
 /// The bytes of `event`'s entry as they are in the arena, when they are exactly what
 /// [`encode_entry`] would write (a walked record whose entry came as `[EventTime, record]`, and
 /// EventTimes are wanted): the caller copies them as they are, with nothing encoded. `None`
-/// otherwise.
+/// otherwise. The walk said which entries read so ([`Flags::ENTRY_AS_IS`]): their bytes are not
+/// read here.
 #[inline]
 pub fn entry_as_is<'b>(
     batch: &'b EventBatch,
     event: &Event,
     time_as_integer: bool,
 ) -> Option<&'b [u8]> {
-    if !batch.raw_records || time_as_integer {
+    if !batch.raw_records || time_as_integer || !event.flags.contains(Flags::ENTRY_AS_IS) {
         return None;
     }
     let (start, end) = (event.fields.0 as usize, event.fields.1 as usize);
-    let entry = batch.arena.get(start.checked_sub(1)?..end)?;
-    // `[`, then an EventTime (fixext8, type 0) that is not 0 (which reads as "now" and goes out
-    // as the time the batch was read).
-    match entry {
-        [0x92, 0xd7, 0x00, time @ ..] if time.len() >= 8 && time[..8] != [0; 8] => Some(entry),
-        _ => None,
-    }
+    batch.arena.get(start.checked_sub(1)?..end)
+}
+
+/// Whether an entry starting with `head` (its first 11 bytes, or fewer) goes out as it is: `[`,
+/// then an EventTime (fixext8, type 0) that is not 0 (which reads as "now" and goes out as the
+/// time the batch was read).
+#[inline]
+pub fn reads_as_written(head: &[u8]) -> bool {
+    matches!(head, [0x92, 0xd7, 0x00, time @ ..] if time.len() >= 8 && time[..8] != [0; 8])
 }
 
 /// The entry's time: whole seconds, or an EventTime.

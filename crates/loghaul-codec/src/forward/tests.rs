@@ -1055,6 +1055,14 @@ fn a_walked_record_is_passed_on_byte_for_byte() {
         };
         assert_eq!(relayed(&got), relayed(&want));
     }
+    // The walk's word on which entries go out as they are stays with the undecoded batch: a
+    // decoded one carries no such flag (a remap would see it as one of the event's flags).
+    assert!(
+        raw.events
+            .first()
+            .is_some_and(|e| e.flags.contains(loghaul_core::Flags::ENTRY_AS_IS))
+    );
+    assert!(decode_raw(&raw).events.iter().all(|e| e.flags.is_empty()));
 }
 
 /// The length of the record at the end of one encoded entry.
