@@ -109,7 +109,9 @@ pub struct EventBatch {
     /// the `fields` table is empty. A forward source fills such batches when every component it
     /// feeds passes entries through (a `fluent` sink): the fan-out decodes them for any other
     /// reader (`loghaul_codec::forward::decode_raw`), so only a component that asked for them
-    /// ever sees one.
+    /// ever sees one. Until then the events' times carry all nine fraction digits (the time
+    /// itself is exact; how many digits it is written with is settled by the decode) and their
+    /// flags may hold [`crate::Flags::ENTRY_AS_IS`].
     pub raw_records: bool,
 }
 

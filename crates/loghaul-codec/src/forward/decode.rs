@@ -462,6 +462,7 @@ impl Decoder {
             Head::Map(n) => {
                 let (valid, range) = record(r, &mut batch.fields, n, &mut event.message)?;
                 event.fields = range;
+                shortest_digits(&mut event);
                 valid
             }
             other => {
@@ -502,6 +503,7 @@ pub fn decode_raw(batch: &EventBatch) -> EventBatch {
     let arena: &[u8] = &batch.arena;
     for event in &mut out.events {
         event.flags.remove(Flags::ENTRY_AS_IS);
+        shortest_digits(event);
         let (start, end) = (event.fields.0 as usize, event.fields.1 as usize);
         let mut r = Reader::new(arena.get(..end).unwrap_or_default(), start);
         let at = out.fields.len();
@@ -626,6 +628,7 @@ fn split_u32s(d: &[u8; 8]) -> [u32; 2] {
     ]
 }
 
+/// An EventTime (or a msgpack Timestamp) as a time: `Some(None)` for 0, `None` when invalid.
 fn event_time(sec: i64, nsec: u32) -> Option<Option<Timestamp>> {
     if nsec >= 1_000_000_000 {
         return None;
@@ -636,7 +639,18 @@ fn event_time(sec: i64, nsec: u32) -> Option<Option<Timestamp>> {
     let nanos = sec
         .checked_mul(1_000_000_000)?
         .checked_add(i64::from(nsec))?;
-    Some(Some(Timestamp::from_nanos_shortest(nanos)))
+    // With all nine digits: a decode writes the shortest that show the time (see
+    // `shortest_digits`); a record passed on never needs them.
+    Some(Some(Timestamp::from_nanos(nanos, 9)))
+}
+
+/// The time with as many fraction digits as show it exactly (whole seconds: none; milli- and
+/// microseconds: three or six), which is how a decoded event writes it.
+#[inline]
+fn shortest_digits(event: &mut Event) {
+    if let Some(t) = &mut event.timestamp {
+        *t = Timestamp::from_nanos_shortest(t.nanos);
+    }
 }
 
 /// Decodes a record map of `n` entries into `fields`: its entries' slots first, nested
