@@ -57,8 +57,10 @@ use crate::net::listener::{Conn, Read};
 
 /// Bytes read per syscall.
 const READ_SIZE: usize = 128 * 1024;
-/// The most events a new batch has room for before its first event (see [`Connection::emit`]).
-const EVENTS_AHEAD: usize = 4096;
+/// The most events a new batch has room for before its first event (see [`Connection::emit`]):
+/// about 100 KiB of events and as much of record fields, within a busy connection's margin
+/// (docs/durability.md); a larger batch grows as before.
+const EVENTS_AHEAD: usize = 1024;
 /// The most room made at once for a connection whose requests arrive in parts (see
 /// [`make_room`]).
 const MAX_READ_ROOM: usize = 1 << 20;
