@@ -295,6 +295,12 @@ impl Sink {
         self.deliveries += 1;
         let delivery_id = self.deliveries;
         let time_as_integer = self.encoder.time_as_integer;
+        let no_template = self.tags.template.is_none();
+        let (max_events, max_bytes) = (self.config.max_events, self.config.max_bytes);
+        let full = |open: &Open, events: usize, bytes: usize| {
+            open.events + events >= max_events
+                || open.request.len() + bytes - open.start_len() >= max_bytes
+        };
         let events = &batch.events;
         let mut start = 0usize;
         let mut i = 0;
@@ -308,7 +314,6 @@ impl Sink {
                 entry => entry,
             };
             start = end;
-            let no_template = self.tags.template.is_none();
             let tag = self.tags.of(&batch, event);
             // Events of a round are grouped by tag, so interleaved tags (a `tag` template over
             // syslog apps) still make a few large requests, not one per event.
@@ -333,11 +338,6 @@ impl Sink {
                 // request with its events is settled.
                 open.acks.push(ack.fork());
             }
-            let (max_events, max_bytes) = (self.config.max_events, self.config.max_bytes);
-            let full = |open: &Open, events: usize, bytes: usize| {
-                open.events + events >= max_events
-                    || open.request.len() + bytes - open.start_len() >= max_bytes
-            };
             // The entries that follow this one as they came, right after it in the arena and
             // under the same tag (a forward request's), go in with it in one copy: the same
             // requests as entry by entry, without a tag lookup and a copy call for each. That

@@ -548,8 +548,7 @@ impl Connection {
 /// Otherwise (`BytesMut::unsplit` copies what is not contiguous) every byte read after a
 /// batch went out mid-request was copied into the new arena, which grew by reallocation.
 fn make_room(arena: &mut BytesMut, buf: &mut BytesMut) {
-    let joined = arena.is_empty() || arena.as_ptr().wrapping_add(arena.len()) == buf.as_ptr();
-    if buf.capacity() - buf.len() >= MIN_READ_SPACE && joined {
+    if buf.capacity() - buf.len() >= MIN_READ_SPACE && (arena.is_empty() || joined(arena, buf)) {
         return;
     }
     if arena.is_empty() {
@@ -568,6 +567,11 @@ fn make_room(arena: &mut BytesMut, buf: &mut BytesMut) {
     joint.extend_from_slice(buf);
     *buf = joint.split_off(arena.len());
     *arena = joint;
+}
+
+/// `buf` starts right where `arena` ends, in one allocation: `unsplit` joins them in place.
+fn joined(arena: &BytesMut, buf: &BytesMut) -> bool {
+    arena.as_ptr().wrapping_add(arena.len()) == buf.as_ptr()
 }
 
 /// The fate of the front batch, once known; never resolves while there is none to wait for.
@@ -685,12 +689,7 @@ mod tests {
 
     use bytes::{BufMut, BytesMut};
 
-    use super::{MAX_READ_ROOM, MIN_READ_SPACE, READ_SIZE, make_room};
-
-    /// `buf` starts right where `arena` ends, in one allocation: `unsplit` joins them in place.
-    fn joined(arena: &BytesMut, buf: &BytesMut) -> bool {
-        arena.as_ptr().wrapping_add(arena.len()) == buf.as_ptr()
-    }
+    use super::{MAX_READ_ROOM, MIN_READ_SPACE, READ_SIZE, joined, make_room};
 
     #[test]
     fn a_carried_arena_and_the_next_reads_share_one_allocation() {

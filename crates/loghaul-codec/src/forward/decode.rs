@@ -504,11 +504,9 @@ pub fn decode_raw(batch: &EventBatch) -> EventBatch {
     for event in &mut out.events {
         event.flags.remove(Flags::ENTRY_AS_IS);
         shortest_digits(event);
-        let (start, end) = (event.fields.0 as usize, event.fields.1 as usize);
-        let mut r = Reader::new(arena.get(..end).unwrap_or_default(), start);
         let at = out.fields.len();
         let decoded = (|| {
-            r.skip()?;
+            let (mut r, _) = raw_record(arena, event)?;
             match r.head()? {
                 Head::Map(n) => record(&mut r, &mut out.fields, n, &mut event.message),
                 _ => Err(ReadError::Truncated),
@@ -526,6 +524,21 @@ pub fn decode_raw(batch: &EventBatch) -> EventBatch {
         charge.grow(out.fields.capacity() * std::mem::size_of::<Field>());
     }
     out
+}
+
+/// A reader at the record of `event`, an event of a batch of undecoded records (its time
+/// read past), and where the record ends.
+pub(super) fn raw_record<'a>(
+    arena: &'a [u8],
+    event: &Event,
+) -> Result<(Reader<'a>, usize), ReadError> {
+    let end = event.fields.1 as usize;
+    let mut r = Reader::new(
+        arena.get(..end).unwrap_or_default(),
+        event.fields.0 as usize,
+    );
+    r.skip()?;
+    Ok((r, end))
 }
 
 /// Reads the option map (or `nil`).

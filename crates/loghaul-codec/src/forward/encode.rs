@@ -22,8 +22,8 @@ use loghaul_core::names::{facility_name, severity_name};
 use loghaul_core::{Event, EventBatch, Field, Flags, SdElement, SdParam, Span, Value};
 
 use super::msgpack::{
-    Reader, write_array_len, write_bin_len, write_bool, write_event_time, write_ext, write_f64,
-    write_int, write_map_len, write_nil, write_str, write_uint,
+    write_array_len, write_bin_len, write_bool, write_event_time, write_ext, write_f64, write_int,
+    write_map_len, write_nil, write_str, write_uint,
 };
 
 /// The `source_type` of events that came by forward (the `fluent` source's).
@@ -64,11 +64,9 @@ pub fn encode_entry(batch: &EventBatch, event: &Event, time_as_integer: bool, ou
 /// An entry of a batch of undecoded records ([`EventBatch::raw_records`]): its time written as
 /// [`encode_entry`] writes it, then its record as it arrived, byte for byte.
 fn encode_raw_entry(batch: &EventBatch, event: &Event, time_as_integer: bool, out: &mut Vec<u8>) {
-    let (start, end) = (event.fields.0 as usize, event.fields.1 as usize);
-    let mut r = Reader::new(batch.arena.get(..end).unwrap_or_default(), start);
     // The source checked the entry: its time is one value, its record the rest.
-    let record = match r.skip() {
-        Ok(()) => r.slice((r.pos(), end)),
+    let record = match super::decode::raw_record(&batch.arena, event) {
+        Ok((r, end)) => r.slice((r.pos(), end)),
         Err(_) => &[0x80][..],
     };
     out.push(0x92);
@@ -98,7 +96,7 @@ pub fn entry_as_is<'b>(
 /// then an EventTime (fixext8, type 0) that is not 0 (which reads as "now" and goes out as the
 /// time the batch was read).
 #[inline]
-pub fn reads_as_written(head: &[u8]) -> bool {
+pub(super) fn reads_as_written(head: &[u8]) -> bool {
     matches!(head, [0x92, 0xd7, 0x00, time @ ..] if time.len() >= 8 && time[..8] != [0; 8])
 }
 
