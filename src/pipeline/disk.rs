@@ -442,11 +442,11 @@ async fn write_loop<F: FileSystem>(
 ) {
     let mut seqs = Vec::new();
     // Written, not yet covered by a sync.
-    let mut unsynced: Vec<Delivery> = Vec::new();
+    let mut unsynced: Vec<Entry> = Vec::new();
     // The sync running on the blocking pool, with the batches it covers: the writer goes on
     // appending meanwhile (an fsync waits for the disk, and the appends need only the page
     // cache), and the next sync covers what was appended during this one (group commit).
-    let mut in_flight: Option<(JoinHandle<loghaul_buffer::SyncOutcome>, Vec<Delivery>)> = None;
+    let mut in_flight: Option<(JoinHandle<loghaul_buffer::SyncOutcome>, Vec<Entry>)> = None;
     let mut next_sync = tokio::time::Instant::now();
     let mut open = true;
     while open || in_flight.is_some() {
@@ -481,18 +481,19 @@ async fn write_loop<F: FileSystem>(
             open = false;
             continue;
         };
-        let mut group = vec![first];
-        let mut bytes = prepared_len(&group[0]);
+        let mut group = vec![Entry::new(first)];
+        let mut bytes = group[0].record.len();
         while bytes < GROUP_BYTES
             && let Ok(d) = rx.try_recv()
         {
-            bytes += prepared_len(&d);
-            group.push(d);
+            let e = Entry::new(d);
+            bytes += e.record.len();
+            group.push(e);
         }
-        for d in &group {
+        for e in &group {
             metrics
                 .buffer_events
-                .fetch_sub(d.batch.len() as i64, Ordering::Relaxed);
+                .fetch_sub(e.d.batch.len() as i64, Ordering::Relaxed);
             metrics.buffer_batches.fetch_sub(1, Ordering::Relaxed);
         }
         let group = reject_oversized(group, &metrics);
@@ -502,11 +503,11 @@ async fn write_loop<F: FileSystem>(
         let mut group = group;
         seqs.clear();
         let written = append_tracked(&mut writer, &group, when_full, &metrics, &mut seqs).await;
-        hot.keep(group.iter().zip(&seqs).map(|(d, &seq)| (seq, d)));
+        hot.keep(group.iter().zip(&seqs).map(|(e, &seq)| (seq, e)));
         // Dropped for a full buffer (`drop_newest`): counted, reported errored.
-        for d in group.split_off(written) {
-            metrics.discarded(DiscardReason::BufferFull, d.batch.len() as u64);
-            d.ack.commit(BatchStatus::Errored);
+        for e in group.split_off(written) {
+            metrics.discarded(DiscardReason::BufferFull, e.d.batch.len() as u64);
+            e.d.ack.commit(BatchStatus::Errored);
         }
         if group.is_empty() {
             continue;
@@ -532,28 +533,37 @@ async fn write_loop<F: FileSystem>(
 /// How the buffer's health reasons start, beside the sink's own in `/health`.
 const REASON_PREFIX: &str = "disk buffer: ";
 
-/// A batch's record: what the sender's prepare step encoded.
-fn payload(d: &Delivery) -> &[u8] {
-    d.prepared.as_ref().map_or(&[][..], |p| p.bytes.as_slice())
+/// A batch on its way into the log: its delivery, acknowledged once the log holds it, and its
+/// record (what the sender's prepare step encoded), shared so that the log can keep it for the
+/// reader without a copy.
+pub(super) struct Entry {
+    pub d: Delivery,
+    pub record: Bytes,
 }
 
-fn prepared_len(d: &Delivery) -> usize {
-    d.prepared.as_ref().map_or(0, |p| p.bytes.len())
+impl Entry {
+    pub(super) fn new(mut d: Delivery) -> Entry {
+        let record = d
+            .prepared
+            .take()
+            .map_or_else(Bytes::new, |p| Bytes::from(p.bytes));
+        Entry { d, record }
+    }
 }
 
 /// Takes out (and rejects, counted) batches that exceed the buffer's record limit: they can never
 /// be written, however long the sink waits.
-pub(super) fn reject_oversized(group: Vec<Delivery>, metrics: &ComponentMetrics) -> Vec<Delivery> {
+pub(super) fn reject_oversized(group: Vec<Entry>, metrics: &ComponentMetrics) -> Vec<Entry> {
     let max = MAX_RECORD as usize;
-    let (ok, too_large): (Vec<_>, Vec<_>) = group.into_iter().partition(|d| prepared_len(d) <= max);
-    for d in too_large {
-        metrics.discarded(DiscardReason::WriteFailed, d.batch.len() as u64);
+    let (ok, too_large): (Vec<_>, Vec<_>) = group.into_iter().partition(|e| e.record.len() <= max);
+    for e in too_large {
+        metrics.discarded(DiscardReason::WriteFailed, e.d.batch.len() as u64);
         crate::warn_limited!(
             metrics,
-            bytes = prepared_len(&d),
+            bytes = e.record.len(),
             "A batch is larger than a disk buffer record may be; it is rejected."
         );
-        d.ack.commit(BatchStatus::Rejected);
+        e.d.ack.commit(BatchStatus::Rejected);
     }
     ok
 }
@@ -567,7 +577,7 @@ pub(super) fn reject_oversized(group: Vec<Delivery>, metrics: &ComponentMetrics)
 /// still takes it piece by piece as acknowledged segments are deleted.
 pub(super) async fn append<F: FileSystem>(
     writer: &mut Writer<F>,
-    group: &[Delivery],
+    group: &[Entry],
     when_full: WhenFull,
     metrics: &ComponentMetrics,
 ) -> usize {
@@ -577,7 +587,7 @@ pub(super) async fn append<F: FileSystem>(
 /// [`append`], pushing each written batch's sequence number onto `seqs`.
 async fn append_tracked<F: FileSystem>(
     writer: &mut Writer<F>,
-    group: &[Delivery],
+    group: &[Entry],
     when_full: WhenFull,
     metrics: &ComponentMetrics,
     seqs: &mut Vec<u64>,
@@ -587,7 +597,7 @@ async fn append_tracked<F: FileSystem>(
     let mut backoff = FIRST_BACKOFF;
     while done < group.len() {
         let end = if whole { group.len() } else { done + 1 };
-        let payloads: Vec<&[u8]> = group[done..end].iter().map(payload).collect();
+        let payloads: Vec<Bytes> = group[done..end].iter().map(|e| e.record.clone()).collect();
         match writer.append(&payloads) {
             Ok(appended) => {
                 seqs.extend((appended.first_seq..).take(end - done));
@@ -624,7 +634,7 @@ async fn append_tracked<F: FileSystem>(
 /// are written again to a new one and synced there.
 pub(super) async fn sync_and_commit<F: FileSystem>(
     writer: &mut Writer<F>,
-    unsynced: &mut Vec<Delivery>,
+    unsynced: &mut Vec<Entry>,
     metrics: &ComponentMetrics,
 ) {
     let synced = writer.sync();
@@ -635,7 +645,7 @@ pub(super) async fn sync_and_commit<F: FileSystem>(
 /// failed one, writes it again and syncs (backing off) until a sync succeeds.
 async fn commit_once_synced<F: FileSystem>(
     writer: &mut Writer<F>,
-    unsynced: &mut Vec<Delivery>,
+    unsynced: &mut Vec<Entry>,
     metrics: &ComponentMetrics,
     mut synced: std::io::Result<()>,
 ) {
@@ -666,9 +676,9 @@ async fn fail_and_back_off(metrics: &ComponentMetrics, reason: String, backoff: 
     *backoff = (*backoff * 2).min(MAX_BACKOFF);
 }
 
-fn commit(group: Vec<Delivery>) {
-    for d in group {
-        d.ack.commit(BatchStatus::Delivered);
+fn commit(group: Vec<Entry>) {
+    for e in group {
+        e.d.ack.commit(BatchStatus::Delivered);
     }
 }
 
@@ -902,7 +912,7 @@ fn ack<F: FileSystem>(reader: &mut Reader<F>, seq: u64, metrics: &ComponentMetri
 /// their payloads: a reader that keeps up with the writer takes them from here and decodes
 /// nothing. Each is a copy of the sender's batch without its finalizer and budget charge, so
 /// the source's acknowledgement still comes with the write and the fsync, whatever the sink
-/// does. Bounded like the log's copy of recent groups ([`RECENT_BYTES`]): a reader further
+/// does. Bounded like the log's copy of recent records ([`RECENT_BYTES`]): a reader further
 /// behind decodes what it reads.
 #[derive(Default)]
 struct Hot {
@@ -924,12 +934,12 @@ impl Hot {
 
     /// Keeps the batches just appended, with their sequence numbers, letting go of the oldest
     /// past the bound.
-    fn keep<'a>(&self, written: impl Iterator<Item = (u64, &'a Delivery)>) {
+    fn keep<'a>(&self, written: impl Iterator<Item = (u64, &'a Entry)>) {
         let mut inner = self.lock();
-        for (seq, d) in written {
-            let size = prepared_len(d);
+        for (seq, e) in written {
+            let size = e.record.len();
             inner.bytes += size;
-            inner.batches.push_back((seq, size, detached(&d.batch)));
+            inner.batches.push_back((seq, size, detached(&e.d.batch)));
         }
         while inner.bytes > RECENT_BYTES {
             let Some((_, size, _)) = inner.batches.pop_front() else {
@@ -1021,6 +1031,12 @@ mod tests {
         (d, status)
     }
 
+    /// `delivery(text)` as the writer takes it from its queue.
+    fn entry(text: &'static str) -> (Entry, BatchStatusReceiver) {
+        let (d, status) = delivery(text);
+        (Entry::new(d), status)
+    }
+
     #[test]
     fn a_kept_batch_is_what_its_record_decodes_to() {
         let (mut b, _status) = batch("<13>Nov 27 12:00:00 host app: kept");
@@ -1041,7 +1057,7 @@ mod tests {
     #[test]
     fn hot_gives_each_batch_once_in_order_and_lets_older_ones_go() {
         let hot = Hot::default();
-        let ds: Vec<_> = ["a", "b", "c"].map(|t| delivery(t).0).into_iter().collect();
+        let ds: Vec<_> = ["a", "b", "c"].map(|t| entry(t).0).into_iter().collect();
         hot.keep([10, 11, 12].into_iter().zip(&ds));
         // 10 was read from the log (the reader fell behind): asking for 11 lets it go.
         assert_eq!(
@@ -1146,23 +1162,17 @@ mod tests {
         let metrics = metrics();
         let big: &'static str = "x".repeat(3000).leak();
         // A group larger than the whole log goes in one batch at a time, as far as it fits.
-        let group: Vec<Delivery> = (0..8).map(|_| delivery(big).0).collect();
+        let group: Vec<Entry> = (0..8).map(|_| entry(big).0).collect();
         let fitted = append(&mut writer, &group, WhenFull::DropNewest, &metrics).await;
         assert!((2..8).contains(&fitted), "{fitted}");
         // Full: drop_newest drops at once.
         assert_eq!(
-            append(
-                &mut writer,
-                &[delivery(big).0],
-                WhenFull::DropNewest,
-                &metrics
-            )
-            .await,
+            append(&mut writer, &[entry(big).0], WhenFull::DropNewest, &metrics).await,
             0
         );
         assert!(fitted >= 2, "{fitted}");
         // Blocking: the append waits for the reader to free a segment.
-        let more = vec![delivery(big).0];
+        let more = vec![entry(big).0];
         let blocked = tokio::time::timeout(
             Duration::from_secs(10),
             append(&mut writer, &more, WhenFull::Block, &metrics),
@@ -1186,15 +1196,12 @@ mod tests {
     #[tokio::test]
     async fn a_batch_larger_than_a_record_is_rejected_and_counted() {
         let metrics = metrics();
-        let (small, mut small_status) = delivery("a");
-        let (mut huge, mut huge_status) = delivery("b");
-        huge.prepared = Some(Prepared {
-            bytes: vec![0; MAX_RECORD as usize + 1],
-            ends: Vec::new(),
-        });
+        let (small, mut small_status) = entry("a");
+        let (mut huge, mut huge_status) = entry("b");
+        huge.record = Bytes::from(vec![0; MAX_RECORD as usize + 1]);
         let kept = reject_oversized(vec![small, huge], &metrics);
         assert_eq!(kept.len(), 1);
-        assert_eq!(&kept[0].batch.arena[..], b"a");
+        assert_eq!(&kept[0].d.batch.arena[..], b"a");
         assert_eq!(
             metrics.discarded_count(DiscardReason::WriteFailed),
             1,

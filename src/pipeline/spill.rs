@@ -28,12 +28,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use bytes::Bytes;
 use loghaul_buffer::{RealFs, Writer};
 use loghaul_config::WhenFull;
 use tokio::sync::oneshot;
 
-use super::disk;
-use super::queue::{Delivery, Handover, Held, Prepared};
+use super::disk::{self, Entry};
+use super::queue::{Delivery, Handover, Held};
 use crate::metrics::ComponentMetrics;
 
 /// Up to this many bytes are appended, then fsynced and committed, at a time.
@@ -112,15 +113,15 @@ impl SpillPlan {
             };
             let mut group = vec![encoded(first)];
             let mut saved: Vec<Held> = first_held.into_iter().collect();
-            let mut bytes = group[0].prepared.as_ref().map_or(0, |p| p.bytes.len());
+            let mut bytes = group[0].record.len();
             while bytes < GROUP_BYTES
                 && let Some((d, h)) = in_hand
                     .next()
                     .or_else(|| handover.try_recv().map(|d| (d, None)))
             {
-                let d = encoded(d);
-                bytes += d.prepared.as_ref().map_or(0, |p| p.bytes.len());
-                group.push(d);
+                let e = encoded(d);
+                bytes += e.record.len();
+                group.push(e);
                 saved.extend(h);
             }
             let log = match &mut writer {
@@ -128,7 +129,7 @@ impl SpillPlan {
                 None => match open(&id, &dir) {
                     Ok(log) => writer.insert(log),
                     Err(error) => {
-                        failed += group.iter().map(|d| d.batch.len()).sum::<usize>();
+                        failed += group.iter().map(|e| e.d.batch.len()).sum::<usize>();
                         held_saved &= saved.is_empty();
                         tracing::error!(component = %id, error = format!("{error:#}"), "Cannot write the memory buffer to disk at the stop; its events are lost to this sink.");
                         continue;
@@ -144,11 +145,11 @@ impl SpillPlan {
             // A full log is not waited on at a stop: what does not fit is lost, and said so.
             let mut group = group;
             let written = disk::append(log, &group, WhenFull::DropNewest, &metrics).await;
-            for d in group.split_off(written) {
-                failed += d.batch.len();
-                d.ack.commit(loghaul_core::BatchStatus::Errored);
+            for e in group.split_off(written) {
+                failed += e.d.batch.len();
+                e.d.ack.commit(loghaul_core::BatchStatus::Errored);
             }
-            events += group.iter().map(|d| d.batch.len()).sum::<usize>();
+            events += group.iter().map(|e| e.d.batch.len()).sum::<usize>();
             batches += group.len();
             disk::sync_and_commit(log, &mut group, &metrics).await;
             if refused == 0 && written >= saved.len() {
@@ -176,7 +177,7 @@ impl SpillPlan {
 
 /// The delivery with its batch encoded for the log, in place of what the sink's own prepare
 /// step made of it.
-fn encoded(d: Delivery) -> Delivery {
+fn encoded(d: Delivery) -> Entry {
     // The log holds decoded records: whatever sink reads it back at the next start.
     let decoded;
     let batch = if d.batch.raw_records {
@@ -187,12 +188,12 @@ fn encoded(d: Delivery) -> Delivery {
     };
     let mut bytes = Vec::with_capacity(loghaul_core::encoded_size(batch));
     loghaul_core::encode_batch(batch, &mut bytes);
-    Delivery {
-        prepared: Some(Prepared {
-            bytes,
-            ends: Vec::new(),
-        }),
-        ..d
+    Entry {
+        d: Delivery {
+            prepared: None,
+            ..d
+        },
+        record: Bytes::from(bytes),
     }
 }
 

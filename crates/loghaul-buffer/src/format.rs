@@ -31,15 +31,23 @@ pub(crate) fn frame_len(payload_len: usize) -> u64 {
     (FRAME_HEADER_LEN + payload_len) as u64
 }
 
-/// Appends the frame of one record to `out`.
+/// Appends the frame of one record to `out` (the writer writes the header and the payload
+/// from where they lie; tests build segments with this).
+#[cfg(test)]
 pub(crate) fn encode(out: &mut Vec<u8>, seq: u64, payload: &[u8]) {
+    encode_header(out, seq, payload);
+    out.extend_from_slice(payload);
+}
+
+/// Appends the frame header of one record ([`FRAME_HEADER_LEN`] bytes) to `out`: the payload
+/// follows it.
+pub(crate) fn encode_header(out: &mut Vec<u8>, seq: u64, payload: &[u8]) {
     // The caller checked the length against max_record, which is a u32.
     let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
     out.extend_from_slice(&RECORD_MAGIC.to_le_bytes());
     out.extend_from_slice(&len.to_le_bytes());
     out.extend_from_slice(&record_crc(seq, payload).to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
-    out.extend_from_slice(payload);
 }
 
 /// The decoded fixed part of a frame.

@@ -6,7 +6,7 @@
 //! buffered above it, so what a call returns is what the buffer acts on.
 
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, IoSlice};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -76,6 +76,19 @@ pub trait FsFile: Send + Sync + 'static {
     /// Any I/O error (ENOSPC, EIO, ...).
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
 
+    /// Writes `bufs` one after the other at `offset`; may write fewer bytes than asked (the
+    /// caller continues). The default writes the first non-empty one with
+    /// [`FsFile::write_at`].
+    ///
+    /// # Errors
+    /// Any I/O error (ENOSPC, EIO, ...).
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        match bufs.iter().find(|b| !b.is_empty()) {
+            Some(buf) => self.write_at(buf, offset),
+            None => Ok(0),
+        }
+    }
+
     /// Reads into `buf` from `offset`; returns 0 at the end of the file.
     ///
     /// # Errors
@@ -130,6 +143,36 @@ pub(crate) fn write_all_at<F: FsFile + ?Sized>(
             }
             Ok(n) => {
                 buf = buf.get(n..).unwrap_or_default();
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `bufs`, one after the other, at `offset`, continuing after short writes (a
+/// write takes at most `IOV_MAX` slices, 1,024 on Linux; the rest follows as after a short one).
+///
+/// # Errors
+/// As [`write_all_at`].
+pub(crate) fn write_all_vectored_at<F: FsFile + ?Sized>(
+    file: &F,
+    mut bufs: &mut [IoSlice<'_>],
+    mut offset: u64,
+) -> io::Result<()> {
+    IoSlice::advance_slices(&mut bufs, 0);
+    while !bufs.is_empty() {
+        match file.write_vectored_at(bufs, offset) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "short write: no progress",
+                ));
+            }
+            Ok(n) => {
+                IoSlice::advance_slices(&mut bufs, n);
                 offset += n as u64;
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -241,6 +284,10 @@ impl FileSystem for RealFs {
 impl FsFile for File {
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
         FileExt::write_at(self, buf, offset)
+    }
+
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<usize> {
+        Ok(rustix::io::pwritev(self, bufs, offset)?)
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {

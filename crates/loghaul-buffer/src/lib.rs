@@ -95,7 +95,7 @@ pub use inspect::{Inspection, SegmentReport, inspect};
 pub use reader::{Reader, Record};
 pub use recover::Recovery;
 pub use shared::{Shared, Stats, StatsSnapshot};
-pub use writer::{AppendError, Appended, PendingSync, SyncOutcome, Writer};
+pub use writer::{AppendError, Appended, Payload, PendingSync, SyncOutcome, Writer};
 
 use crate::shared::add;
 

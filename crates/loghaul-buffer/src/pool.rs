@@ -1,6 +1,6 @@
-//! Reused I/O buffers handed out as `Bytes`: the writer's groups and the reader's windows are
-//! megabytes each, and a fresh allocation of that size per group or window came from pages the
-//! allocator had just given back, so every one was faulted in (and zeroed) again.
+//! Reused I/O buffers handed out as `Bytes`: the reader's windows are a megabyte each, and a
+//! fresh allocation of that size per window came from pages the allocator had just given back,
+//! so every one was faulted in (and zeroed) again.
 
 use std::sync::{Arc, Mutex, PoisonError};
 

@@ -196,6 +196,15 @@ impl<F: FileSystem> Reader<F> {
     /// skipping an acked record or damage.
     fn read_record(&mut self, end: u64) -> io::Result<Option<Record>> {
         let offset = self.offset;
+        // Just written and still kept: taken as the writer wrote it, neither read back nor
+        // checked (the checks are for what a disk hands back).
+        let recent = self
+            .shared
+            .find_recent(self.seg_id, offset)
+            .filter(|r| r.seq > self.scan_seq && offset + frame_len(r.payload.len()) <= end);
+        if let Some(r) = recent {
+            return Ok(self.found(r.seq, r.payload));
+        }
         let header = match self.bytes(offset, FRAME_HEADER_LEN, end)? {
             Some(bytes) => decode_header(&bytes),
             None => None,
@@ -203,19 +212,23 @@ impl<F: FileSystem> Reader<F> {
         let valid = match header {
             Some(h) if h.len <= self.max_record && h.seq > self.scan_seq => {
                 match self.bytes(offset + FRAME_HEADER_LEN as u64, h.len as usize, end)? {
-                    Some(payload) if record_crc(h.seq, &payload) == h.crc => {
-                        Some((h.seq, payload, h.len))
-                    }
+                    Some(payload) if record_crc(h.seq, &payload) == h.crc => Some((h.seq, payload)),
                     _ => None,
                 }
             }
             _ => None,
         };
-        let Some((seq, payload, len)) = valid else {
+        let Some((seq, payload)) = valid else {
             self.skip_damage(end)?;
             return Ok(None);
         };
-        self.offset += frame_len(len as usize);
+        Ok(self.found(seq, payload))
+    }
+
+    /// Moves past the valid record `seq` at the reader's offset: the record, unless it was
+    /// acked before a restart.
+    fn found(&mut self, seq: u64, payload: Bytes) -> Option<Record> {
+        self.offset += frame_len(payload.len());
         if self.damage_pending {
             self.damage_pending = false;
             let base = self.scan_seq.max(self.last_seq);
@@ -228,13 +241,13 @@ impl<F: FileSystem> Reader<F> {
         self.scan_seq = seq;
         if seq <= self.last_seq {
             // Acked before the restart: a segment is kept until all of it is acked.
-            return Ok(None);
+            return None;
         }
         self.last_seq = seq;
         let events = events_in(self.event_count, &payload);
         self.seg_events += u64::from(events);
         self.unacked.insert(seq, events);
-        Ok(Some(Record { seq, payload }))
+        Some(Record { seq, payload })
     }
 
     /// With the reader at `info.readable_end` of its segment: takes the events of the records
@@ -257,11 +270,7 @@ impl<F: FileSystem> Reader<F> {
         }
         let in_window = at >= self.window_offset
             && at + len as u64 <= self.window_offset + self.window.len() as u64;
-        if !in_window && let Some(group) = self.shared.find_recent(self.seg_id, at, len) {
-            // Just written: no need to read it back.
-            self.window = group.bytes;
-            self.window_offset = group.offset;
-        } else if !in_window {
+        if !in_window {
             let Some(file) = self.file.as_ref() else {
                 return Ok(None);
             };

@@ -14,10 +14,10 @@ use tokio::sync::Notify;
 impl Recent {
     fn evict(&mut self) {
         while self.bytes > self.max {
-            let Some(old) = self.groups.pop_front() else {
+            let Some(old) = self.records.pop_front() else {
                 break;
             };
-            self.bytes -= old.bytes.len();
+            self.bytes -= old.frame_len();
         }
     }
 }
@@ -55,22 +55,31 @@ pub struct Shared {
     recent: Mutex<Recent>,
 }
 
-/// The latest groups the writer appended, as it wrote them (see [`crate::Writer::keep_recent`]).
-/// A reader that keeps up with the writer finds its next records here and does not read the
-/// file back: the bytes are the ones just written, the same the page cache would return.
+/// The latest records the writer appended, as it wrote them (see
+/// [`crate::Writer::keep_recent`]), in the order of the log. A reader that keeps up with the
+/// writer finds its next records here and does not read the file back: the payloads are the
+/// ones just written, the same the page cache would return.
 #[derive(Default)]
 struct Recent {
-    groups: VecDeque<RecentGroup>,
+    records: VecDeque<RecentRecord>,
+    /// The bytes their frames take in the log.
     bytes: usize,
     max: usize,
 }
 
-/// One appended group: the frames written at `offset` of segment `segment`.
+/// One appended record: its frame starts at `offset` of segment `segment`.
 #[derive(Clone)]
-pub(crate) struct RecentGroup {
+pub(crate) struct RecentRecord {
     pub segment: u64,
     pub offset: u64,
-    pub bytes: Bytes,
+    pub seq: u64,
+    pub payload: Bytes,
+}
+
+impl RecentRecord {
+    fn frame_len(&self) -> usize {
+        crate::format::FRAME_HEADER_LEN + self.payload.len()
+    }
 }
 
 impl Shared {
@@ -89,43 +98,37 @@ impl Shared {
         self.recent.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Keeps at most `max` bytes of the latest appended groups (0: none).
+    /// Keeps the latest appended records, as many as take at most `max` bytes in the log (0: none).
     pub(crate) fn set_recent_max(&self, max: usize) {
         let mut recent = self.recent();
         recent.max = max;
         recent.evict();
     }
 
-    /// Whether appended groups are kept at all.
+    /// Whether appended records are kept at all.
     pub(crate) fn keeps_recent(&self) -> bool {
         self.recent().max > 0
     }
 
-    /// Keeps a group just appended, letting go of the oldest ones past the limit.
-    pub(crate) fn push_recent(&self, group: RecentGroup) {
+    /// Keeps the records just appended (in the order of the log), letting go of the oldest
+    /// ones past the limit.
+    pub(crate) fn push_recent(&self, records: impl Iterator<Item = RecentRecord>) {
         let mut recent = self.recent();
-        if group.bytes.len() > recent.max {
-            return;
+        for record in records {
+            recent.bytes += record.frame_len();
+            recent.records.push_back(record);
         }
-        recent.bytes += group.bytes.len();
-        recent.groups.push_back(group);
         recent.evict();
     }
 
-    /// The kept group of `segment` that holds `len` bytes at `at`, if there is one.
-    pub(crate) fn find_recent(&self, segment: u64, at: u64, len: usize) -> Option<RecentGroup> {
+    /// The kept record whose frame starts at `offset` of `segment`, if there is one.
+    pub(crate) fn find_recent(&self, segment: u64, offset: u64) -> Option<RecentRecord> {
         let recent = self.recent();
-        // Readers that keep up want the newest groups: search from the back.
-        recent
-            .groups
-            .iter()
-            .rev()
-            .find(|g| {
-                g.segment == segment
-                    && g.offset <= at
-                    && at + len as u64 <= g.offset + g.bytes.len() as u64
-            })
-            .cloned()
+        let i = recent
+            .records
+            .binary_search_by(|r| (r.segment, r.offset).cmp(&(segment, offset)))
+            .ok()?;
+        recent.records.get(i).cloned()
     }
 
     /// The highest sequence number through which every record is acknowledged (as the reader

@@ -8,7 +8,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::format::{FRAME_HEADER_LEN, HEADER_LEN, segment_path};
+use bytes::Bytes;
+
+use crate::format::{FRAME_HEADER_LEN, HEADER_LEN, SEGMENT_HEADER, segment_path};
 use crate::testing::{CrashMode, MemFs};
 use crate::*;
 
@@ -481,7 +483,7 @@ fn corruption_seen_while_reading_is_skipped_and_counted() {
 }
 
 #[test]
-fn a_reader_that_keeps_up_takes_the_latest_groups_from_memory() {
+fn a_reader_that_keeps_up_takes_the_latest_records_from_memory() {
     // Damage written into the file after the append is not seen: the reader never reads the
     // file back. Were it read, record 3 would be skipped as damaged (as in the test above).
     let fs = MemFs::new();
@@ -496,8 +498,26 @@ fn a_reader_that_keeps_up_takes_the_latest_groups_from_memory() {
 }
 
 #[test]
-fn a_reader_behind_the_kept_groups_reads_the_file() {
-    // Room for the last two groups only: records 1..=3 come from the file (where the damage
+fn kept_bytes_payloads_are_shared_not_copied() {
+    let fs = MemFs::new();
+    let (mut writer, mut reader, _) = open(fs, config()).unwrap();
+    writer.keep_recent(1 << 20);
+    let sent = [Bytes::from(payload(1)), Bytes::from(payload(2))];
+    writer.append(&sent).unwrap();
+    let records = drain(&mut reader);
+    assert_eq!(seqs(&records), [1, 2]);
+    for (r, s) in records.iter().zip(&sent) {
+        assert_eq!(
+            r.payload.as_ptr(),
+            s.as_ptr(),
+            "the appended bytes themselves"
+        );
+    }
+}
+
+#[test]
+fn a_reader_behind_the_kept_records_reads_the_file() {
+    // Room for the last two records only: records 1..=3 come from the file (where the damage
     // is seen), 4 and 5 from memory, in order, across a segment rotation.
     let fs = MemFs::new();
     let small = Config {
@@ -955,6 +975,39 @@ mod real_disk {
             !dir.join("00000000000000000001.seg").exists(),
             "acked through and deleted"
         );
+    }
+
+    /// One group of more frames than a vectored write takes (Linux's `IOV_MAX` is 1,024
+    /// slices, two a record), with empty and varied payloads: the segment holds exactly their
+    /// frames, one after the other, and a reader after a restart gets every one back.
+    #[test]
+    fn a_group_of_many_records_is_written_frame_by_frame() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("buffer");
+        let cfg = Config {
+            segment_size: 1 << 20,
+            ..real_config(&dir)
+        };
+        let payloads: Vec<Vec<u8>> = (0..1500u64)
+            .map(|i| vec![(i % 251) as u8; (i % 7 * 13) as usize])
+            .collect();
+        {
+            let (mut writer, _, _) = open(RealFs, cfg.clone()).unwrap();
+            let appended = writer.append(&payloads).unwrap();
+            assert_eq!((appended.first_seq, appended.last_seq), (1, 1500));
+            writer.sync().unwrap();
+        }
+        let mut expected = SEGMENT_HEADER.to_vec();
+        for (seq, p) in (1..).zip(&payloads) {
+            crate::format::encode(&mut expected, seq, p);
+        }
+        assert!(std::fs::read(segment_path(&dir, 1)).unwrap() == expected);
+        let (_, mut reader, _) = open(RealFs, cfg).unwrap();
+        let records = drain(&mut reader);
+        assert_eq!(records.len(), payloads.len());
+        for (r, p) in records.iter().zip(&payloads) {
+            assert_eq!(&r.payload[..], &p[..]);
+        }
     }
 
     #[test]

@@ -19,12 +19,37 @@ use std::fmt;
 use std::io;
 use std::sync::Arc;
 
-use crate::format::{HEADER_LEN, SEGMENT_HEADER, encode, frame_len, segment_path};
-use crate::fs::{FileSystem, FsFile, write_all_at};
-use crate::shared::{RecentGroup, SegmentInfo, Shared, add};
+use std::io::IoSlice;
 
-use crate::pool::Pool;
+use bytes::Bytes;
+
+use crate::format::{
+    FRAME_HEADER_LEN, HEADER_LEN, SEGMENT_HEADER, encode_header, frame_len, segment_path,
+};
+use crate::fs::{FileSystem, FsFile, write_all_at, write_all_vectored_at};
+use crate::shared::{RecentRecord, SegmentInfo, Shared, add};
 use crate::{Config, SyncMode, events_in};
+
+/// A record's payload as [`Writer::append`] takes it: its bytes, and how the writer keeps them
+/// for the reader (see [`Writer::keep_recent`]). `Bytes` are kept as they are; other payloads
+/// are copied.
+pub trait Payload: AsRef<[u8]> {
+    /// The payload as shared bytes.
+    fn shared(&self) -> Bytes {
+        Bytes::copy_from_slice(self.as_ref())
+    }
+}
+
+impl Payload for Bytes {
+    fn shared(&self) -> Bytes {
+        self.clone()
+    }
+}
+
+impl Payload for &[u8] {}
+impl<const N: usize> Payload for &[u8; N] {}
+impl Payload for Vec<u8> {}
+impl Payload for &Vec<u8> {}
 
 /// What an append wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -159,9 +184,8 @@ pub struct Writer<F: FileSystem> {
     next_seq: u64,
     /// A segment was created since the directory was last synced.
     dir_dirty: bool,
-    buf: Vec<u8>,
-    /// The groups' buffers, while they are kept for the reader.
-    pool: Pool,
+    /// The frame headers of the group being written (reused).
+    headers: Vec<u8>,
 }
 
 impl<F: FileSystem> Writer<F> {
@@ -182,8 +206,7 @@ impl<F: FileSystem> Writer<F> {
             next_segment,
             next_seq,
             dir_dirty: false,
-            buf: Vec::new(),
-            pool: Pool::default(),
+            headers: Vec::new(),
         }
     }
 
@@ -192,11 +215,13 @@ impl<F: FileSystem> Writer<F> {
         &self.shared
     }
 
-    /// Keeps the latest `max_bytes` of appended groups in memory for the reader, which then
-    /// takes records from there instead of reading the segment back while it keeps up with the
-    /// writer (0, the default: it always reads the file). The bytes are exactly the ones
+    /// Keeps the latest appended records, as many as take `max_bytes` in the log, in memory for
+    /// the reader, which then takes them from there instead of reading the segment back while
+    /// it keeps up with the writer (0, the default: it always reads the file). A payload given
+    /// as [`Bytes`] is kept as it is, others are copied. The bytes are exactly the ones
     /// written, which is also what reading them back from the page cache returns; only a file
-    /// changed behind the buffer's back reads differently.
+    /// changed behind the buffer's back reads differently, and a kept record is not checked
+    /// against its CRC.
     pub fn keep_recent(&mut self, max_bytes: usize) {
         self.shared.set_recent_max(max_bytes);
     }
@@ -218,7 +243,7 @@ impl<F: FileSystem> Writer<F> {
     /// # Errors
     /// [`AppendError::Full`], [`AppendError::TooLarge`] or [`AppendError::Io`]; in every case
     /// no record of the group is readable and the writer can take the next append.
-    pub fn append<P: AsRef<[u8]>>(&mut self, payloads: &[P]) -> Result<Appended, AppendError> {
+    pub fn append<P: Payload>(&mut self, payloads: &[P]) -> Result<Appended, AppendError> {
         let first_seq = self.next_seq;
         let mut bytes = 0;
         for payload in payloads {
@@ -274,29 +299,33 @@ impl<F: FileSystem> Writer<F> {
             }
         }
 
-        // Kept for the reader: a buffer of its own (shared once written), else the reused one.
-        let keep = self.shared.keeps_recent();
-        let mut buf = if keep {
-            self.pool.take(usize::try_from(bytes).unwrap_or(0))
-        } else {
-            std::mem::take(&mut self.buf)
-        };
-        buf.clear();
+        // The frame headers in one buffer, written with the payloads where they lie (one
+        // vectored write): copying every payload into one buffer first cost the writer as much
+        // as the kernel's copy into the page cache.
+        let mut headers = std::mem::take(&mut self.headers);
+        headers.clear();
         let mut events = 0;
         for (seq, payload) in (first_seq..).zip(payloads) {
-            encode(&mut buf, seq, payload.as_ref());
+            encode_header(&mut headers, seq, payload.as_ref());
             events += u64::from(events_in(self.config.event_count, payload.as_ref()));
         }
         let count = payloads.len() as u64;
         let Some(current) = self.current.as_mut() else {
+            self.headers = headers;
             add(&self.shared.stats.write_errors, 1);
             return Err(AppendError::Io(io::Error::other("no segment to write to")));
         };
         let offset = current.len;
-        if let Err(error) = write_all_at(&*current.file, &buf, offset) {
-            if !keep {
-                self.buf = buf;
+        let written = {
+            let mut slices = Vec::with_capacity(payloads.len() * 2);
+            for (header, payload) in headers.chunks(FRAME_HEADER_LEN).zip(payloads) {
+                slices.push(IoSlice::new(header));
+                slices.push(IoSlice::new(payload.as_ref()));
             }
+            write_all_vectored_at(&*current.file, &mut slices, offset)
+        };
+        self.headers = headers;
+        if let Err(error) = written {
             self.roll_back(offset, count, &error);
             // A file system that is full (smaller than `max_size`, or shared) frees space only
             // when acknowledged segments are deleted, and the current one never is: seal it, so
@@ -311,14 +340,19 @@ impl<F: FileSystem> Writer<F> {
         let segment = current.id;
         current.len += bytes;
         current.dirty = true;
-        if keep {
-            self.shared.push_recent(RecentGroup {
-                segment,
-                offset,
-                bytes: self.pool.share(buf),
-            });
-        } else {
-            self.buf = buf;
+        if self.shared.keeps_recent() {
+            let mut at = offset;
+            self.shared
+                .push_recent((first_seq..).zip(payloads).map(|(seq, payload)| {
+                    let record = RecentRecord {
+                        segment,
+                        offset: at,
+                        seq,
+                        payload: payload.shared(),
+                    };
+                    at += frame_len(payload.as_ref().len());
+                    record
+                }));
         }
         let last_seq = first_seq + count - 1;
         self.next_seq = last_seq + 1;
