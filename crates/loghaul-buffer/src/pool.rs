@@ -16,13 +16,13 @@ const MAX_KEPT: usize = 16 << 20;
 pub(crate) struct Pool(Arc<Mutex<Vec<Vec<u8>>>>);
 
 impl Pool {
-    /// An empty buffer with room for at least `capacity` bytes.
-    pub fn take(&self, capacity: usize) -> Vec<u8> {
+    /// A buffer of `len` bytes to read into, of any content: what a reused buffer held is
+    /// not zeroed again (only bytes it never had are), as the read overwrites it all.
+    pub fn take_len(&self, len: usize) -> Vec<u8> {
         let mut idle = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         let mut buf = idle.pop().unwrap_or_default();
         drop(idle);
-        buf.clear();
-        buf.reserve(capacity);
+        buf.resize(len, 0);
         buf
     }
 
@@ -67,8 +67,8 @@ mod tests {
     #[test]
     fn a_buffer_comes_back_once_its_last_slice_is_gone() {
         let pool = Pool::default();
-        let mut buf = pool.take(100);
-        buf.extend_from_slice(b"hello world");
+        let mut buf = pool.take_len(11);
+        buf.copy_from_slice(b"hello world");
         let ptr = buf.as_ptr();
         let bytes = pool.share(buf);
         let slice = bytes.slice(6..);
@@ -76,8 +76,8 @@ mod tests {
         assert!(pool.0.lock().unwrap().is_empty(), "a slice still holds it");
         assert_eq!(&slice[..], b"world");
         drop(slice);
-        let again = pool.take(10);
+        let again = pool.take_len(5);
         assert_eq!(again.as_ptr(), ptr);
-        assert!(again.is_empty());
+        assert_eq!(again.len(), 5);
     }
 }

@@ -277,8 +277,7 @@ impl<F: FileSystem> Reader<F> {
             let want = len
                 .max(READ_AHEAD)
                 .min(usize::try_from(end - at).unwrap_or(usize::MAX));
-            let mut buf = self.pool.take(want);
-            buf.resize(want, 0);
+            let mut buf = self.pool.take_len(want);
             read_exact_at(file, &mut buf, at)?;
             self.window = self.pool.share(buf);
             self.window_offset = at;

@@ -497,6 +497,42 @@ fn a_reader_that_keeps_up_takes_the_latest_records_from_memory() {
     assert_eq!(reader.shared().stats.snapshot().damaged_records, 0);
 }
 
+/// Windows read from the file are reused without being zeroed: a short window after a long one
+/// must not keep the long one's tail, or records appended there later would read as its stale
+/// bytes (and be skipped as damaged).
+#[test]
+fn a_reused_read_window_holds_only_what_was_read() {
+    let fs = MemFs::new();
+    let cfg = Config {
+        max_size: 64 << 20,
+        segment_size: 32 << 20,
+        max_record: 64 << 10,
+        ..config()
+    };
+    let (mut writer, mut reader, _) = open(fs, cfg).unwrap();
+    let record = |i: u64| vec![i as u8; 60 << 10];
+    // 25 records: a window of 1 MiB, then a short one up to the end.
+    for i in 1..=25 {
+        writer.append(&[record(i)]).unwrap();
+    }
+    for i in 1..=25 {
+        let r = reader.next().unwrap().unwrap();
+        assert!(r.seq == i && r.payload == record(i));
+    }
+    for i in 26..=30 {
+        writer.append(&[record(i)]).unwrap();
+    }
+    let records = drain(&mut reader);
+    assert_eq!(seqs(&records), (26..=30).collect::<Vec<_>>());
+    assert!(
+        records
+            .iter()
+            .zip(26..)
+            .all(|(r, i)| r.payload == record(i))
+    );
+    assert_eq!(reader.shared().stats.snapshot().damaged_records, 0);
+}
+
 #[test]
 fn kept_bytes_payloads_are_shared_not_copied() {
     let fs = MemFs::new();
