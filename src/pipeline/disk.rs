@@ -8,7 +8,7 @@
 //!                                                       per `sync` on the blocking pool while
 //!                                                       it appends on, then commit the acks
 //!                                                           │ segments on disk, and the latest
-//!                                                           │ groups and batches in memory
+//!                                                           │ records and batches in memory
 //!  sink ◄── the sink's own queue ◄── reader thread: read (from memory while it keeps up),
 //!   (encodes)                        decode (or take the kept batch), attach a finalizer per
 //!                                    record; Delivered/Rejected ⇒ ack the record (the cursor
