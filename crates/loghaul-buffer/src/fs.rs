@@ -130,26 +130,10 @@ pub trait FsFile: Send + Sync + 'static {
 /// may have been written.
 pub(crate) fn write_all_at<F: FsFile + ?Sized>(
     file: &F,
-    mut buf: &[u8],
-    mut offset: u64,
+    buf: &[u8],
+    offset: u64,
 ) -> io::Result<()> {
-    while !buf.is_empty() {
-        match file.write_at(buf, offset) {
-            Ok(0) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::WriteZero,
-                    "short write: no progress",
-                ));
-            }
-            Ok(n) => {
-                buf = buf.get(n..).unwrap_or_default();
-                offset += n as u64;
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    write_all_vectored_at(file, &mut [IoSlice::new(buf)], offset)
 }
 
 /// Writes all of `bufs`, one after the other, at `offset`, continuing after short writes (a
